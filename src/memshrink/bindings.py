@@ -1,0 +1,165 @@
+"""Input shape bindings: ``--shape name=1,3,224,224``, model sidecars, and unbound-dim errors.
+
+Both the estimator and the verifier need concrete input shapes. A symbolic dimension is
+bound by an explicit ``--shape`` for that input, by a ``--dim name=value`` binding of the
+symbol, or by the model's sidecar (``MODEL.onnx.json``, written by the ``models/`` suite);
+anything left unbound is an error naming it — never a silent 1.
+
+Sidecar format (JSON)::
+
+    {"inputs": [{"name": "input_ids", "shape": [1, 128], "dtype": "int64",
+                 "range": [0, 30522]}],
+     "outputs": ["logits"], "weight_bytes": 438000000, "node_count": 1234}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from memshrink.errors import UnboundDimensionError, UsageError
+
+Dim = int | str | None
+
+
+@dataclass
+class InputSpec:
+    """One graph input as the runtime will be fed: concrete shape, dtype, valid int range."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    range: tuple[float, float] | None = None
+
+
+@dataclass
+class Sidecar:
+    """What a model's JSON sidecar says about how to feed it."""
+
+    inputs: list[InputSpec] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+    extra: dict = field(default_factory=dict)
+
+    def input(self, name: str) -> InputSpec | None:
+        return next((i for i in self.inputs if i.name == name), None)
+
+
+def sidecar_path(model_path: str | os.PathLike) -> Path:
+    return Path(os.fspath(model_path) + ".json")
+
+
+def load_sidecar(model_path: str | os.PathLike) -> Sidecar | None:
+    """Read ``MODEL.onnx.json`` if it exists; a malformed one is a clear error."""
+    path = sidecar_path(model_path)
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+        inputs = [
+            InputSpec(
+                name=i["name"],
+                shape=tuple(int(d) for d in i["shape"]),
+                dtype=str(i.get("dtype", "float32")),
+                range=tuple(i["range"]) if i.get("range") is not None else None,  # type: ignore[arg-type]
+            )
+            for i in data.get("inputs", [])
+        ]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UsageError(f"malformed sidecar {path}: {exc}") from exc
+    extra = {k: v for k, v in data.items() if k not in ("inputs", "outputs")}
+    return Sidecar(inputs=inputs, outputs=list(data.get("outputs", [])), extra=extra)
+
+
+def _parse_dims(text: str, arg: str) -> tuple[int, ...]:
+    parts = [p for p in text.replace("x", ",").split(",") if p.strip()]
+    try:
+        dims = tuple(int(p) for p in parts)
+    except ValueError:
+        raise UsageError(f"bad shape {arg!r}: dims must be integers, e.g. input=1,3,224,224") from None
+    if any(d < 0 for d in dims):
+        raise UsageError(f"bad shape {arg!r}: dims must be >= 0")
+    return dims
+
+
+def parse_shape_args(args: Iterable[str] | None) -> dict[str, tuple[int, ...]]:
+    """Parse ``['input=1,3,224,224', 'mask=1x128']`` into ``{name: dims}``."""
+    out: dict[str, tuple[int, ...]] = {}
+    for arg in args or ():
+        name, sep, dims = arg.rpartition("=")
+        if not sep or not name:
+            raise UsageError(f"bad --shape {arg!r}: expected NAME=D1,D2,... e.g. input=1,3,224,224")
+        out[name] = _parse_dims(dims, arg)
+    return out
+
+
+def parse_dim_args(args: Iterable[str] | None) -> dict[str, int]:
+    """Parse symbol bindings ``['batch=4', 'seq=512']``."""
+    out: dict[str, int] = {}
+    for arg in args or ():
+        name, sep, value = arg.partition("=")
+        if not sep or not name or not value.strip().isdigit():
+            raise UsageError(f"bad --dim {arg!r}: expected SYMBOL=INT, e.g. batch=4")
+        out[name] = int(value)
+    return out
+
+
+def bind_input_shapes(
+    inputs: Sequence[tuple[str, Sequence[Dim]]],
+    shapes: Mapping[str, Sequence[int]] | None = None,
+    dims: Mapping[str, int] | None = None,
+    sidecar: Sidecar | None = None,
+) -> dict[str, tuple[int, ...]]:
+    """Resolve every graph input to a concrete shape or raise naming all unbound dims.
+
+    ``inputs`` is ``[(name, dims)]`` where a dim is an int, a symbol name, or None.
+    Precedence: explicit ``shapes`` > symbol ``dims`` > sidecar.
+    """
+    shapes = dict(shapes or {})
+    dims = dict(dims or {})
+    known = {name for name, _ in inputs}
+    unknown = sorted(set(shapes) - known)
+    if unknown:
+        raise UsageError(
+            f"--shape names unknown input(s) {', '.join(unknown)}; "
+            f"the model's inputs are: {', '.join(sorted(known)) or '(none)'}"
+        )
+    resolved: dict[str, tuple[int, ...]] = {}
+    missing: list[str] = []
+    for name, declared in inputs:
+        if name in shapes:
+            given = tuple(int(d) for d in shapes[name])
+            if len(given) != len(declared):
+                raise UsageError(
+                    f"--shape {name} has rank {len(given)} but the model declares rank {len(declared)}"
+                )
+            for i, (g, d) in enumerate(zip(given, declared, strict=True)):
+                if isinstance(d, int) and d != g:
+                    raise UsageError(
+                        f"--shape {name}: dim {i} is fixed to {d} in the model, got {g}"
+                    )
+            resolved[name] = given
+            continue
+        side = sidecar.input(name) if sidecar else None
+        if side is not None and len(side.shape) == len(declared):
+            resolved[name] = side.shape
+            continue
+        out: list[int] = []
+        for i, d in enumerate(declared):
+            if isinstance(d, int) and d >= 0:
+                out.append(d)
+            elif isinstance(d, str) and d in dims:
+                out.append(dims[d])
+            else:
+                missing.append(f"{name}[{i}]" + (f" ({d!r})" if d else " (unnamed)"))
+                out.append(-1)
+        resolved[name] = tuple(out)
+    if missing:
+        raise UnboundDimensionError(
+            "unbound symbolic dimension(s): "
+            + ", ".join(missing)
+            + "; bind them with --shape NAME=D1,D2,... or --dim SYMBOL=N"
+        )
+    return resolved
