@@ -1,0 +1,318 @@
+"""``verify()`` and ``profile()``: feeds once, one child per (model, backend), then compare.
+
+The original on each backend is the reference for the rewritten model on that backend (so a
+runtime's own numerics never count against a rewrite); differences of the original across
+backends are reported too, for information.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from memshrink.errors import MemshrinkError, UsageError
+from memshrink.verify.compare import DEFAULT_ATOL, DEFAULT_RTOL, compare_outputs
+from memshrink.verify.inputs import FeedInfo, load_feeds, make_feeds
+from memshrink.verify.kinds import ModelRef, read_io, resolve_model
+from memshrink.verify.modelinfo import ModelIO
+from memshrink.verify.report import Budget, Comparison, ProfileReport, VerifyReport
+from memshrink.verify.runner import (
+    STATUS_OK,
+    Progress,
+    PythonArg,
+    RunResult,
+    parse_backends,
+    run_child,
+)
+
+FeedsArg = str | os.PathLike | Mapping[str, np.ndarray] | None
+
+
+class InterfaceMismatchError(MemshrinkError):
+    """The rewritten model's inputs differ from the original's: its outputs cannot match."""
+
+    exit_code = 3
+
+
+def _feeds(
+    io: ModelIO,
+    model_path: Path,
+    feeds: FeedsArg,
+    shapes: Mapping[str, Sequence[int]] | None,
+    dims: Mapping[str, int] | None,
+    int_ranges: Mapping[str, tuple[int, int]] | None,
+    seed: int,
+) -> tuple[dict[str, np.ndarray], list[FeedInfo]]:
+    if feeds is None:
+        return make_feeds(
+            io, model_path, shapes=shapes, dims=dims, int_ranges=int_ranges, seed=seed
+        )
+    if isinstance(feeds, Mapping):
+        names = [i.name for i in io.inputs]
+        missing = [n for n in names if n not in feeds]
+        if missing:
+            raise UsageError(f"feeds lack input(s) {', '.join(missing)}")
+        arrays = {n: np.asarray(feeds[n]) for n in names}
+        infos = [
+            FeedInfo(n, tuple(a.shape), str(a.dtype), None, "user arrays")
+            for n, a in arrays.items()
+        ]
+        return arrays, infos
+    return load_feeds(feeds, io)
+
+
+def _write_feeds(workdir: Path, feeds: dict[str, np.ndarray]) -> tuple[Path, list[str]]:
+    path = workdir / "feeds.npz"
+    names = list(feeds)
+    arrays: dict[str, Any] = {f"i{k}": feeds[n] for k, n in enumerate(names)}
+    np.savez(path, **arrays)
+    return path, names
+
+
+def _empty_model(workdir: Path) -> Path:
+    """A one-Identity model: its CUDA session is the GPU baseline (context + EP)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        "empty",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+    )
+    path = workdir / "empty.onnx"
+    onnx.save_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+    return path
+
+
+def _settings(**kw: Any) -> dict[str, Any]:
+    return {k: v for k, v in kw.items()}
+
+
+def verify(
+    original: Any,
+    rewritten: Any,
+    *,
+    backends: Sequence[str] | str = ("cpu",),
+    shapes: Mapping[str, Sequence[int]] | None = None,
+    dims: Mapping[str, int] | None = None,
+    feeds: FeedsArg = None,
+    runs: int = 3,
+    atol: float = DEFAULT_ATOL,
+    rtol: float = DEFAULT_RTOL,
+    tolerances: Mapping[str, tuple[float, float]] | None = None,
+    max_peak: int | str | None = None,
+    timeout: float = 600.0,
+    session_options: Mapping[str, Any] | None = None,
+    seed: int = 0,
+    python: PythonArg = None,
+    provider_options: Mapping[str, Mapping[str, Any]] | None = None,
+    int_ranges: Mapping[str, tuple[int, int]] | None = None,
+    progress: Progress = None,
+    workdir: str | os.PathLike | None = None,
+) -> VerifyReport:
+    """Run both models on every backend, compare outputs, check the peak budget.
+
+    ``backends``: names from ``cpu, openvino, ort-openvino, cuda`` or ``"all"`` (then a backend
+    that is unavailable is reported as unsupported without failing the verification).
+    ``tolerances`` maps output name -> (atol, rtol). ``max_peak`` (bytes or ``"500MiB"``) bounds
+    the rewritten model's absolute peak RSS on every backend. ``provider_options`` maps backend ->
+    options (CUDA/OpenVINO EP provider options; OpenVINO native: compile config, ``device``).
+    """
+    from memshrink.units import parse_bytes
+
+    explicit = not (isinstance(backends, str) and backends.strip() == "all")
+    backend_list = parse_backends(backends)
+    if runs < 1:
+        raise UsageError("runs must be at least 1")
+    limit = parse_bytes(max_peak) if max_peak is not None else None
+    with tempfile.TemporaryDirectory(prefix="memshrink-verify-", dir=workdir) as tmp:
+        wd = Path(tmp)
+        ref_o = resolve_model(original, "original", wd)
+        ref_r = resolve_model(rewritten, "rewritten", wd)
+        io_o, io_r = read_io(ref_o), read_io(ref_r)
+        names_o = [i.name for i in io_o.inputs]
+        names_r = [i.name for i in io_r.inputs]
+        if sorted(names_o) != sorted(names_r):
+            raise InterfaceMismatchError(
+                f"the rewritten model's inputs ({', '.join(names_r)}) differ from the original's "
+                f"({', '.join(names_o)})"
+            )
+        arrays, infos = _feeds(io_o, ref_o.path, feeds, shapes, dims, int_ranges, seed)
+        feeds_path, feed_names = _write_feeds(wd, arrays)
+        empty = _empty_model(wd) if "cuda" in backend_list else None
+        runs_out: list[RunResult] = []
+        for backend in backend_list:
+            for label, ref, io in (("original", ref_o, io_o), ("rewritten", ref_r, io_r)):
+                runs_out.append(
+                    _run(
+                        ref,
+                        label,
+                        backend,
+                        wd,
+                        feeds_path,
+                        feed_names,
+                        io,
+                        runs,
+                        timeout,
+                        session_options,
+                        provider_options,
+                        python,
+                        empty,
+                        progress,
+                    )
+                )
+        out_names = [o.name for o in io_o.outputs]
+        comparisons = _compare_pairs(runs_out, backend_list, out_names, atol, rtol, tolerances)
+        cross = _cross_backend(runs_out, backend_list, out_names, atol, rtol, tolerances)
+        budgets = _budgets(runs_out, backend_list, limit)
+        for r in runs_out:
+            r.outputs = None  # arrays are not part of the report; free them
+    settings = _settings(
+        atol=atol,
+        rtol=rtol,
+        tolerances={k: list(v) for k, v in (tolerances or {}).items()},
+        comparison="|out - ref| <= atol + rtol*|ref|; NaN must match NaN; Inf must match exactly",
+        runs=runs,
+        seed=seed,
+        timeout=timeout,
+        max_peak=limit,
+        session_options=dict(session_options or {}),
+        provider_options={k: dict(v) for k, v in (provider_options or {}).items()},
+    )
+    required = backend_list if explicit else ()
+    return VerifyReport(
+        original=str(ref_o.path if isinstance(original, (str, os.PathLike)) else "<in-memory>"),
+        rewritten=str(ref_r.path if isinstance(rewritten, (str, os.PathLike)) else "<in-memory>"),
+        backends=backend_list, settings=settings, inputs=infos, runs=runs_out,
+        comparisons=comparisons, cross_backend=cross, budgets=budgets, required=required,
+    )  # fmt: skip
+
+
+def _run(
+    ref: ModelRef, label: str, backend: str, wd: Path, feeds_path: Path, feed_names: list[str],
+    io: ModelIO, runs: int, timeout: float, session_options: Mapping[str, Any] | None,
+    provider_options: Mapping[str, Mapping[str, Any]] | None, python: PythonArg,
+    empty: Path | None, progress: Progress,
+) -> RunResult:  # fmt: skip
+    return run_child(
+        ref, label, backend, workdir=wd, feeds_path=feeds_path, feed_names=feed_names,
+        output_names=[o.name for o in io.outputs], runs=runs, timeout=timeout,
+        session_options=session_options,
+        provider_options=(provider_options or {}).get(backend), python=python,
+        empty_model=empty, progress=progress,
+    )  # fmt: skip
+
+
+def _compare_pairs(
+    runs: list[RunResult], backends: Sequence[str], names: list[str], atol: float, rtol: float,
+    tolerances: Mapping[str, tuple[float, float]] | None,
+) -> list[Comparison]:  # fmt: skip
+    out = []
+    for b in backends:
+        o = next(r for r in runs if r.label == "original" and r.backend == b)
+        r = next(r for r in runs if r.label == "rewritten" and r.backend == b)
+        c = Comparison(b, f"original@{b}", f"rewritten@{b}", "not-compared")
+        if o.outputs is None or r.outputs is None:
+            c.note = "a run did not finish (see its status)"
+        else:
+            c.outputs = compare_outputs(names, o.outputs, r.outputs, atol, rtol, tolerances)
+            extra = sorted(set(r.outputs) - set(names))
+            c.status = "match" if all(x.ok for x in c.outputs) else "mismatch"
+            if extra:
+                c.note = f"rewritten has extra outputs {', '.join(extra)} (ignored)"
+        out.append(c)
+    return out
+
+
+def _cross_backend(
+    runs: list[RunResult], backends: Sequence[str], names: list[str], atol: float, rtol: float,
+    tolerances: Mapping[str, tuple[float, float]] | None,
+) -> list[Comparison]:  # fmt: skip
+    done = [r for r in runs if r.label == "original" and r.outputs is not None]
+    if len(done) < 2:
+        return []
+    ref = next((r for r in done if r.backend == "cpu"), done[0])
+    out = []
+    for r in done:
+        if r is ref:
+            continue
+        c = Comparison(r.backend, f"original@{ref.backend}", f"original@{r.backend}", "info")
+        assert ref.outputs is not None and r.outputs is not None
+        c.outputs = compare_outputs(names, ref.outputs, r.outputs, atol, rtol, tolerances)
+        out.append(c)
+    return out
+
+
+def _budgets(runs: list[RunResult], backends: Sequence[str], limit: int | None) -> list[Budget]:
+    if limit is None:
+        return []
+    out = []
+    for b in backends:
+        r = next(r for r in runs if r.label == "rewritten" and r.backend == b)
+        if r.status != STATUS_OK:
+            continue
+        peak = r.peak()
+        stage = max(r.stages, key=lambda s: s["peak"])["name"] if r.stages else None
+        out.append(Budget(b, "rewritten", limit, peak, stage, peak is not None and peak <= limit))
+    return out
+
+
+def profile(
+    model: Any,
+    *,
+    backends: Sequence[str] | str = ("cpu",),
+    shapes: Mapping[str, Sequence[int]] | None = None,
+    dims: Mapping[str, int] | None = None,
+    feeds: FeedsArg = None,
+    runs: int = 3,
+    timeout: float = 600.0,
+    session_options: Mapping[str, Any] | None = None,
+    seed: int = 0,
+    python: PythonArg = None,
+    provider_options: Mapping[str, Mapping[str, Any]] | None = None,
+    int_ranges: Mapping[str, tuple[int, int]] | None = None,
+    progress: Progress = None,
+    workdir: str | os.PathLike | None = None,
+) -> ProfileReport:
+    """Measure one model's stages on each backend (no comparison); one child per backend."""
+    backend_list = parse_backends(backends)
+    if runs < 1:
+        raise UsageError("runs must be at least 1")
+    with tempfile.TemporaryDirectory(prefix="memshrink-profile-", dir=workdir) as tmp:
+        wd = Path(tmp)
+        ref = resolve_model(model, "model", wd)
+        io = read_io(ref)
+        arrays, infos = _feeds(io, ref.path, feeds, shapes, dims, int_ranges, seed)
+        feeds_path, feed_names = _write_feeds(wd, arrays)
+        del arrays
+        empty = _empty_model(wd) if "cuda" in backend_list else None
+        results = []
+        for b in backend_list:
+            r = _run(ref, "model", b, wd, feeds_path, feed_names, io, runs, timeout,
+                     session_options, provider_options, python, empty, progress)  # fmt: skip
+            r.outputs = None
+            results.append(r)
+    settings = _settings(
+        runs=runs, seed=seed, timeout=timeout, session_options=dict(session_options or {}),
+        provider_options={k: dict(v) for k, v in (provider_options or {}).items()},
+    )  # fmt: skip
+    return ProfileReport(
+        model=str(ref.path if isinstance(model, (str, os.PathLike)) else "<in-memory>"),
+        backends=backend_list, settings=settings, inputs=infos, runs=results,
+    )  # fmt: skip
+
+
+def verify_paths(
+    in_path: str | os.PathLike,
+    out_path: str | os.PathLike,
+    backends: Sequence[str] | str = ("cpu",),
+    **opts: Any,
+) -> VerifyReport:  # noqa: E501
+    """The hook for ``memshrink optimize --verify BACKENDS``: verify the output against the input."""
+    return verify(in_path, out_path, backends=backends, **opts)

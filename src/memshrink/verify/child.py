@@ -1,0 +1,337 @@
+"""The measuring child: one (model, backend) per process, ``python -m memshrink.verify.child SPEC``.
+
+Why a process each: allocators keep freed memory (glibc, ORT's arena, OpenVINO's caches, the
+CUDA context), so a second model in the same process would measure the first one's leftovers;
+and a crash or hang of a runtime must not take memshrink down.
+
+Protocol: SPEC is a JSON file written by the parent (``runner.py``)::
+
+    {"model": {"kind": "onnx", "path": "m.onnx"}, "backend": "cpu", "label": "original",
+     "feeds": "feeds.npz", "feed_names": [...], "output_names": [...], "runs": 3,
+     "session_options": {...}, "provider_options": {...}, "empty_model": "empty.onnx",
+     "result": "result.json", "outputs": "outputs.npz"}
+
+The child rewrites ``result`` (atomically) after every stage, so a crash still leaves the stages
+that finished; outputs of the last run go to ``outputs`` as ``o0, o1, ...`` in output order.
+Imports: stdlib, numpy and the runtime only — it may run under another interpreter (a venv with
+``onnxruntime-openvino`` or ``onnxruntime-gpu``) and on machines without openvino or onnx.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from memshrink.verify.measure import Meter, read_status
+
+EXIT_FAILED = 1
+EXIT_UNSUPPORTED = 3
+FAULT_ENV = "MEMSHRINK_TEST_CHILD_FAULT"
+
+
+class Unsupported(Exception):
+    """The runtime or execution provider is not available in this interpreter."""
+
+
+class Child:
+    """State of one measuring run; ``save()`` is called after each stage."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.spec = spec
+        self.result: dict[str, Any] = {
+            "status": "running",
+            "error": None,
+            "backend": spec["backend"],
+            "label": spec.get("label"),
+            "pid": os.getpid(),
+            "python": sys.executable,
+            "runtime": {},
+            "baseline": None,
+            "stages": [],
+            "gpu": None,
+            "assumptions": {},
+        }
+        self.meter: Meter | None = None
+
+    def save(self) -> None:
+        if self.meter is not None:
+            self.result["stages"] = [s.to_dict() for s in self.meter.stages]
+        path = self.spec["result"]
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(self.result, f)
+        os.replace(tmp, path)
+
+    def start_meter(self, gpu_probe: Callable[[], int | None] | None = None) -> Meter:
+        gc.collect()
+        self.meter = Meter(gpu_probe=gpu_probe)
+        b = read_status()
+        self.result["baseline"] = {
+            "rss": b["VmRSS"],
+            "anon": b["RssAnon"],
+            "file": b["RssFile"],
+            "what": "process RSS after importing the runtime and loading the feeds",
+        }
+        self.save()
+        return self.meter
+
+    def stage(self, name: str):  # type: ignore[no-untyped-def]
+        assert self.meter is not None
+        return _SavingStage(self, name)
+
+    def fault(self, point: str) -> None:
+        """Test-only hook (``MEMSHRINK_TEST_CHILD_FAULT=segv|hang|raise[:BACKEND[:LABEL]]``)."""
+        spec = os.environ.get(FAULT_ENV)
+        if not spec or point != "after-first-stage":
+            return
+        kind, _, rest = spec.partition(":")
+        backend, _, label = rest.partition(":")
+        if backend and backend != self.spec["backend"]:
+            return
+        if label and label != self.spec.get("label"):
+            return
+        if kind == "segv":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        elif kind == "hang":
+            time.sleep(3600)
+        elif kind == "raise":
+            raise RuntimeError("test fault injected by MEMSHRINK_TEST_CHILD_FAULT")
+
+
+class _SavingStage:
+    def __init__(self, child: Child, name: str) -> None:
+        self.child = child
+        assert child.meter is not None
+        self.cm = child.meter.stage(name)
+
+    def __enter__(self) -> None:
+        self.cm.__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        self.cm.__exit__(*exc)  # type: ignore[arg-type]
+        self.child.save()
+
+
+def _load_feeds(spec: dict[str, Any]) -> dict[str, Any]:
+    import numpy as np
+
+    with np.load(spec["feeds"], allow_pickle=False) as z:
+        return {name: z[f"i{k}"] for k, name in enumerate(spec["feed_names"])}
+
+
+def _save_outputs(spec: dict[str, Any], outputs: list[Any]) -> None:
+    import numpy as np
+
+    arrays: dict[str, Any] = {f"o{k}": np.asarray(a) for k, a in enumerate(outputs)}
+    np.savez(spec["outputs"], **arrays)
+
+
+# ---------------------------------------------------------------- ONNX Runtime backends
+
+
+_ORT_PROVIDER = {
+    "cpu": "CPUExecutionProvider",
+    "cuda": "CUDAExecutionProvider",
+    "ort-openvino": "OpenVINOExecutionProvider",
+}
+_ORT_DEFAULT_PROVIDER_OPTIONS: dict[str, dict[str, str]] = {
+    # TF32 off so CUDA outputs are comparable to CPU (GPU.md: 2.5e-3 vs 3.8e-6 on BERT).
+    "cuda": {"use_tf32": "0"},
+    "ort-openvino": {"device_type": "CPU"},
+}
+
+
+def _ort_session_options(ort: Any, opts: dict[str, Any]) -> Any:
+    so = ort.SessionOptions()
+    enums = {
+        "execution_order": ort.ExecutionOrder,
+        "graph_optimization_level": ort.GraphOptimizationLevel,
+        "execution_mode": ort.ExecutionMode,
+    }
+    for key, value in opts.items():
+        if key in enums and isinstance(value, str):
+            setattr(so, key, getattr(enums[key], value))
+        elif "." in key:
+            so.add_session_config_entry(key, str(value))
+        elif hasattr(so, key):
+            setattr(so, key, value)
+        else:
+            raise ValueError(f"unknown ONNX Runtime session option {key!r}")
+    return so
+
+
+def _nvml_probe(device_id: int) -> tuple[Callable[[], int | None], Callable[[], int], str]:
+    import pynvml  # nvidia-ml-py
+
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(device_id)
+    pid = os.getpid()
+
+    def process_used() -> int | None:
+        for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+            if p.pid == pid:
+                return int(p.usedGpuMemory or 0)
+        return 0
+
+    def device_used() -> int:
+        return int(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
+
+    return process_used, device_used, pynvml.nvmlSystemGetDriverVersion()
+
+
+def run_ort(child: Child) -> list[Any]:
+    spec = child.spec
+    backend = spec["backend"]
+    try:
+        import onnxruntime as ort
+    except ImportError as exc:
+        raise Unsupported(f"onnxruntime is not importable by {sys.executable}: {exc}") from exc
+    provider = _ORT_PROVIDER[backend]
+    if provider not in ort.get_available_providers():
+        raise Unsupported(
+            f"{provider} is not available in onnxruntime {ort.__version__} under {sys.executable} "
+            f"(available: {', '.join(ort.get_available_providers())})"
+        )
+    popts = dict(_ORT_DEFAULT_PROVIDER_OPTIONS.get(backend, {}))
+    popts.update({k: str(v) for k, v in (spec.get("provider_options") or {}).items()})
+    providers: list[Any] = [(provider, popts)] if backend != "cpu" else [provider]
+    feeds = _load_feeds(spec)
+    child.result["runtime"] = {"name": "onnxruntime", "version": ort.__version__}
+    child.result["assumptions"] = {
+        "session_options": spec.get("session_options") or {},
+        "provider_options": popts,
+        "loaded_by": "path",
+    }
+
+    gpu_probe = None
+    if backend == "cuda":
+        process_used, device_used, driver = _nvml_probe(int(popts.get("device_id", "0")))
+        gpu_probe = process_used
+        child.result["assumptions"]["CUDA_MODULE_LOADING"] = os.environ.get(
+            "CUDA_MODULE_LOADING", "(unset: lazy by default)"
+        )
+        before_ctx = process_used()
+        # Empty-session baseline: CUDA context + EP init, which any model pays.
+        empty = ort.InferenceSession(spec["empty_model"], providers=providers, enable_fallback=0)
+        _ = empty.run(None, {"x": __import__("numpy").zeros((1,), "float32")})
+        child.result["gpu"] = {
+            "method": "NVML per-process used memory (nvmlDeviceGetComputeRunningProcesses), "
+            "polled every 1 ms; device-wide NVML used memory after each stage",
+            "before_cuda_init": before_ctx,
+            "empty_session_baseline": process_used(),
+            "device_used_baseline": device_used(),
+            "driver": driver,
+            "arena": {k: popts[k] for k in popts if "arena" in k or "mem_limit" in k}
+            or "ORT defaults (kNextPowerOfTwo, no gpu_mem_limit)",
+        }
+    so = _ort_session_options(ort, spec.get("session_options") or {})
+    child.start_meter(gpu_probe)
+    with child.stage("session"):
+        sess = ort.InferenceSession(
+            spec["model"]["path"], sess_options=so, providers=providers, enable_fallback=0
+        )
+    got = sess.get_providers()
+    child.result["runtime"]["providers"] = got
+    if got[0] != provider:
+        raise RuntimeError(f"session runs on {got[0]}, not {provider} (no silent fallback)")
+    child.fault("after-first-stage")
+    names = spec["output_names"] or [o.name for o in sess.get_outputs()]
+    outs: list[Any] = []
+    for r in range(1, int(spec["runs"]) + 1):
+        with child.stage(f"run{r}"):
+            outs = sess.run(names, feeds)
+        if backend == "cuda" and child.meter is not None:
+            child.meter.stages[-1].extra["device_used_after"] = device_used()
+    return outs
+
+
+# ---------------------------------------------------------------- OpenVINO native
+
+
+def run_openvino(child: Child) -> list[Any]:
+    spec = child.spec
+    try:
+        import openvino as ov
+    except ImportError as exc:
+        raise Unsupported(f"openvino is not importable by {sys.executable}: {exc}") from exc
+    feeds = _load_feeds(spec)
+    core = ov.Core()
+    device = str((spec.get("provider_options") or {}).get("device", "CPU"))
+    config = {k: v for k, v in (spec.get("provider_options") or {}).items() if k != "device"}
+    config.update(spec.get("session_options") or {})
+    child.result["runtime"] = {"name": "openvino", "version": ov.get_version(), "device": device}
+    child.start_meter()
+    with child.stage("read"):
+        model = core.read_model(spec["model"]["path"])
+    child.fault("after-first-stage")
+    with child.stage("compile"):
+        compiled = core.compile_model(model, device, config)
+        del model  # as in compile_model(read_model(path)): the ov.Model is not kept
+        gc.collect()
+    child.result["assumptions"] = {
+        "compile_config": config,
+        "inference_precision": str(compiled.get_property("INFERENCE_PRECISION_HINT")),
+        "model_released_after_compile": True,
+        "loaded_by": "path",
+    }
+    ports = []
+    for name in spec["output_names"]:
+        port = next((o for o in compiled.outputs if name in o.get_names()), None)
+        if port is None:
+            raise RuntimeError(f"OpenVINO model has no output named {name!r}")
+        ports.append(port)
+    request = compiled.create_infer_request()
+    outs: list[Any] = []
+    for r in range(1, int(spec["runs"]) + 1):
+        with child.stage(f"infer{r}"):
+            request.infer(feeds)
+            outs = [request.get_tensor(p).data.copy() for p in ports]
+    return outs
+
+
+BACKENDS: dict[str, Callable[[Child], list[Any]]] = {
+    "cpu": run_ort,
+    "cuda": run_ort,
+    "ort-openvino": run_ort,
+    "openvino": run_openvino,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    with open(argv[0]) as f:
+        spec = json.load(f)
+    child = Child(spec)
+    try:
+        if spec["model"]["kind"] != "onnx":
+            raise Unsupported(
+                f"model kind {spec['model']['kind']!r} is not supported by this child"
+            )
+        outs = BACKENDS[spec["backend"]](child)
+        _save_outputs(spec, outs)
+        child.result["status"] = "ok"
+        child.save()
+        return 0
+    except Unsupported as exc:
+        child.result.update(status="unsupported", error=str(exc))
+        child.save()
+        return EXIT_UNSUPPORTED
+    except Exception as exc:  # report, never crash the parent
+        child.result.update(
+            status="failed",
+            error=f"{type(exc).__name__}: {exc}",
+            traceback=traceback.format_exc(),
+        )
+        child.save()
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

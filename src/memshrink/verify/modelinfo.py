@@ -1,0 +1,171 @@
+"""A model's graph inputs/outputs, read without reading its weights.
+
+Why: feeds are made in the parent from the declared inputs, and a model with embedded weights
+would otherwise be parsed whole (hundreds of MiB) just to learn a few names and shapes. The file
+is memory-mapped and the protobuf wire format is walked: initializers are skipped by length,
+except for their names and dims (used to infer valid index ranges for ``Gather``).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from dataclasses import dataclass, field
+
+import onnx
+
+from memshrink.errors import ModelLoadError
+
+# Field numbers from onnx.proto.
+_MODEL_GRAPH = 7
+_GRAPH_NODE, _GRAPH_INIT, _GRAPH_INPUT, _GRAPH_OUTPUT = 1, 5, 11, 12
+_TENSOR_DIMS, _TENSOR_NAME = 1, 8
+
+Dim = int | str | None
+
+
+@dataclass
+class TensorInfo:
+    name: str
+    elem_type: int
+    dims: list[Dim]
+
+    @property
+    def dtype(self) -> str:
+        return str(onnx.helper.tensor_dtype_to_np_dtype(self.elem_type))
+
+
+@dataclass
+class ModelIO:
+    """What feeding and comparing need: inputs (minus initializers), outputs, Gather bounds."""
+
+    inputs: list[TensorInfo]
+    outputs: list[TensorInfo]
+    index_bounds: dict[str, int] = field(default_factory=dict)
+
+
+def _varint(buf: mmap.mmap | bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+
+
+def _fields(buf: mmap.mmap | bytes, start: int, end: int):  # type: ignore[no-untyped-def]
+    """Yield ``(field, wire_type, value_or_(start, end))`` for one message's bytes."""
+    pos = start
+    while pos < end:
+        key, pos = _varint(buf, pos)
+        fnum, wt = key >> 3, key & 7
+        if wt == 0:
+            val, pos = _varint(buf, pos)
+            yield fnum, wt, val
+        elif wt == 1:
+            pos += 8
+        elif wt == 5:
+            pos += 4
+        elif wt == 2:
+            n, pos = _varint(buf, pos)
+            yield fnum, wt, (pos, pos + n)
+            pos += n
+        else:
+            raise ModelLoadError(f"unsupported protobuf wire type {wt}")
+    if pos != end:
+        raise ModelLoadError("truncated protobuf message")
+
+
+def _dims_of(vi: onnx.ValueInfoProto) -> list[Dim]:
+    t = vi.type.tensor_type
+    if not t.HasField("shape"):
+        return []
+    out: list[Dim] = []
+    for d in t.shape.dim:
+        if d.HasField("dim_value"):
+            out.append(int(d.dim_value))
+        elif d.HasField("dim_param"):
+            out.append(d.dim_param)
+        else:
+            out.append(None)
+    return out
+
+
+def _tensor_name_dims(buf: mmap.mmap, start: int, end: int) -> tuple[str, list[int]]:
+    name, dims = "", []
+    for fnum, wt, val in _fields(buf, start, end):
+        if fnum == _TENSOR_NAME and wt == 2:
+            s, e = val
+            name = bytes(buf[s:e]).decode()
+        elif fnum == _TENSOR_DIMS and wt == 0:
+            dims.append(val)
+        elif fnum == _TENSOR_DIMS and wt == 2:  # packed
+            s, e = val
+            p = s
+            while p < e:
+                d, p = _varint(buf, p)
+                dims.append(d)
+    return name, dims
+
+
+def read_model_io(path: str | os.PathLike) -> ModelIO:
+    """Inputs/outputs of the ONNX file at ``path``; weights are never read."""
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            return _scan(buf)
+    except (OSError, ValueError, IndexError) as exc:
+        raise ModelLoadError(f"cannot read ONNX model {os.fspath(path)}: {exc}") from exc
+
+
+def _scan(buf: mmap.mmap) -> ModelIO:
+    graph = None
+    for fnum, wt, val in _fields(buf, 0, len(buf)):
+        if fnum == _MODEL_GRAPH and wt == 2:
+            graph = val
+    if graph is None:
+        raise ModelLoadError("no graph in the file (not an ONNX model?)")
+    inits: dict[str, list[int]] = {}
+    inputs: list[onnx.ValueInfoProto] = []
+    outputs: list[onnx.ValueInfoProto] = []
+    nodes: list[onnx.NodeProto] = []
+    for fnum, wt, val in _fields(buf, *graph):
+        if wt != 2:
+            continue
+        s, e = val
+        if fnum == _GRAPH_INIT:
+            name, dims = _tensor_name_dims(buf, s, e)
+            inits[name] = dims
+        elif fnum == _GRAPH_INPUT:
+            inputs.append(onnx.ValueInfoProto.FromString(bytes(buf[s:e])))
+        elif fnum == _GRAPH_OUTPUT:
+            outputs.append(onnx.ValueInfoProto.FromString(bytes(buf[s:e])))
+        elif fnum == _GRAPH_NODE:
+            nodes.append(onnx.NodeProto.FromString(bytes(buf[s:e])))
+    ins = [
+        TensorInfo(vi.name, vi.type.tensor_type.elem_type, _dims_of(vi))
+        for vi in inputs
+        if vi.name not in inits
+    ]
+    outs = [TensorInfo(vi.name, vi.type.tensor_type.elem_type, _dims_of(vi)) for vi in outputs]
+    return ModelIO(ins, outs, _gather_bounds(nodes, inits, {i.name for i in ins}))
+
+
+def _gather_bounds(
+    nodes: list[onnx.NodeProto], inits: dict[str, list[int]], input_names: set[str]
+) -> dict[str, int]:
+    """Integer inputs used directly as Gather indices into an initializer: valid upper bound."""
+    bounds: dict[str, int] = {}
+    for n in nodes:
+        if n.op_type != "Gather" or n.domain not in ("", "ai.onnx") or len(n.input) < 2:
+            continue
+        data, idx = n.input[0], n.input[1]
+        if idx not in input_names or data not in inits:
+            continue
+        axis = next((a.i for a in n.attribute if a.name == "axis"), 0)
+        shape = inits[data]
+        if -len(shape) <= axis < len(shape):
+            size = shape[axis]
+            bounds[idx] = min(bounds.get(idx, size), size)
+    return bounds

@@ -1,0 +1,360 @@
+"""Verify/profile results: exit-code policy, JSON, console tables and a before/after plot.
+
+Exit codes (also in ``docs/verify.md`` and ``--help``): 0 every output matches and every budget
+holds; 3 an output mismatches; 5 a requested backend crashed, timed out, failed or is
+unsupported; 4 a ``max_peak`` budget is exceeded. When several apply, the first in that order
+wins: a wrong output is the strongest finding, and a budget cannot be judged on a failed run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from memshrink.units import format_bytes, mib
+from memshrink.verify.compare import OutputComparison
+from memshrink.verify.inputs import FeedInfo
+from memshrink.verify.runner import FAILED_STATUSES, RunResult
+
+EXIT_OK = 0
+EXIT_MISMATCH = 3
+EXIT_OVER_BUDGET = 4
+EXIT_BACKEND_FAILED = 5
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class Comparison:
+    """Candidate run vs reference run, output by output."""
+
+    backend: str
+    reference: str
+    candidate: str
+    status: str  # match | mismatch | not-compared
+    outputs: list[OutputComparison] = field(default_factory=list)
+    note: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend,
+            "reference": self.reference,
+            "candidate": self.candidate,
+            "status": self.status,
+            "note": self.note,
+            "outputs": [o.to_dict() for o in self.outputs],
+        }
+
+
+@dataclass
+class Budget:
+    backend: str
+    model: str
+    limit: int
+    measured: int | None
+    stage: str | None
+    ok: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__, what="absolute process peak RSS (VmHWM) over all stages")
+
+
+def _mib(n: float | int | None, signed: bool = False) -> str:
+    if n is None:
+        return "-"
+    return f"{mib(n):+.0f}" if signed else f"{mib(n):.0f}"
+
+
+def _stage_peak_delta(run: RunResult, stage: str) -> int | None:
+    base = run.baseline_rss or 0
+    for s in run.stages:
+        if s["name"] == stage:
+            return int(s["peak"]) - base
+    return None
+
+
+def _run_line(r: RunResult) -> str:
+    err = f": {r.error}" if r.error else ""
+    return f"  {r.label:<9} {r.backend:<12} {r.status:<11} {r.seconds:6.1f} s{err}"
+
+
+def _gpu_lines(runs: list[RunResult]) -> list[str]:
+    lines: list[str] = []
+    for r in runs:
+        gpu = r.child.get("gpu")
+        if not gpu:
+            continue
+        base = gpu.get("empty_session_baseline") or 0
+        if not lines:
+            lines.append(
+                "GPU memory, MiB over the empty-session baseline (NVML per-process, 1 ms polling):"
+            )
+        parts = []
+        for s in r.stages:
+            g = s.get("gpu") or {}
+            if g.get("peak") is not None:
+                parts.append(f"{s['name']} {_mib(g['peak'] - base, True)}")
+        lines.append(
+            f"  {r.label:<9} {r.backend:<5} baseline {_mib(base)} (context+EP); " + ", ".join(parts)
+        )
+    return lines
+
+
+def _plot(series: dict[str, dict[str, list[tuple[str, int | None]]]], title: str, path: str) -> str:
+    """``series[backend][label] = [(stage, peak_delta_bytes)]`` -> grouped bar chart at ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    backends = list(series)
+    fig, axes = plt.subplots(1, max(len(backends), 1), figsize=(4.5 * max(len(backends), 1), 3.8))
+    axes_list = axes if hasattr(axes, "__len__") else [axes]
+    for ax, backend in zip(axes_list, backends, strict=False):
+        labels = list(series[backend])
+        stages = [s for s, _ in series[backend][labels[0]]] if labels else []
+        width = 0.8 / max(len(labels), 1)
+        for k, label in enumerate(labels):
+            vals = dict(series[backend][label])
+            xs = [i + k * width for i in range(len(stages))]
+            ax.bar(xs, [mib(vals.get(s) or 0) for s in stages], width, label=label)
+        ax.set_xticks([i + width * (len(labels) - 1) / 2 for i in range(len(stages))])
+        ax.set_xticklabels(stages, rotation=30)
+        ax.set_title(backend)
+        ax.set_ylabel("peak RSS over baseline, MiB")
+        ax.legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+@dataclass
+class VerifyReport:
+    original: str
+    rewritten: str
+    backends: tuple[str, ...]
+    settings: dict[str, Any]
+    inputs: list[FeedInfo]
+    runs: list[RunResult]
+    comparisons: list[Comparison]
+    cross_backend: list[Comparison]
+    budgets: list[Budget]
+    required: tuple[str, ...] = ()
+
+    @property
+    def failed_runs(self) -> list[RunResult]:
+        return [r for r in self.runs if r.status in FAILED_STATUSES and r.backend in self.required]
+
+    @property
+    def status(self) -> str:
+        if any(c.status == "mismatch" for c in self.comparisons):
+            return "mismatch"
+        if self.failed_runs:
+            return "backend-failed"
+        if any(not b.ok for b in self.budgets):
+            return "over-budget"
+        return "ok"
+
+    @property
+    def exit_code(self) -> int:
+        return {
+            "ok": EXIT_OK,
+            "mismatch": EXIT_MISMATCH,
+            "backend-failed": EXIT_BACKEND_FAILED,
+            "over-budget": EXIT_OVER_BUDGET,
+        }[self.status]
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == EXIT_OK
+
+    def run(self, label: str, backend: str) -> RunResult | None:
+        return next((r for r in self.runs if r.label == label and r.backend == backend), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": "memshrink.verify",
+            "schema_version": SCHEMA_VERSION,
+            "ok": self.ok,
+            "status": self.status,
+            "exit_code": self.exit_code,
+            "models": {"original": self.original, "rewritten": self.rewritten},
+            "backends": list(self.backends),
+            "settings": self.settings,
+            "inputs": [i.to_dict() for i in self.inputs],
+            "runs": [r.to_dict() for r in self.runs],
+            "comparisons": [c.to_dict() for c in self.comparisons],
+            "cross_backend": [c.to_dict() for c in self.cross_backend],
+            "budgets": [b.to_dict() for b in self.budgets],
+        }
+
+    def write_json(self, path: str | os.PathLike) -> None:
+        text = json.dumps(self.to_dict(), indent=2, default=str)
+        if os.fspath(path) == "-":
+            print(text)
+        else:
+            with open(path, "w") as f:
+                f.write(text + "\n")
+
+    def format_table(self) -> str:
+        s = self.settings
+        lines = [
+            f"memshrink verify: {self.original} -> {self.rewritten}",
+            f"  tolerances: atol {s['atol']:g}, rtol {s['rtol']:g}"
+            + (f", per output {s['tolerances']}" if s.get("tolerances") else "")
+            + f"; {s['runs']} runs; seed {s['seed']}; inputs: "
+            + ", ".join(f"{i.name}{list(i.shape)} {i.dtype}" for i in self.inputs),
+            "",
+            "Peak RSS per stage, MiB over each process's baseline (absolute MiB in brackets):",
+            f"  {'backend':<12} {'stage':<9} {'original':>14} {'rewritten':>14} {'change':>8}",
+        ]
+        for backend in self.backends:
+            o, r = self.run("original", backend), self.run("rewritten", backend)
+            names: list[str] = []
+            for run in (o, r):
+                for stg in run.stages if run else []:
+                    if stg["name"] not in names:
+                        names.append(stg["name"])
+            for name in names:
+                cells: list[str] = []
+                vals: list[int | None] = []
+                for run in (o, r):
+                    d = _stage_peak_delta(run, name) if run else None
+                    st = next((x for x in run.stages if x["name"] == name), None) if run else None
+                    vals.append(d)
+                    cells.append(f"{_mib(d, True)} [{_mib(st['peak'])}]" if st else "-")
+                v0, v1 = vals
+                change = _mib(v1 - v0, True) if v0 is not None and v1 is not None else "-"
+                lines.append(f"  {backend:<12} {name:<9} {cells[0]:>14} {cells[1]:>14} {change:>8}")
+        lines += _gpu_lines(self.runs)
+        lines += ["", "Outputs, rewritten vs original on the same backend:"]
+        lines.append(
+            f"  {'backend':<12} {'output':<20} {'max_abs':>9} {'max_rel':>9} {'mismatch':>12}  verdict"
+        )
+        for c in self.comparisons:
+            if not c.outputs:
+                lines.append(
+                    f"  {c.backend:<12} {'(all)':<20} {'':>9} {'':>9} {'':>12}  {c.status}: {c.note}"
+                )
+            for oc in c.outputs:
+                lines.append(_output_line(c.backend, oc))
+        if self.cross_backend:
+            lines += [
+                "",
+                "Cross-backend, original vs original on the reference backend (informational):",
+            ]
+            for c in self.cross_backend:
+                for oc in c.outputs:
+                    lines.append(_output_line(f"{c.backend}", oc, info=True))
+        lines += ["", "Runs:"] + [_run_line(r) for r in self.runs]
+        for b in self.budgets:
+            lines.append(
+                f"Budget {b.backend}: peak {format_bytes(b.measured)} ({b.stage}) "
+                f"{'<=' if b.ok else '>'} {format_bytes(b.limit)}: {'ok' if b.ok else 'OVER BUDGET'}"
+            )
+        lines.append(f"Result: {self.status.upper()} (exit {self.exit_code})")
+        return "\n".join(lines)
+
+    def save_plot(self, path: str | os.PathLike) -> str:
+        series: dict[str, dict[str, list[tuple[str, int | None]]]] = {}
+        for backend in self.backends:
+            for label in ("original", "rewritten"):
+                run = self.run(label, backend)
+                if run and run.stages:
+                    series.setdefault(backend, {})[label] = [
+                        (s["name"], _stage_peak_delta(run, s["name"])) for s in run.stages
+                    ]
+        return _plot(series, "Peak RSS per stage: original vs rewritten", os.fspath(path))
+
+
+def _output_line(backend: str, oc: OutputComparison, info: bool = False) -> str:
+    mm = f"{oc.mismatches}/{oc.total}"
+    verdict = ("within tol" if info else "match") if oc.ok else ("differs" if info else "MISMATCH")
+    if oc.note:
+        verdict += f" ({oc.note})"
+    if oc.nan_out or oc.nan_ref or oc.inf_out or oc.inf_ref:
+        verdict += f" [NaN {oc.nan_ref}->{oc.nan_out}, Inf {oc.inf_ref}->{oc.inf_out}]"
+    f = lambda v: "-" if v is None else f"{v:.2e}"  # noqa: E731
+    return (
+        f"  {backend:<12} {oc.name[:20]:<20} {f(oc.max_abs):>9} {f(oc.max_rel):>9} {mm:>12}  {verdict}"
+        f" (atol {oc.atol:g}, rtol {oc.rtol:g})"
+    )
+
+
+@dataclass
+class ProfileReport:
+    model: str
+    backends: tuple[str, ...]
+    settings: dict[str, Any]
+    inputs: list[FeedInfo]
+    runs: list[RunResult]
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.runs)
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_OK if self.ok else EXIT_BACKEND_FAILED
+
+    def run(self, backend: str) -> RunResult | None:
+        return next((r for r in self.runs if r.backend == backend), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": "memshrink.profile",
+            "schema_version": SCHEMA_VERSION,
+            "ok": self.ok,
+            "model": self.model,
+            "backends": list(self.backends),
+            "settings": self.settings,
+            "inputs": [i.to_dict() for i in self.inputs],
+            "runs": [r.to_dict() for r in self.runs],
+        }
+
+    def write_json(self, path: str | os.PathLike) -> None:
+        text = json.dumps(self.to_dict(), indent=2, default=str)
+        if os.fspath(path) == "-":
+            print(text)
+        else:
+            with open(path, "w") as f:
+                f.write(text + "\n")
+
+    def format_table(self) -> str:
+        lines = [
+            f"memshrink profile: {self.model} ({self.settings['runs']} runs; inputs: "
+            + ", ".join(f"{i.name}{list(i.shape)} {i.dtype}" for i in self.inputs)
+            + ")",
+            "MiB; deltas over the process baseline, absolute in brackets; anon/file peaks sampled at 1 ms",
+            f"  {'backend':<12} {'stage':<9} {'before':>7} {'peak':>13} {'after':>7} "
+            f"{'anon pk':>8} {'file pk':>8} {'seconds':>8}",
+        ]
+        for r in self.runs:
+            base = r.baseline_rss or 0
+            if not r.ok:
+                lines.append(f"  {r.backend:<12} {r.status}: {r.error}")
+            for s in r.stages:
+                lines.append(
+                    f"  {r.backend:<12} {s['name']:<9} {_mib(s['before'] - base, True):>7} "
+                    f"{_mib(s['peak'] - base, True) + ' [' + _mib(s['peak']) + ']':>13} "
+                    f"{_mib(s['after'] - base, True):>7} {_mib(s['anon_peak']):>8} "
+                    f"{_mib(s['file_peak']):>8} {s['seconds']:8.3f}"
+                )
+            if r.baseline_rss:
+                lines.append(
+                    f"  {r.backend:<12} baseline {_mib(base)} MiB (runtime imported, feeds loaded)"
+                )
+        lines += _gpu_lines(self.runs)
+        return "\n".join(lines)
+
+    def save_plot(self, path: str | os.PathLike) -> str:
+        series = {
+            r.backend: {"model": [(s["name"], _stage_peak_delta(r, s["name"])) for s in r.stages]}
+            for r in self.runs
+            if r.stages
+        }
+        return _plot(series, f"Peak RSS per stage: {os.path.basename(self.model)}", os.fspath(path))
