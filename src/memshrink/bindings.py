@@ -78,7 +78,9 @@ def _parse_dims(text: str, arg: str) -> tuple[int, ...]:
     try:
         dims = tuple(int(p) for p in parts)
     except ValueError:
-        raise UsageError(f"bad shape {arg!r}: dims must be integers, e.g. input=1,3,224,224") from None
+        raise UsageError(
+            f"bad shape {arg!r}: dims must be integers, e.g. input=1,3,224,224"
+        ) from None
     if any(d < 0 for d in dims):
         raise UsageError(f"bad shape {arg!r}: dims must be >= 0")
     return dims

@@ -1,0 +1,83 @@
+"""Atomic output files: write to a hidden temp file in the target folder, then rename.
+
+A killed or interrupted save leaves the previous output (or nothing) in place, never a
+half-written model. SIGTERM is turned into an exception while a save is running so the
+temp files are removed, and both signals are held back during the final renames.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+from memshrink.errors import ModelSaveError
+
+_DISK_FULL = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}
+
+
+class SaveInterrupted(ModelSaveError):
+    """A signal arrived while saving; temp files were removed."""
+
+
+def temp_path_for(final: Path) -> Path:
+    return final.with_name(f".{final.name}.tmp-{os.getpid()}-{threading.get_ident() % 100000}")
+
+
+def describe_os_error(exc: OSError, path: Path) -> ModelSaveError:
+    if exc.errno in _DISK_FULL:
+        return ModelSaveError(f"out of disk space (or file size limit) while writing {path}")
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return ModelSaveError(f"cannot write to {path.parent}: permission denied")
+    if exc.errno == errno.ENOENT:
+        return ModelSaveError(f"output folder {path.parent} does not exist")
+    return ModelSaveError(f"cannot write {path}: {exc.strerror or exc}")
+
+
+@contextlib.contextmanager
+def sigterm_as_exception() -> Iterator[None]:
+    """Turn SIGTERM into SaveInterrupted (main thread only) so cleanup code runs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise SaveInterrupted(
+            f"interrupted by signal {signal.Signals(signum).name}; nothing written"
+        )
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def signals_blocked() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM back while files are renamed into place."""
+    sigs = {signal.SIGINT, signal.SIGTERM}
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def remove_quietly(*paths: Path | None) -> None:
+    for p in paths:
+        if p is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(p)

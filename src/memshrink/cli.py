@@ -1,0 +1,120 @@
+"""The ``memshrink`` command line: optimize, passes, demo, and the estimate/verify commands.
+
+Errors print as one line (``memshrink: error: ...``) with exit code 2 for usage errors
+and 1 for failures; ``--debug`` shows the traceback. Subcommands of other packages
+register themselves through ``register(subparsers)`` in their ``cli`` module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import traceback
+from collections.abc import Sequence
+from typing import Any
+
+from memshrink import __version__
+from memshrink.errors import MemshrinkError, UsageError
+
+#: Packages contributing subcommands through ``<module>.register(subparsers)``.
+PLUGIN_CLI_MODULES = (
+    "memshrink.estimate.cli",
+    "memshrink.verify.cli",
+)
+
+EPILOG = """\
+examples:
+  memshrink optimize model.onnx small.onnx --passes all
+  memshrink estimate small.onnx --shape input_ids=1,128
+  memshrink verify model.onnx small.onnx --backends cpu,openvino
+  memshrink passes
+  memshrink demo
+
+exit codes: 0 ok, 1 failure, 2 usage error, 3 outputs differ, 4 over a memory
+budget, 5 a backend failed (see `memshrink verify --help`).
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def write_json(data: Any, dest: str) -> None:
+    """Write a JSON report to a path, or to stdout for ``-``."""
+    text = json.dumps(data, indent=2, default=str)
+    if dest == "-":
+        print(text)
+        return
+    from pathlib import Path
+
+    try:
+        Path(dest).write_text(text + "\n")
+    except OSError as exc:
+        raise MemshrinkError(f"cannot write JSON report {dest}: {exc.strerror or exc}") from exc
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="memshrink",
+        description="Make ONNX models use less memory at inference time, and prove it.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"memshrink {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    from memshrink.commands import register_builtin
+
+    register_builtin(sub)
+    for module_name in PLUGIN_CLI_MODULES:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name and module_name.startswith(exc.name):
+                continue  # that component is not part of this build
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 2
+        return int(args.func(args) or 0)
+    except MemshrinkError as exc:
+        if debug:
+            traceback.print_exc()
+        print(f"memshrink: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("memshrink: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # an internal bug: still one line unless --debug
+        if debug:
+            traceback.print_exc()
+        else:
+            print(
+                f"memshrink: internal error: {type(exc).__name__}: {exc} (rerun with --debug for details)",
+                file=sys.stderr,
+            )
+        return 1
+
+
+def require(condition: bool, message: str) -> None:
+    if not condition:
+        raise UsageError(message)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

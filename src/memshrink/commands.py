@@ -1,0 +1,295 @@
+"""Built-in subcommands: ``optimize``, ``passes`` and ``demo``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from memshrink.errors import UsageError
+from memshrink.units import format_bytes
+
+OPTIMIZE_EPILOG = """\
+examples:
+  memshrink optimize bert.onnx bert-small.onnx --passes all
+  memshrink optimize in.onnx out.onnx --passes prune,dedup-weights,external-data
+  memshrink optimize in.onnx out.onnx --passes my-pipeline.toml --json report.json
+  memshrink optimize in.onnx out.onnx -O external-data.threshold=4KiB --check
+  memshrink optimize in.onnx out.onnx --verify cpu,openvino --shape input_ids=1,128
+
+The input is never modified. OUT is written atomically; with external data,
+weights go to OUT.data next to it (64 KiB-aligned offsets).
+"""
+
+
+def _parse_pass_options(items: list[str] | None) -> dict[str, dict[str, Any]]:
+    options: dict[str, dict[str, Any]] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        pass_name, dot, option = key.rpartition(".")
+        if not sep or not dot or not pass_name or not option:
+            raise UsageError(
+                f"bad -O {item!r}: expected PASS.OPTION=VALUE, e.g. external-data.threshold=4KiB"
+            )
+        options.setdefault(pass_name, {})[option] = value
+    return options
+
+
+def _add_shape_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--shape",
+        action="append",
+        metavar="NAME=DIMS",
+        help="bind an input's shape, e.g. --shape input_ids=1,128 (repeatable)",
+    )
+    p.add_argument(
+        "--dim",
+        action="append",
+        metavar="SYMBOL=N",
+        help="bind a symbolic dimension, e.g. --dim batch=4",
+    )
+
+
+def cmd_optimize(args: argparse.Namespace) -> int:
+    from memshrink.bindings import parse_dim_args, parse_shape_args
+    from memshrink.checks import CheckHook
+    from memshrink.hooks import EstimateHook, VerifyEachHook
+    from memshrink.manager import PassContext, PassManager, stderr_progress
+    from memshrink.model import load, weight_bytes
+    from memshrink.writer import save_model
+
+    src, dst = Path(args.input), Path(args.output)
+    same = os.path.realpath(src) == os.path.realpath(dst)
+    if same or (src.exists() and dst.exists() and os.path.samefile(src, dst)):
+        raise UsageError("output path is the input path; the input is never overwritten")
+    quiet = args.quiet
+    progress = None if quiet else stderr_progress
+    shapes = parse_shape_args(args.shape)
+    dims = parse_dim_args(args.dim)
+    backends = [b.strip() for b in args.verify.split(",")] if args.verify else []
+
+    hooks: list[Any] = []
+    if args.check:
+        hooks.append(CheckHook())
+    if args.estimate:
+        hooks.append(EstimateHook())
+    if args.verify_each and backends:
+        hooks.append(VerifyEachHook(str(src), backends, shapes=shapes or None, dims=dims or None))
+    manager = PassManager(args.passes, hooks=hooks, options=_parse_pass_options(args.pass_option))
+
+    t0 = time.perf_counter()
+    model = load(src)
+    in_bytes = weight_bytes(model)
+    if progress:
+        progress(
+            f"loaded {src} ({len(model.graph)} nodes, {format_bytes(in_bytes)} of weights) "
+            f"in {time.perf_counter() - t0:.2f} s"
+        )
+    context = PassContext(shapes=shapes, dims=dims, backend=args.backend, progress=progress)
+    model, report = manager.run(model, context)
+
+    def save_progress(done: int, total: int) -> None:
+        if progress and total >= 256 << 20:
+            progress(f"writing weights {format_bytes(done)} / {format_bytes(total)}")
+
+    info = save_model(model, dst, progress=save_progress)
+    report.seconds = time.perf_counter() - t0
+    out_bytes = weight_bytes(model)
+    result: dict[str, Any] = {
+        "input": str(src),
+        "output": str(dst),
+        "pipeline": [p.name for p in manager.passes],
+        "weights_before": in_bytes,
+        "weights_after": out_bytes,
+        "save": info.to_dict(),
+        **report.to_dict(),
+    }
+    exit_code = 0
+    if not quiet:
+        print(_format_optimize(result))
+    if backends:
+        from memshrink.verify import verify
+
+        vreport = verify(
+            str(src), str(dst), backends=backends, shapes=shapes or None, dims=dims or None
+        )
+        result["verify"] = vreport.to_dict()
+        if not quiet:
+            print(vreport.format_table())
+        exit_code = vreport.exit_code
+    if args.json:
+        from memshrink.cli import write_json
+
+        write_json(result, args.json)
+    return exit_code
+
+
+def _format_optimize(result: dict[str, Any]) -> str:
+    lines = [f"{'pass':<18} {'changed':<8} {'time':>8}  details"]
+    for p in result["passes"]:
+        details = ", ".join(
+            f"{k}={format_bytes(v) if 'bytes' in k else v}"
+            for k, v in p["stats"].items()
+            if isinstance(v, (int, float, str, bool))
+        )
+        lines.append(
+            f"{p['name']:<18} {'yes' if p['modified'] else 'no':<8} {p['seconds']:>7.2f}s  {details}"
+        )
+        est = p.get("estimate") or {}
+        if est.get("stage_peaks"):
+            peaks = ", ".join(f"{k} {format_bytes(v)}" for k, v in est["stage_peaks"].items())
+            lines.append(f"{'':<18} predicted ({est.get('backend')}): {peaks}")
+    save = result["save"]
+    where = f"{save['path']}" + (f" + {save['data_path']}" if save["data_path"] else "")
+    lines.append(
+        f"weights {format_bytes(result['weights_before'])} -> {format_bytes(result['weights_after'])}; "
+        f"wrote {where} in {result['seconds']:.2f} s total"
+    )
+    return "\n".join(lines)
+
+
+def cmd_passes(args: argparse.Namespace) -> int:
+    from memshrink.pipeline import available_presets, load_pipeline_file
+    from memshrink.transforms import available_passes
+
+    passes = available_passes()
+    presets = {name: load_pipeline_file(path) for name, path in available_presets().items()}
+    if args.json:
+        from memshrink.cli import write_json
+
+        write_json(
+            {
+                "passes": [cls.describe() for cls in passes.values()],
+                "presets": {n: {"passes": p[0], "description": p[2]} for n, p in presets.items()},
+            },
+            args.json,
+        )
+        return 0
+    print(f"{'pass':<18} {'targets':<38} {'exact':<6} summary")
+    for name, cls in sorted(passes.items()):
+        exact = "yes" if cls.exact is True else "no"
+        print(f"{name:<18} {', '.join(cls.targets):<38} {exact:<6} {cls.summary}")
+        options = cls.describe()["options"]
+        if options:
+            print(f"{'':<18} options: " + ", ".join(f"{k}={v}" for k, v in options.items()))
+    print("\npresets:")
+    for name, (names, _, description) in presets.items():
+        print(f"  {name:<8} {', '.join(names)}")
+        if description:
+            print(f"  {'':<8} {description}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from memshrink.demo import write_demo_model
+
+    out_dir = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="memshrink-demo-"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    src = write_demo_model(out_dir / "demo.onnx")
+    dst = out_dir / "demo.small.onnx"
+    print(
+        f"built the bundled demo model: {src} ({format_bytes(src.stat().st_size)}, weights embedded)"
+    )
+    opt_args = argparse.Namespace(
+        input=str(src),
+        output=str(dst),
+        passes=args.passes,
+        pass_option=None,
+        json=None,
+        check=True,
+        estimate=True,
+        verify=args.verify,
+        verify_each=False,
+        shape=None,
+        dim=None,
+        backend="ort",
+        quiet=False,
+    )
+    code = cmd_optimize(opt_args)
+    data = Path(str(dst) + ".data")
+    size_out = dst.stat().st_size + (data.stat().st_size if data.exists() else 0)
+    print(
+        f"\n{src.name}: {format_bytes(src.stat().st_size)} -> {dst.name}: "
+        f"{format_bytes(dst.stat().st_size)}"
+        + (f" + {data.name}: {format_bytes(data.stat().st_size)}" if data.exists() else "")
+        + f" (total {format_bytes(size_out)})"
+    )
+    print(f"next: memshrink verify {src} {dst} --backends cpu,openvino")
+    return code
+
+
+def register_builtin(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "optimize",
+        help="rewrite a model to use less memory",
+        description="Run a pipeline of memory-reducing passes and write the result atomically.",
+        epilog=OPTIMIZE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("input", help="input .onnx (never modified)")
+    p.add_argument("output", help="output .onnx (weights go to OUTPUT.data when external)")
+    p.add_argument(
+        "--passes",
+        default="all",
+        help="'all', 'safe', a comma list of pass names, or a pipeline .toml (default: all)",
+    )
+    p.add_argument(
+        "-O",
+        "--pass-option",
+        action="append",
+        metavar="PASS.OPTION=VALUE",
+        help="set a pass option (repeatable)",
+    )
+    p.add_argument("--json", metavar="PATH", help="write the report as JSON ('-' for stdout)")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="check invariants (topological order, onnx.checker) after every pass",
+    )
+    p.add_argument(
+        "--no-estimate",
+        dest="estimate",
+        action="store_false",
+        help="skip the predicted peak after each pass",
+    )
+    p.add_argument(
+        "--backend", default="ort", help="backend the per-pass estimate predicts for (default: ort)"
+    )
+    p.add_argument(
+        "--verify",
+        metavar="BACKENDS",
+        help="verify the output against the input afterwards, e.g. cpu,openvino",
+    )
+    p.add_argument(
+        "--verify-each",
+        action="store_true",
+        help="with --verify: also verify after every modifying pass",
+    )
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress or tables")
+    _add_shape_args(p)
+    p.set_defaults(func=cmd_optimize)
+
+    p = sub.add_parser(
+        "passes",
+        help="list the passes and presets",
+        description="List every pass with what it targets, whether it is bit-exact, and its options.",
+    )
+    p.add_argument("--json", metavar="PATH", help="write the list as JSON ('-' for stdout)")
+    p.set_defaults(func=cmd_passes)
+
+    p = sub.add_parser(
+        "demo",
+        help="build the bundled example model and optimize it",
+        description="Build a small example model (embedded weights, duplicates, dead nodes) and run optimize on it.",
+        epilog="example:\n  memshrink demo --out demo/ --verify cpu",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--out", metavar="DIR", help="folder for the demo files (default: a new temp folder)"
+    )
+    p.add_argument("--passes", default="all", help="pipeline to run (default: all)")
+    p.add_argument("--verify", metavar="BACKENDS", help="also verify, e.g. cpu or cpu,openvino")
+    p.set_defaults(func=cmd_demo)

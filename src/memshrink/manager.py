@@ -1,0 +1,273 @@
+"""Pass API and the pass manager.
+
+One in-memory ``onnx_ir.Model`` flows through the pipeline; nothing is serialized between
+passes. Analyses are cached on the ``PassContext`` and dropped whenever a pass reports it
+modified the model. Hooks observe the pipeline (timing, estimates, invariant checks,
+verification) without the passes knowing about them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
+
+import onnx_ir as ir
+
+from memshrink.errors import MemshrinkError, PassError, UsageError
+from memshrink.units import parse_bytes
+
+TARGETS = ("weights", "activations", "session-creation")
+
+
+@dataclass
+class PassResult:
+    """What a pass did. ``model`` is set only by passes that build a new model object."""
+
+    modified: bool
+    stats: dict[str, Any] = field(default_factory=dict)
+    model: ir.Model | None = None
+
+
+class PassContext:
+    """Shared state for one pipeline run: options, shape bindings, analysis cache, progress."""
+
+    def __init__(
+        self,
+        *,
+        shapes: Mapping[str, Sequence[int]] | None = None,
+        dims: Mapping[str, int] | None = None,
+        backend: str = "ort",
+        progress: Callable[[str], None] | None = None,
+    ) -> None:
+        self.shapes = dict(shapes or {})
+        self.dims = dict(dims or {})
+        self.backend = backend
+        self._progress = progress
+        self._analyses: dict[str, Any] = {}
+
+    def analysis(self, key: str, compute: Callable[[], Any]) -> Any:
+        """Return a cached analysis, computing it on first use after the last change."""
+        if key not in self._analyses:
+            self._analyses[key] = compute()
+        return self._analyses[key]
+
+    def invalidate(self) -> None:
+        self._analyses.clear()
+
+    def progress(self, message: str) -> None:
+        if self._progress:
+            self._progress(message)
+
+
+class Pass:
+    """Base class of a memory-reducing rewrite.
+
+    Subclasses declare ``name``, ``summary``, ``targets`` (a subset of TARGETS), ``exact``
+    (True when outputs stay bit-identical; otherwise a string stating the tolerance), and
+    an ``Options`` dataclass whose fields are the typed options with defaults.
+    """
+
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    targets: ClassVar[tuple[str, ...]]
+    exact: ClassVar[bool | str] = True
+
+    @dataclass
+    class Options:
+        pass
+
+    def __init__(self, **options: Any) -> None:
+        self.options = self.parse_options(options)
+
+    @classmethod
+    def parse_options(cls, options: Mapping[str, Any]) -> Any:
+        """Validate and convert options (sizes like ``'1KiB'`` for ``int`` byte fields)."""
+        fields = {f.name: f for f in dataclasses.fields(cls.Options)}
+        unknown = sorted(set(options) - set(fields))
+        if unknown:
+            raise UsageError(
+                f"pass {cls.name!r} has no option(s) {', '.join(unknown)}; "
+                f"its options are: {', '.join(fields) or '(none)'}"
+            )
+        converted = {}
+        for key, value in options.items():
+            converted[key] = _convert_option(cls.name, key, fields[key], value)
+        return cls.Options(**converted)
+
+    def run(self, model: ir.Model, context: PassContext) -> PassResult:  # pragma: no cover
+        raise NotImplementedError
+
+    @classmethod
+    def describe(cls) -> dict[str, Any]:
+        return {
+            "name": cls.name,
+            "summary": cls.summary,
+            "targets": list(cls.targets),
+            "exact": cls.exact,
+            "options": {f.name: _default_of(f) for f in dataclasses.fields(cls.Options)},
+        }
+
+
+def _default_of(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        return f.default_factory()  # type: ignore[misc]
+    return None
+
+
+def _convert_option(pass_name: str, key: str, f: dataclasses.Field, value: Any) -> Any:
+    kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+    where = f"option {pass_name}.{key}"
+    try:
+        if kind == "bool":
+            if isinstance(value, str):
+                if value.lower() in ("1", "true", "yes", "on"):
+                    return True
+                if value.lower() in ("0", "false", "no", "off"):
+                    return False
+                raise ValueError(value)
+            return bool(value)
+        if kind == "int":
+            if isinstance(value, bool):
+                raise ValueError(value)
+            return parse_bytes(value) if isinstance(value, str) else int(value)
+        if kind == "float":
+            return float(value)
+        if kind == "str":
+            return str(value)
+    except (ValueError, TypeError, MemshrinkError):
+        raise UsageError(f"{where}: expected {kind}, got {value!r}") from None
+    return value
+
+
+@dataclass
+class PassRecord:
+    """One pass's entry in the pipeline report."""
+
+    name: str
+    modified: bool
+    seconds: float
+    stats: dict[str, Any]
+    estimate: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class PipelineReport:
+    passes: list[PassRecord] = field(default_factory=list)
+    seconds: float = 0.0
+    estimate_before: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def modified(self) -> bool:
+        return any(p.modified for p in self.passes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "seconds": round(self.seconds, 4),
+            "modified": self.modified,
+            "estimate_before": self.estimate_before,
+            "passes": [p.to_dict() for p in self.passes],
+            **self.extra,
+        }
+
+
+class PassHook(Protocol):
+    """Observer of a pipeline run; every method is optional."""
+
+    def before_pipeline(
+        self, model: ir.Model, context: PassContext, report: PipelineReport
+    ) -> None: ...
+
+    def after_pass(self, record: PassRecord, model: ir.Model, context: PassContext) -> None: ...
+
+    def after_pipeline(
+        self, report: PipelineReport, model: ir.Model, context: PassContext
+    ) -> None: ...
+
+
+class PassManager:
+    """Run a pipeline of passes over one model, with hooks after every pass.
+
+    ``pipeline`` is ``'all'``, ``'safe'``, a comma list of pass names, a path to a TOML
+    pipeline, or a sequence of pass names / ``Pass`` instances.
+    """
+
+    def __init__(
+        self,
+        pipeline: str | Sequence[str | Pass] = "all",
+        *,
+        hooks: Iterable[Any] = (),
+        options: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
+        from memshrink.pipeline import resolve_pipeline
+
+        self.passes: list[Pass] = resolve_pipeline(pipeline, options or {})
+        self.hooks = list(hooks)
+
+    def _call(self, method: str, *args: Any) -> None:
+        for hook in self.hooks:
+            fn = getattr(hook, method, None)
+            if fn is not None:
+                fn(*args)
+
+    def run(
+        self, model: Any, context: PassContext | None = None
+    ) -> tuple[ir.Model, PipelineReport]:
+        """Run every pass in order; returns the (possibly new) model and the report."""
+        from memshrink.model import load
+
+        model = load(model)
+        context = context or PassContext()
+        report = PipelineReport()
+        start = time.perf_counter()
+        self._call("before_pipeline", model, context, report)
+        total = len(self.passes)
+        for index, p in enumerate(self.passes, 1):
+            context.progress(f"[{index}/{total}] {p.name} ...")
+            t0 = time.perf_counter()
+            try:
+                result = p.run(model, context)
+            except MemshrinkError:
+                raise
+            except Exception as exc:  # a bug or an unexpected model: name the pass
+                raise PassError(f"pass {p.name!r} failed: {type(exc).__name__}: {exc}") from exc
+            seconds = time.perf_counter() - t0
+            if result.model is not None:
+                result.model.meta.update(
+                    {k: v for k, v in model.meta.items() if k not in result.model.meta}
+                )
+                model = result.model
+            if result.modified:
+                context.invalidate()
+            record = PassRecord(p.name, result.modified, round(seconds, 4), result.stats)
+            report.passes.append(record)
+            self._call("after_pass", record, model, context)
+            context.progress(
+                f"[{index}/{total}] {p.name}: {'modified' if result.modified else 'no change'}"
+                f" in {seconds:.2f} s{_stats_summary(result.stats)}"
+            )
+        report.seconds = time.perf_counter() - start
+        self._call("after_pipeline", report, model, context)
+        return model, report
+
+
+def _stats_summary(stats: Mapping[str, Any]) -> str:
+    items = [
+        f"{k}={v}" for k, v in stats.items() if isinstance(v, (int, float, str)) and k != "reason"
+    ]
+    if "reason" in stats:
+        items.insert(0, str(stats["reason"]))
+    return (" — " + ", ".join(items[:6])) if items else ""
+
+
+def stderr_progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)

@@ -1,0 +1,221 @@
+"""Load and save models: one boundary where every accepted input becomes an ``onnx_ir.Model``.
+
+Loading never reads weights: an embedded model is scanned (``protoscan``) so its
+``raw_data`` payloads become lazy references into the .onnx file; external data is
+memory-mapped by onnx-ir on first use. External-data references are validated at load
+(folder containment, file present, offsets within the file) so a broken model fails here
+with a clear message, not halfway through a pass.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import onnx
+import onnx_ir as ir
+
+from memshrink.errors import ExternalDataError, ModelLoadError, UsageError
+from memshrink.protoscan import scan_model_file
+
+if TYPE_CHECKING:  # pragma: no cover
+    pass
+
+ModelLike = "str | os.PathLike | onnx.ModelProto | ir.Model | gs.Graph"
+
+#: Keys in ``ir.Model.meta`` (in-memory only, never serialized).
+META_SOURCE = "memshrink.source"
+META_SAVE = "memshrink.save"
+
+#: Tensors with fewer payload bytes than this stay inline in the skeleton.
+LIFT_THRESHOLD = 1024
+
+
+def load(src: Any) -> ir.Model:
+    """Return an ``onnx_ir.Model`` for a path, ``ModelProto``, ``ir.Model`` or graphsurgeon Graph.
+
+    A path is read lazily (weights stay on disk). An ``ir.Model`` is returned as is;
+    the other in-memory forms are converted once.
+    """
+    if isinstance(src, ir.Model):
+        return src
+    if isinstance(src, onnx.ModelProto):
+        model = ir.serde.deserialize_model(src)
+        model.meta[META_SOURCE] = {"path": None, "external": False}
+        return model
+    if isinstance(src, (str, os.PathLike)):
+        return _load_path(Path(src))
+    if type(src).__module__.startswith("onnx_graphsurgeon"):
+        import onnx_graphsurgeon as gs
+
+        model = ir.serde.deserialize_model(gs.export_onnx(src))
+        model.meta[META_SOURCE] = {"path": None, "external": False}
+        return model
+    raise UsageError(
+        f"cannot load a model from {type(src).__name__}: pass a path, onnx.ModelProto, "
+        "onnx_ir.Model or onnx_graphsurgeon.Graph"
+    )
+
+
+def _load_path(path: Path) -> ir.Model:
+    if path.is_dir():
+        raise ModelLoadError(f"{path}: is a folder, expected an .onnx file")
+    if not path.is_file():
+        raise ModelLoadError(f"{path}: no such file")
+    try:
+        scan = scan_model_file(str(path), location=path.name, threshold=LIFT_THRESHOLD)
+    except OSError as exc:
+        raise ModelLoadError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    try:
+        proto = onnx.load_from_string(scan.skeleton)
+    except Exception as exc:  # protobuf raises DecodeError and friends
+        raise ModelLoadError(f"{path}: not a valid ONNX model ({exc})") from None
+    del scan.skeleton
+    if not proto.HasField("graph") or proto.ir_version <= 0:
+        raise ModelLoadError(f"{path}: not an ONNX model (no graph or ir_version)")
+    try:
+        model = ir.serde.deserialize_model(proto)
+    except Exception as exc:
+        raise ModelLoadError(f"{path}: cannot be parsed as ONNX: {exc}") from None
+    del proto
+    base_dir = str(path.parent.resolve())
+    ir.external_data.set_base_dir(model.graph, base_dir)
+    _set_attribute_tensor_base_dir(model, base_dir)
+    own_file = str(path.resolve())
+    validate_external_data(model, base_dir)
+    model.meta[META_SOURCE] = {
+        "path": own_file,
+        "external": scan.external_refs > 0,
+        "lifted_tensors": scan.lifted_tensors,
+        "lifted_bytes": scan.lifted_bytes,
+    }
+    return model
+
+
+def iter_tensor_slots(model: ir.Model):
+    """Yield ``(tensor, setter)`` for every tensor held by the model.
+
+    Covers initializers of every (sub)graph and tensor-valued node attributes, so
+    savers and passes can swap a tensor without knowing where it lives.
+    """
+    for graph in model.graphs():
+        for value in list(graph.initializers.values()):
+            if value.const_value is not None:
+                yield value.const_value, _initializer_setter(value)
+        for node in graph:
+            for name, attr in list(node.attributes.items()):
+                if attr.type == ir.AttributeType.TENSOR and attr.value is not None:
+                    yield attr.value, _attr_setter(node, name)
+                elif attr.type == ir.AttributeType.TENSORS:
+                    for i, tensor in enumerate(attr.value):
+                        yield tensor, _attr_list_setter(node, name, i)
+
+
+def _initializer_setter(value: ir.Value):
+    def setter(tensor: ir.TensorProtocol) -> None:
+        value.const_value = tensor
+
+    return setter
+
+
+def _attr_setter(node: ir.Node, name: str):
+    def setter(tensor: ir.TensorProtocol) -> None:
+        node.attributes[name] = ir.AttrTensor(name, tensor)
+
+    return setter
+
+
+def _attr_list_setter(node: ir.Node, name: str, index: int):
+    def setter(tensor: ir.TensorProtocol) -> None:
+        tensors = list(node.attributes[name].value)
+        tensors[index] = tensor
+        node.attributes[name] = ir.AttrTensors(name, tensors)
+
+    return setter
+
+
+def _set_attribute_tensor_base_dir(model: ir.Model, base_dir: str) -> None:
+    for tensor, _ in iter_tensor_slots(model):
+        if isinstance(tensor, ir.ExternalTensor) and not tensor.base_dir:
+            tensor.base_dir = base_dir
+
+
+def validate_external_data(model: ir.Model, base_dir: str) -> None:
+    """Refuse references that escape the model's folder, point at missing files or run past EOF."""
+    base_real = os.path.realpath(base_dir)
+    sizes: dict[str, int] = {}
+    for tensor, _ in iter_tensor_slots(model):
+        if not isinstance(tensor, ir.ExternalTensor):
+            continue
+        location = os.fspath(tensor.location)
+        name = tensor.name or "<unnamed>"
+        if os.path.isabs(location) or ".." in Path(location).parts:
+            raise ExternalDataError(
+                f"tensor {name!r}: external data location {location!r} escapes the model's "
+                "folder (absolute or '..' paths are refused, never read)"
+            )
+        full = os.path.realpath(os.path.join(base_dir, location))
+        if not (full == base_real or full.startswith(base_real + os.sep)):
+            raise ExternalDataError(
+                f"tensor {name!r}: external data location {location!r} resolves outside "
+                "the model's folder (symlink?); refused"
+            )
+        if full not in sizes:
+            try:
+                sizes[full] = os.path.getsize(full)
+            except OSError:
+                raise ExternalDataError(
+                    f"tensor {name!r}: external data file {location!r} is missing "
+                    f"(looked in {base_dir})"
+                ) from None
+        offset = tensor.offset or 0
+        length = tensor.length if tensor.length is not None else tensor.nbytes
+        if offset + length > sizes[full]:
+            raise ExternalDataError(
+                f"tensor {name!r}: external data {location!r} is shorter than its reference "
+                f"(needs bytes {offset}..{offset + length}, file has {sizes[full]})"
+            )
+
+
+def materialize(tensor: ir.TensorProtocol) -> ir.TensorProtocol:
+    """An in-memory copy of a file-backed tensor (for tensors that must be written inline)."""
+    if not isinstance(tensor, ir.ExternalTensor):
+        return tensor
+    return ir.Tensor(
+        tensor.numpy().copy(), dtype=tensor.dtype, name=tensor.name, doc_string=tensor.doc_string
+    )
+
+
+def serialize_with_data(model: ir.Model) -> onnx.ModelProto:
+    """A complete in-memory ModelProto (weights included), for tools that need one (onnxsim).
+
+    Costs the weights in memory: callers cap the model size first. The model is unchanged.
+    """
+    swapped = []
+    try:
+        for tensor, setter in iter_tensor_slots(model):
+            if isinstance(tensor, ir.ExternalTensor):
+                swapped.append((tensor, setter))
+                setter(materialize(tensor))
+        return ir.serde.serialize_model(model)
+    finally:
+        for tensor, setter in reversed(swapped):
+            setter(tensor)
+
+
+def source_path(model: ir.Model) -> str | None:
+    """The .onnx file the model was loaded from, if any."""
+    return (model.meta.get(META_SOURCE) or {}).get("path")
+
+
+def weight_bytes(model: ir.Model) -> int:
+    """Total bytes of all tensors held by the model (from shapes; no data read)."""
+    return sum(tensor.nbytes for tensor, _ in iter_tensor_slots(model))
+
+
+def save(model: Any, path: str | os.PathLike, **options: Any) -> Any:
+    """Save atomically; see :func:`memshrink.writer.save_model` for options."""
+    from memshrink.writer import save_model
+
+    return save_model(load(model), path, **options)

@@ -1,0 +1,236 @@
+"""Write a model atomically, streaming weights into 64 KiB-aligned external data.
+
+Why this exists instead of ``onnx_ir.save``: weights that live in a file (external data,
+or embedded payloads lifted by ``protoscan``) are copied file-to-file with
+``os.copy_file_range``, so saving a multi-GB model never pulls its weights into the
+process's RSS; both output files are committed by rename only when complete; and the
+output can never overwrite a file the model is still reading from.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import onnx
+import onnx_ir as ir
+
+from memshrink.atomic import (
+    SaveInterrupted,
+    describe_os_error,
+    fsync_file,
+    remove_quietly,
+    signals_blocked,
+    sigterm_as_exception,
+    temp_path_for,
+)
+from memshrink.errors import ModelSaveError, UsageError
+from memshrink.model import META_SAVE, META_SOURCE, iter_tensor_slots, materialize, source_path
+
+DEFAULT_THRESHOLD = 1024
+DEFAULT_ALIGNMENT = 65536
+_PROTOBUF_LIMIT = 2**31 - 1
+_COPY_CHUNK = 64 << 20
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass
+class SaveInfo:
+    path: str
+    data_path: str | None
+    external_tensors: int
+    external_bytes: int
+    inline_tensors: int
+    model_file_bytes: int
+    data_file_bytes: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _align(offset: int, alignment: int) -> int:
+    return (offset + alignment - 1) // alignment * alignment if alignment > 1 else offset
+
+
+def _files_in_use(model: ir.Model) -> set[str]:
+    used = set()
+    src = source_path(model)
+    if src:
+        used.add(os.path.realpath(src))
+    for tensor, _ in iter_tensor_slots(model):
+        if isinstance(tensor, ir.ExternalTensor):
+            used.add(os.path.realpath(tensor.path))
+    return used
+
+
+def _decide_external(model: ir.Model, external: bool | None) -> bool:
+    if external is not None:
+        return external
+    policy = model.meta.get(META_SAVE) or {}
+    if "external" in policy:
+        return bool(policy["external"])
+    if (model.meta.get(META_SOURCE) or {}).get("external"):
+        return True
+    total = sum(t.nbytes for t, _ in iter_tensor_slots(model))
+    return total > _PROTOBUF_LIMIT * 0.9
+
+
+def _copy_range(src_path: str, offset: int, length: int, dst_fd: int, dst_offset: int) -> None:
+    """Kernel-side copy (no RSS growth); falls back to pread/pwrite across filesystems."""
+    with open(src_path, "rb") as src:
+        src_fd = src.fileno()
+        done = 0
+        use_cfr = hasattr(os, "copy_file_range")
+        while done < length:
+            n = min(_COPY_CHUNK, length - done)
+            if use_cfr:
+                try:
+                    copied = os.copy_file_range(src_fd, dst_fd, n, offset + done, dst_offset + done)
+                except OSError as exc:
+                    if exc.errno in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+                        use_cfr = False
+                        continue
+                    raise
+                if copied == 0:
+                    raise ModelSaveError(f"{src_path}: ended early while copying weights")
+            else:
+                data = os.pread(src_fd, n, offset + done)
+                if not data:
+                    raise ModelSaveError(f"{src_path}: ended early while copying weights")
+                copied = os.pwrite(dst_fd, data, dst_offset + done)
+            done += copied
+
+
+def save_model(
+    model: ir.Model,
+    path: str | os.PathLike,
+    *,
+    external: bool | None = None,
+    threshold: int | None = None,
+    alignment: int | None = None,
+    data_name: str | None = None,
+    progress: Progress | None = None,
+) -> SaveInfo:
+    """Save ``model`` to ``path`` atomically; the in-memory model is left unchanged.
+
+    ``external``: write tensors of ``threshold`` bytes or more to ``<path>.data`` at
+    ``alignment``-aligned offsets. None decides from the pipeline's policy (the
+    ``external-data`` pass), then from how the input stored its weights, then from size.
+    """
+    final = Path(path)
+    if final.is_dir():
+        raise UsageError(f"output {final} is a folder; give a file name like {final}/model.onnx")
+    policy = model.meta.get(META_SAVE) or {}
+    threshold = int(
+        threshold if threshold is not None else policy.get("threshold", DEFAULT_THRESHOLD)
+    )
+    alignment = int(
+        alignment if alignment is not None else policy.get("alignment", DEFAULT_ALIGNMENT)
+    )
+    use_external = _decide_external(model, external)
+    data_final = final.with_name(data_name or f"{final.name}.data")
+
+    in_use = _files_in_use(model)
+    for target in (final, data_final):
+        if os.path.realpath(target) in in_use:
+            raise UsageError(
+                f"refusing to write {target}: the model is still reading from it "
+                "(choose an output path different from the input)"
+            )
+    if not final.parent.exists():
+        raise ModelSaveError(f"output folder {final.parent} does not exist")
+
+    slots = list(iter_tensor_slots(model))
+    tmp_model = temp_path_for(final)
+    tmp_data = temp_path_for(data_final) if use_external else None
+    originals: list[tuple[ir.TensorProtocol, Callable]] = []
+    external_count = external_bytes = inline_count = 0
+    wrote_data = False
+    try:
+        with sigterm_as_exception():
+            to_external = [
+                (t, s) for t, s in slots if use_external and t.nbytes >= threshold and t.nbytes > 0
+            ]
+            total = sum(t.nbytes for t, _ in to_external)
+            if to_external:
+                assert tmp_data is not None
+                fd = os.open(tmp_data, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                try:
+                    offset = 0
+                    for tensor, setter in to_external:
+                        offset = _align(offset, alignment)
+                        length = tensor.nbytes
+                        if isinstance(tensor, ir.ExternalTensor):
+                            _copy_range(tensor.path, tensor.offset or 0, length, fd, offset)
+                        else:
+                            data = tensor.tobytes()
+                            os.pwrite(fd, data, offset)
+                            del data
+                        originals.append((tensor, setter))
+                        setter(
+                            ir.ExternalTensor(
+                                data_final.name,
+                                offset,
+                                length,
+                                tensor.dtype,
+                                shape=tensor.shape,
+                                name=tensor.name or "",
+                                doc_string=tensor.doc_string,
+                                base_dir=str(final.parent.resolve()),
+                            )
+                        )
+                        offset += length
+                        external_count += 1
+                        external_bytes += length
+                        if progress:
+                            progress(external_bytes, total)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                wrote_data = True
+            external_ids = {id(t) for t, _ in to_external}
+            for tensor, setter in slots:
+                if id(tensor) in external_ids:
+                    continue
+                inline_count += 1
+                if isinstance(tensor, ir.ExternalTensor):
+                    originals.append((tensor, setter))
+                    setter(materialize(tensor))
+            inline_bytes = sum(t.nbytes for t, _ in slots if id(t) not in external_ids)
+            if inline_bytes > _PROTOBUF_LIMIT * 0.95:
+                raise ModelSaveError(
+                    f"{inline_bytes / 2**30:.2f} GiB of weights cannot be embedded in one "
+                    "protobuf (2 GiB limit); save with external data (--passes external-data)"
+                )
+            proto = ir.serde.serialize_model(model)
+            with open(tmp_model, "wb") as f:
+                onnx.save_model(proto, f)
+                f.flush()
+                os.fsync(f.fileno())
+            del proto
+            with signals_blocked():
+                if wrote_data and tmp_data is not None:
+                    os.replace(tmp_data, data_final)
+                os.replace(tmp_model, final)
+            fsync_file(final.parent)
+    except OSError as exc:
+        raise describe_os_error(exc, final) from exc
+    except KeyboardInterrupt:
+        raise SaveInterrupted("interrupted; nothing written") from None
+    finally:
+        for tensor, setter in reversed(originals):
+            setter(tensor)
+        remove_quietly(tmp_model, tmp_data)
+    return SaveInfo(
+        path=str(final),
+        data_path=str(data_final) if wrote_data else None,
+        external_tensors=external_count,
+        external_bytes=external_bytes,
+        inline_tensors=inline_count,
+        model_file_bytes=final.stat().st_size,
+        data_file_bytes=data_final.stat().st_size if wrote_data else 0,
+    )

@@ -1,0 +1,74 @@
+"""Model builders and runners shared by tests (importable: pytest puts tests/ on sys.path)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+def build_mlp(seed: int = 0, hidden: int = 128, extras: bool = True) -> onnx.ModelProto:
+    """A two-layer MLP with the export habits the weight passes target.
+
+    With ``extras``: a duplicate of W1 used by a second branch, a dead branch, an unused
+    initializer and a large Constant node.
+    """
+    rng = np.random.default_rng(seed)
+    w1 = rng.standard_normal((hidden, hidden)).astype(np.float32)
+    w2 = rng.standard_normal((hidden, hidden)).astype(np.float32)
+    inits = [numpy_helper.from_array(w1, "W1"), numpy_helper.from_array(w2, "W2")]
+    nodes = [
+        helper.make_node("MatMul", ["x", "W1"], ["h1"]),
+        helper.make_node("Relu", ["h1"], ["a1"]),
+        helper.make_node("MatMul", ["a1", "W2"], ["y"]),
+    ]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, hidden])]
+    if extras:
+        inits += [
+            numpy_helper.from_array(w1.copy(), "W1_copy"),
+            numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), "unused"),
+        ]
+        bias = numpy_helper.from_array(rng.standard_normal((4, hidden)).astype(np.float32), "bias")
+        nodes += [
+            helper.make_node("Constant", [], ["bias_c"], value=bias),
+            helper.make_node("MatMul", ["x", "W1_copy"], ["h2"]),
+            helper.make_node("Add", ["h2", "bias_c"], ["z"]),
+            helper.make_node("Sigmoid", ["h1"], ["dead1"]),
+            helper.make_node("Neg", ["dead1"], ["dead2"]),
+        ]
+        outputs.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, [4, hidden]))
+    graph = helper.make_graph(
+        nodes,
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, hidden])],
+        outputs,
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def run_ort(path: Path | str, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """Run a model file (by path, as users do) in ONNX Runtime CPU."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"]).run(
+        None, feeds
+    )
+
+
+def mlp_feeds(hidden: int = 128, seed: int = 1) -> dict[str, np.ndarray]:
+    return {"x": np.random.default_rng(seed).standard_normal((4, hidden)).astype(np.float32)}
+
+
+def assert_bit_identical(a: list[np.ndarray], b: list[np.ndarray]) -> None:
+    """Exact equality (atol=0, rtol=0): the weight passes promise bit-identical outputs."""
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        assert x.dtype == y.dtype and x.shape == y.shape
+        assert np.array_equal(x, y, equal_nan=True)

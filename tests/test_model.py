@@ -1,0 +1,128 @@
+"""Loading: weights stay on disk, every accepted input type converts, bad input fails clearly."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from fixtures_onnx import build_mlp
+
+from memshrink.errors import ExternalDataError, ModelLoadError, UsageError
+from memshrink.model import META_SOURCE, load, weight_bytes
+
+
+def test_embedded_weights_become_lazy_references(mlp_path: Path) -> None:
+    model = load(mlp_path)
+    w1 = model.graph.initializers["W1"].const_value
+    assert isinstance(w1, ir.ExternalTensor)
+    assert Path(w1.path).resolve() == mlp_path.resolve()
+    expected = onnx.numpy_helper.to_array(
+        next(t for t in onnx.load(mlp_path).graph.initializer if t.name == "W1")
+    )
+    np.testing.assert_array_equal(w1.numpy(), expected)  # exact: same bytes, atol=rtol=0
+    source = model.meta[META_SOURCE]
+    assert source["external"] is False and source["lifted_tensors"] >= 4
+
+
+def test_constant_node_payload_is_lifted_too(mlp_path: Path) -> None:
+    model = load(mlp_path)
+    const = next(n for n in model.graph if n.op_type == "Constant")
+    assert isinstance(const.attributes["value"].value, ir.ExternalTensor)
+
+
+def test_external_data_model_loads_with_base_dir(mlp_external_path: Path) -> None:
+    model = load(mlp_external_path)
+    t = model.graph.initializers["W2"].const_value
+    assert isinstance(t, ir.ExternalTensor)
+    assert os.path.basename(t.path) == "mlp_ext.weights"
+    assert model.meta[META_SOURCE]["external"] is True
+    assert weight_bytes(model) > 0
+
+
+def test_accepts_proto_ir_and_graphsurgeon() -> None:
+    proto = build_mlp()
+    m1 = load(proto)
+    assert load(m1) is m1
+    gs = pytest.importorskip("onnx_graphsurgeon")
+    m2 = load(gs.import_onnx(proto))
+    assert {n.op_type for n in m2.graph} == {n.op_type for n in m1.graph}
+
+
+def test_rejects_unsupported_type() -> None:
+    with pytest.raises(UsageError, match="cannot load a model from int"):
+        load(42)
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"", "empty"),
+        (b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff", "truncated or not an ONNX model"),
+    ],
+)
+def test_garbage_is_a_clear_error(tmp_path: Path, content: bytes, message: str) -> None:
+    path = tmp_path / "bad.onnx"
+    path.write_bytes(content)
+    with pytest.raises(ModelLoadError, match=message):
+        load(path)
+
+
+def test_truncated_model(tmp_path: Path, mlp_path: Path) -> None:
+    data = mlp_path.read_bytes()
+    for cut in (7, len(data) // 2, len(data) - 3):
+        bad = tmp_path / f"cut{cut}.onnx"
+        bad.write_bytes(data[:cut])
+        with pytest.raises(ModelLoadError):
+            load(bad)
+
+
+def test_random_bytes(tmp_path: Path) -> None:
+    rng = np.random.default_rng(5)
+    for i in range(20):
+        bad = tmp_path / f"rand{i}.onnx"
+        bad.write_bytes(rng.bytes(4096))
+        with pytest.raises(ModelLoadError):
+            load(bad)
+
+
+def test_missing_file_and_folder(tmp_path: Path) -> None:
+    with pytest.raises(ModelLoadError, match="no such file"):
+        load(tmp_path / "nope.onnx")
+    with pytest.raises(ModelLoadError, match="is a folder"):
+        load(tmp_path)
+
+
+def test_missing_external_data_file(mlp_external_path: Path) -> None:
+    (mlp_external_path.parent / "mlp_ext.weights").unlink()
+    with pytest.raises(ExternalDataError, match="missing"):
+        load(mlp_external_path)
+
+
+def test_short_external_data_file(mlp_external_path: Path) -> None:
+    data = mlp_external_path.parent / "mlp_ext.weights"
+    data.write_bytes(data.read_bytes()[:1000])
+    with pytest.raises(ExternalDataError, match="shorter than its reference"):
+        load(mlp_external_path)
+
+
+@pytest.mark.parametrize("location", ["../outside.bin", "/etc/passwd"])
+def test_escaping_location_is_refused(tmp_path: Path, location: str) -> None:
+    proto = build_mlp(extras=False)
+    init = proto.graph.initializer[0]
+    nbytes = len(init.raw_data)
+    init.ClearField("raw_data")
+    init.data_location = onnx.TensorProto.EXTERNAL
+    for k, v in (("location", location), ("offset", "0"), ("length", str(nbytes))):
+        entry = init.external_data.add()
+        entry.key, entry.value = k, v
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (tmp_path / "outside.bin").write_bytes(b"\0" * nbytes)
+    path = folder / "escape.onnx"
+    onnx.save_model(proto, path)
+    with pytest.raises(ExternalDataError, match="escapes|outside"):
+        load(path)
