@@ -27,6 +27,8 @@ ModelLike = "str | os.PathLike | onnx.ModelProto | ir.Model | gs.Graph"
 #: Keys in ``ir.Model.meta`` (in-memory only, never serialized).
 META_SOURCE = "memshrink.source"
 META_SAVE = "memshrink.save"
+#: Set by the ``partition`` pass: the plan the writer uses to emit a folder of parts.
+META_PARTITION = "memshrink.partition"
 
 #: Tensors with fewer payload bytes than this stay inline in the skeleton.
 LIFT_THRESHOLD = 1024

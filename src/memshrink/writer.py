@@ -28,7 +28,14 @@ from memshrink.atomic import (
     temp_path_for,
 )
 from memshrink.errors import ModelSaveError, UsageError
-from memshrink.model import META_SAVE, META_SOURCE, iter_tensor_slots, materialize, source_path
+from memshrink.model import (
+    META_PARTITION,
+    META_SAVE,
+    META_SOURCE,
+    iter_tensor_slots,
+    materialize,
+    source_path,
+)
 
 DEFAULT_THRESHOLD = 1024
 DEFAULT_ALIGNMENT = 65536
@@ -122,6 +129,13 @@ def save_model(
     ``external-data`` pass), then from how the input stored its weights, then from size.
     """
     final = Path(path)
+    if model.meta.get(META_PARTITION):
+        # A partitioned model is written as a folder of parts plus a manifest.
+        from memshrink.partition.save import save_partitioned
+
+        return save_partitioned(
+            model, final, threshold=threshold, alignment=alignment, progress=progress
+        )
     if final.is_dir():
         raise UsageError(f"output {final} is a folder; give a file name like {final}/model.onnx")
     policy = model.meta.get(META_SAVE) or {}
