@@ -1,0 +1,200 @@
+"""Per-runtime rules turning the graph, its schedule and its weights into predicted stages.
+
+Every stage figure is a *delta over the process baseline* (after importing the runtime and
+building the inputs), at the stage's peak, split into weights (anon vs file-mapped),
+activations and runtime overhead. The small fixed overheads in ``CALIBRATION`` were measured
+once on this machine with ``docs/bench/estimate_measure.py`` (see ``docs/estimate.md``);
+nothing is fitted per model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from memshrink.estimate import ort as ortsim
+from memshrink.estimate.graph import ModelView
+from memshrink.estimate.lifetimes import tensor_buffers
+from memshrink.estimate.planners import all_planners, greedy_by_size
+from memshrink.estimate.weights import WeightSplit, split_weights
+
+MiB = 1 << 20
+# Fixed per-runtime overheads (bytes), measured once (docs/estimate.md, "Calibration").
+CALIBRATION: dict[str, int] = {
+    "ort_session": 6 * MiB,  # session objects, kernel registry, thread pool
+    "ort_run": 1 * MiB,  # per-run bookkeeping outside the arena
+    "ov_read": 2 * MiB,
+    "ov_compile": 12 * MiB,  # plugin graph, thread streams
+    "ov_infer": 1 * MiB,
+    "cuda_context": 300 * MiB,  # CUDA context + cuBLAS/cuDNN handles (device memory)
+}
+
+
+@dataclass
+class Stage:
+    name: str
+    weights_anon: int = 0
+    weights_file: int = 0
+    activations: int = 0
+    overhead: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def peak(self) -> int:
+        return self.weights_anon + self.weights_file + self.activations + self.overhead
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "peak": self.peak,
+            "weights_anon": self.weights_anon,
+            "weights_file": self.weights_file,
+            "activations": self.activations,
+            "overhead": self.overhead,
+            "notes": self.notes,
+        }
+
+
+@dataclass
+class BackendPrediction:
+    backend: str
+    schedule: str
+    order: list[int]
+    stages: list[Stage]
+    planners: dict[str, int]
+    weights: WeightSplit
+    details: dict[str, Any]
+    assumptions: list[str]
+
+
+def _ort_cpu(
+    view: ModelView, order: list[int], opts: Mapping[str, Any], sched: str
+) -> BackendPrediction:
+    g = view.graph
+    rules = ortsim.session_options_rules({k: str(v) for k, v in opts.items()})
+    w = split_weights(g)
+    plan = ortsim.plan(g, order, reuse=bool(rules["enable_mem_reuse"]))
+    sim = ortsim.simulate(
+        plan,
+        len(order),
+        mem_pattern=bool(rules["enable_mem_pattern"]),
+        arena=bool(rules["enable_cpu_mem_arena"]),
+    )
+    assumptions = [f"ORT session options: {rules}"] + sim.assumptions
+    external = not view.embedded
+    c = CALIBRATION
+    # Session creation.
+    sc = Stage("session_creation", overhead=c["ort_session"])
+    if external:
+        # Prepacking reads the mapped pages of the packed weights and copies them into anon
+        # memory; a weight used only by prepacking kernels is then released (unmapped).
+        sc.weights_anon = w.prepacked
+        sc.weights_file = w.prepacked
+        sc.notes.append("external weights are memory-mapped; prepacked ones are copied to anon")
+        retained_anon, retained_file = w.prepacked, w.prepacked - w.prepacked_only
+    else:
+        # The parsed ModelProto holds every weight while initializers are copied out of it.
+        sc.weights_anon = w.total + w.total + w.prepacked
+        sc.notes.append("embedded weights: ModelProto + heap copies (+ prepacked copies) at peak")
+        retained_anon, retained_file = w.total - w.prepacked_only + w.prepacked, 0
+    # Runs: weights read during the run fault in (mapped) — all but the row-gathered tables.
+    run_file = (w.external - w.prepacked_only - w.gather_tables) if external else 0
+    inputs_out = sim.outputs  # outputs are copied to numpy on return
+    stages = [sc]
+    for name, act in (("run_1", sim.run_1), ("steady_state", sim.steady_state)):
+        st = Stage(
+            name,
+            weights_anon=retained_anon,
+            weights_file=max(retained_file, run_file),
+            activations=act + inputs_out,
+            overhead=c["ort_session"] + c["ort_run"],
+        )
+        stages.append(st)
+    stages[-2].notes.append("run 1: arena regions grown by the BFC allocator (pages written)")
+    stages[-1].notes.append("steady state: run 1's regions + the memory-pattern block")
+    bufs = tensor_buffers(g, order)
+    planners = all_planners(bufs, len(order))
+    planners["ort_plan_live"] = sim.live_peak
+    planners["ort_run_1"] = sim.run_1
+    planners["ort_steady_state"] = sim.steady_state
+    planners["ort_mem_pattern_block"] = sim.pattern_block
+    if rules["enable_mem_pattern"]:
+        off = ortsim.simulate(plan, len(order), mem_pattern=False)
+        planners["ort_steady_state_mem_pattern_off"] = off.steady_state
+    if rules["enable_cpu_mem_arena"]:
+        planners["ort_arena_off"] = ortsim.simulate(plan, len(order), arena=False).steady_state
+    kinds: dict[str, int] = {}
+    for k in plan.kinds.values():
+        kinds[k] = kinds.get(k, 0) + 1
+    details = {"plan_kinds": kinds, "arena_reserved": sim.arena_reserved, "plan": plan}
+    return BackendPrediction("ort", sched, order, stages, planners, w, details, assumptions)
+
+
+def _openvino(
+    view: ModelView, order: list[int], opts: Mapping[str, Any], sched: str
+) -> BackendPrediction:
+    g = view.graph
+    w = split_weights(g)
+    c = CALIBRATION
+    external = not view.embedded
+    bufs = tensor_buffers(g, order)
+    planners = all_planners(bufs, len(order))
+    act = greedy_by_size(bufs)[0]
+    rd = Stage("read_model", overhead=c["ov_read"])
+    if external:
+        rd.notes.append("external weights are memory-mapped by read_model")
+        read_after_anon = 0
+    else:
+        rd.weights_anon = 2 * w.total
+        rd.notes.append("embedded weights: ModelProto on the heap plus a Constant per tensor")
+        read_after_anon = w.total
+    cm = Stage("compile_model", overhead=c["ov_read"] + c["ov_compile"])
+    cm.weights_anon = read_after_anon + w.ov_reordered + w.fp16 * 2
+    cm.weights_file = w.external if external else 0
+    cm.notes.append(
+        "Conv/FC weights reordered into private copies; others shared (assumes no f32 subnormals)"
+    )
+    run = Stage(
+        "steady_state",
+        weights_anon=cm.weights_anon,
+        weights_file=cm.weights_file,
+        activations=act,
+        overhead=cm.overhead + c["ov_infer"],
+    )
+    run.notes.append("activations: an offset plan (greedy by size) over OpenVINO's order")
+    first = Stage("run_1", run.weights_anon, run.weights_file, act, run.overhead)
+    assumptions = [
+        "OpenVINO CPU plugin; its fusions are not emulated; memory solver ~ greedy by size"
+    ]
+    return BackendPrediction(
+        "openvino", sched, order, [rd, cm, first, run], planners, w, {}, assumptions
+    )
+
+
+def _cuda(
+    view: ModelView, order: list[int], opts: Mapping[str, Any], sched: str
+) -> BackendPrediction:
+    g = view.graph
+    w = split_weights(g)
+    plan = ortsim.plan(g, order)
+    sim = ortsim.simulate(plan, len(order))
+    c = CALIBRATION
+    sc = Stage("session_creation", weights_anon=w.total, overhead=c["cuda_context"])
+    sc.notes.append("device memory: every initializer copied to the GPU arena; CUDA context")
+    r1 = Stage("run_1", w.total, 0, sim.run_1, c["cuda_context"])
+    ss = Stage("steady_state", w.total, 0, sim.steady_state, c["cuda_context"])
+    bufs = tensor_buffers(g, order)
+    planners = all_planners(bufs, len(order))
+    planners["ort_run_1"] = sim.run_1
+    planners["ort_steady_state"] = sim.steady_state
+    assumptions = [
+        "ORT CUDA EP: device memory only; same planner and BFC arena as CPU; cuDNN workspaces "
+        "and the exhaustive algorithm search are not modelled (context overhead is a constant)"
+    ]
+    return BackendPrediction(
+        "cuda", sched, order, [sc, r1, ss], planners, w, {"plan": plan}, assumptions
+    )
+
+
+PREDICTORS = {"ort": _ort_cpu, "openvino": _openvino, "cuda": _cuda}
+DEFAULT_SCHEDULE = {"ort": "ort_default", "openvino": "openvino", "cuda": "ort_default"}

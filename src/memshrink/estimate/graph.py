@@ -1,0 +1,440 @@
+"""A weight-free, shape-annotated view of a model: what every later stage of the estimator reads.
+
+Why a private view instead of the ``onnx_ir`` model itself: the estimator must never mutate the
+caller's model nor read weight values, and it needs two shape views of each tensor — the
+*symbolic* one the runtime sees at session creation (ONNX Runtime's planner reuses buffers only
+when these match) and the *concrete* one after binding input dims (which gives the bytes).
+Both come from ONNX shape inference run on a proto that holds the graph's structure and only
+the tiny integer initializers shape inference needs (Reshape targets, axes); large weights
+become typed graph inputs, so their data is never touched.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import onnx
+import onnx_ir as ir
+
+from memshrink.bindings import Dim, bind_input_shapes, load_sidecar
+from memshrink.errors import ModelLoadError, UnboundDimensionError
+
+# Integer initializers at most this big are passed with their data (shape-inference needs
+# Reshape/Unsqueeze/Slice constants); everything else is shape + dtype only.
+SMALL_CONST_BYTES = 4096
+_INT_TYPES = {
+    onnx.TensorProto.INT64,
+    onnx.TensorProto.INT32,
+    onnx.TensorProto.INT8,
+    onnx.TensorProto.UINT8,
+    onnx.TensorProto.BOOL,
+}
+
+SymShape = tuple[int | str | None, ...]
+
+
+@dataclass
+class TensorInfo:
+    """One tensor of the graph: dtype, symbolic and concrete shape, where it lives."""
+
+    name: str
+    kind: str  # "input" | "initializer" | "activation"
+    elem_type: int = 0  # onnx.TensorProto data type, 0 = unknown
+    sym_shape: SymShape | None = None  # as the runtime sees it at session creation
+    shape: tuple[int, ...] | None = None  # concrete after binding (None = unknown)
+    producer: int | None = None  # node index
+    consumers: list[int] = field(default_factory=list)
+    is_output: bool = False
+    external: bool | None = None  # initializers: stored in an external file?
+    init_bytes: int | None = None  # initializers: stored size
+
+    @property
+    def itemsize(self) -> float | None:
+        if not self.elem_type:
+            return None
+        try:
+            return float(ir.DataType(self.elem_type).itemsize)
+        except (ValueError, AttributeError):
+            return None
+
+    @property
+    def nbytes(self) -> int | None:
+        if self.init_bytes is not None:
+            return self.init_bytes
+        if self.shape is None or self.itemsize is None:
+            return None
+        n = 1
+        for d in self.shape:
+            n *= d
+        return int(n * self.itemsize + 0.5)
+
+
+@dataclass
+class NodeInfo:
+    index: int
+    name: str
+    op_type: str
+    domain: str
+    inputs: list[str]  # "" = omitted optional input
+    outputs: list[str]
+    implicit_inputs: list[str] = field(default_factory=list)  # outer names used by subgraphs
+    subgraphs: list[GraphInfo] = field(default_factory=list)
+
+
+@dataclass
+class GraphInfo:
+    nodes: list[NodeInfo]
+    tensors: dict[str, TensorInfo]
+    inputs: list[str]
+    outputs: list[str]
+    initializers: list[str]
+    unknown: list[str] = field(default_factory=list)  # activations of unknown size
+
+
+@dataclass
+class ModelView:
+    """Everything the estimator knows about a model, computed once per call."""
+
+    graph: GraphInfo
+    bindings: dict[str, tuple[int, ...]]
+    declared_inputs: list[tuple[str, tuple[Dim, ...]]]
+    model_path: str | None
+    weight_bytes: int
+    external_weight_bytes: int
+    embedded: bool  # how the saved file stores its weights (decides heap copy vs mmap)
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def _as_ir(model: Any) -> tuple[ir.Model, str | None]:
+    if isinstance(model, ir.Model):
+        return model, None
+    if isinstance(model, onnx.ModelProto):
+        return ir.serde.deserialize_model(model), None
+    if isinstance(model, str | os.PathLike):
+        path = os.fspath(model)
+        if not os.path.isfile(path):
+            raise ModelLoadError(f"model not found: {path}")
+        try:
+            from memshrink.model import (
+                load as ms_load,  # lazy weights, when the lead's loader exists
+            )
+        except ImportError:
+            ms_load = None
+        try:
+            m = ms_load(path) if ms_load is not None else ir.load(path)
+        except Exception as exc:  # noqa: BLE001 - one clear line for any parse failure
+            if isinstance(exc, ModelLoadError):
+                raise
+            raise ModelLoadError(f"cannot load {path}: {exc}") from exc
+        return m, path
+    raise ModelLoadError(f"unsupported model type {type(model).__name__}")
+
+
+def _dims_of(shape: ir.Shape | None) -> tuple[Dim, ...] | None:
+    if shape is None:
+        return None
+    out: list[Dim] = []
+    for d in shape:
+        if isinstance(d, int):
+            out.append(d)
+        else:
+            out.append(getattr(d, "value", None))
+    return tuple(out)
+
+
+def _is_external(t: Any) -> bool:
+    return isinstance(t, ir.ExternalTensor)
+
+
+# --------------------------------------------------------------------------- proto building
+
+
+def _value_info(name: str, elem_type: int, dims: Sequence[Dim] | None) -> onnx.ValueInfoProto:
+    vi = onnx.ValueInfoProto()
+    vi.name = name
+    tt = vi.type.tensor_type
+    tt.elem_type = elem_type
+    if dims is not None:
+        tt.shape.SetInParent()
+        for d in dims:
+            dp = tt.shape.dim.add()
+            if isinstance(d, int) and d >= 0:
+                dp.dim_value = d
+            elif isinstance(d, str) and d:
+                dp.dim_param = d
+    return vi
+
+
+def _weight_free_proto(model: ir.Model, input_dims: Mapping[str, Sequence[Dim]]) -> onnx.ModelProto:
+    """The model's structure with large initializers as typed inputs (no weight data)."""
+    g = model.graph
+    mp = onnx.ModelProto()
+    mp.ir_version = model.ir_version or onnx.IR_VERSION
+    for domain, version in model.opset_imports.items():
+        op = mp.opset_import.add()
+        op.domain = domain
+        op.version = version
+    gp = mp.graph
+    gp.name = g.name or "main"
+    for v in g.inputs:
+        if v.name in g.initializers:
+            continue
+        et = int(v.dtype) if v.dtype is not None else 0
+        gp.input.append(_value_info(v.name or "", et, input_dims.get(v.name or "")))
+    for name, v in g.initializers.items():
+        et = int(v.dtype) if v.dtype is not None else 0
+        t = v.const_value
+        dims = _dims_of(v.shape) if v.shape is not None else None
+        if t is not None and dims is None:
+            dims = tuple(t.shape)
+        small = (
+            t is not None
+            and et in _INT_TYPES
+            and getattr(t, "nbytes", SMALL_CONST_BYTES + 1) <= SMALL_CONST_BYTES
+        )
+        if small:
+            gp.initializer.append(ir.serde.serialize_tensor(t))  # tiny: Reshape targets, axes
+            gp.initializer[-1].name = name
+        else:
+            gp.input.append(_value_info(name, et, dims))
+    for node in g:
+        gp.node.append(ir.serde.serialize_node(node))
+    for v in g.outputs:
+        et = int(v.dtype) if v.dtype is not None else 0
+        gp.output.append(_value_info(v.name or "", et, _dims_of(v.shape)))
+    for v in _declared_values(g):
+        if v.shape is not None and v.dtype is not None and not v.is_graph_input():
+            gp.value_info.append(_value_info(v.name or "", int(v.dtype), _dims_of(v.shape)))
+    return mp
+
+
+def _declared_values(g: ir.Graph) -> list[ir.Value]:
+    outs = {id(v) for v in g.outputs}
+    vals = []
+    for node in g:
+        for v in node.outputs:
+            if id(v) not in outs and v.name:
+                vals.append(v)
+    return vals
+
+
+def _infer(mp: onnx.ModelProto) -> onnx.ModelProto:
+    try:
+        return onnx.shape_inference.infer_shapes(mp, strict_mode=False, data_prop=True)
+    except Exception:  # noqa: BLE001 - inference is best effort; unknowns are reported
+        return mp
+
+
+def _collect_types(gp: onnx.GraphProto, out: dict[str, tuple[int, SymShape | None]]) -> None:
+    for vi in list(gp.input) + list(gp.output) + list(gp.value_info):
+        tt = vi.type.tensor_type
+        if not vi.type.HasField("tensor_type"):
+            continue
+        shape: SymShape | None = None
+        if tt.HasField("shape"):
+            shape = tuple(
+                d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+                for d in tt.shape.dim
+            )
+        prev = out.get(vi.name)
+        if prev is None or (prev[1] is None and shape is not None):
+            out[vi.name] = (tt.elem_type, shape)
+    for init in gp.initializer:
+        out.setdefault(init.name, (init.data_type, tuple(init.dims)))
+    for node in gp.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                _collect_types(attr.g, out)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for sg in attr.graphs:
+                    _collect_types(sg, out)
+
+
+# --------------------------------------------------------------------------- graph view
+
+
+def _concrete(shape: SymShape | None) -> tuple[int, ...] | None:
+    if shape is None or any(not isinstance(d, int) for d in shape):
+        return None
+    return tuple(int(d) for d in shape)  # type: ignore[arg-type]
+
+
+def _build_graph(
+    gp: onnx.GraphProto,
+    sym: Mapping[str, tuple[int, SymShape | None]],
+    conc: Mapping[str, tuple[int, SymShape | None]],
+    init_info: Mapping[str, tuple[int, bool]],
+    outer: set[str],
+) -> GraphInfo:
+    tensors: dict[str, TensorInfo] = {}
+    init_names = [i.name for i in gp.initializer] + [
+        vi.name for vi in gp.input if vi.name in init_info
+    ]
+    input_names = [vi.name for vi in gp.input if vi.name not in init_info]
+
+    def info(name: str, kind: str) -> TensorInfo:
+        t = tensors.get(name)
+        if t is None:
+            et, cshape = conc.get(name, sym.get(name, (0, None)))
+            _, sshape = sym.get(name, (et, cshape))
+            t = TensorInfo(
+                name=name, kind=kind, elem_type=et, sym_shape=sshape, shape=_concrete(cshape)
+            )
+            if name in init_info:
+                t.init_bytes, t.external = init_info[name]
+            tensors[name] = t
+        return t
+
+    for n in input_names:
+        info(n, "input")
+    for n in init_names:
+        info(n, "initializer")
+    nodes: list[NodeInfo] = []
+    local = set(input_names) | set(init_names)
+    for idx, np_ in enumerate(gp.node):
+        subgraphs: list[GraphInfo] = []
+        implicit: list[str] = []
+        for attr in np_.attribute:
+            graphs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
+            for sg in graphs:
+                sub = _build_graph(sg, sym, conc, init_info, outer | local)
+                subgraphs.append(sub)
+                implicit.extend(_free_names(sg))
+        node = NodeInfo(
+            index=idx,
+            name=np_.name or f"{np_.op_type}_{idx}",
+            op_type=np_.op_type,
+            domain=np_.domain,
+            inputs=list(np_.input),
+            outputs=list(np_.output),
+            implicit_inputs=sorted({n for n in implicit if n in local or n in tensors}),
+            subgraphs=subgraphs,
+        )
+        nodes.append(node)
+        for n in node.inputs + node.implicit_inputs:
+            if n and (n in tensors or n not in outer):
+                info(n, "activation").consumers.append(idx)
+        for n in node.outputs:
+            if n:
+                t = info(n, "activation")
+                t.producer = idx
+                local.add(n)
+    outputs = [vi.name for vi in gp.output]
+    for n in outputs:
+        if n in tensors:
+            tensors[n].is_output = True
+    unknown = sorted(
+        t.name for t in tensors.values() if t.kind == "activation" and t.nbytes is None
+    )
+    return GraphInfo(
+        nodes=nodes,
+        tensors=tensors,
+        inputs=input_names,
+        outputs=outputs,
+        initializers=init_names,
+        unknown=unknown,
+    )
+
+
+def _free_names(gp: onnx.GraphProto) -> list[str]:
+    """Names a subgraph reads from outer scopes (its implicit inputs)."""
+    defined = {vi.name for vi in gp.input} | {i.name for i in gp.initializer}
+    free: list[str] = []
+    for node in gp.node:
+        for n in node.input:
+            if n and n not in defined:
+                free.append(n)
+        for attr in node.attribute:
+            graphs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
+            for sg in graphs:
+                free.extend(n for n in _free_names(sg) if n not in defined)
+        defined.update(node.output)
+    return free
+
+
+def build_view(
+    model: Any,
+    *,
+    shapes: Mapping[str, Sequence[int]] | None = None,
+    dims: Mapping[str, int] | None = None,
+    embedded: bool | None = None,
+    allow_partial: bool = False,
+) -> ModelView:
+    """Load (lazily), bind input dims, run shape inference twice, and build the view.
+
+    Raises ``UnboundDimensionError`` naming every unbound input dim unless ``allow_partial``,
+    in which case unbound dims stay symbolic and the affected tensors are listed as unknown.
+    """
+    irm, path = _as_ir(model)
+    g = irm.graph
+    declared = [
+        (v.name or "", _dims_of(v.shape) or ()) for v in g.inputs if v.name not in g.initializers
+    ]
+    sidecar = load_sidecar(path) if path else None
+    try:
+        bound = bind_input_shapes(declared, shapes=shapes, dims=dims, sidecar=sidecar)
+    except UnboundDimensionError:
+        if not allow_partial:
+            raise
+        bound = {}
+        dims = dict(dims or {})
+        for name, decl in declared:
+            if shapes and name in shapes:
+                bound[name] = tuple(int(d) for d in shapes[name])
+            else:
+                bound[name] = tuple(
+                    d if isinstance(d, int) else dims.get(d, -1) if isinstance(d, str) else -1
+                    for d in decl
+                )
+    sym_dims = {name: decl for name, decl in declared}
+    sym_proto = _infer(_weight_free_proto(irm, sym_dims))
+    sym_types: dict[str, tuple[int, SymShape | None]] = {}
+    _collect_types(sym_proto.graph, sym_types)
+    conc_dims: dict[str, Sequence[Dim]] = {
+        name: tuple(d if d >= 0 else decl[i] for i, d in enumerate(bound[name]))
+        for name, decl in declared
+    }
+    if all(tuple(conc_dims[n]) == tuple(sym_dims[n]) for n, _ in declared):
+        conc_types = sym_types
+    else:
+        conc_proto = _infer(_weight_free_proto(irm, conc_dims))
+        conc_types = {}
+        _collect_types(conc_proto.graph, conc_types)
+    init_info: dict[str, tuple[int, bool]] = {}
+    weight_bytes = ext_bytes = 0
+    for name, v in g.initializers.items():
+        t = v.const_value
+        nb = int(t.nbytes) if t is not None else 0
+        ext = _is_external(t)
+        init_info[name] = (nb, ext)
+        weight_bytes += nb
+        ext_bytes += nb if ext else 0
+    graph = _build_graph(sym_proto.graph, sym_types, conc_types, init_info, set())
+    if embedded is None:
+        embedded = (
+            _file_embeds_weights(path, weight_bytes) if path else ext_bytes < weight_bytes / 2
+        )
+    return ModelView(
+        graph=graph,
+        bindings={k: tuple(v) for k, v in bound.items()},
+        declared_inputs=declared,
+        model_path=path,
+        weight_bytes=weight_bytes,
+        external_weight_bytes=ext_bytes,
+        embedded=bool(embedded),
+    )
+
+
+def _file_embeds_weights(path: str, weight_bytes: int) -> bool:
+    """A saved .onnx embeds its weights when the file itself is about as big as they are."""
+    try:
+        size = Path(path).stat().st_size
+    except OSError:
+        return False
+    return weight_bytes > 0 and size >= 0.5 * weight_bytes

@@ -1,0 +1,409 @@
+"""ONNX Runtime CPU rules: its allocation plan, its BFC arena, and its memory pattern.
+
+Read from ``onnxruntime/core/framework``:
+
+* ``allocation_planner.cc`` — per output, in execution order: a graph output gets its own
+  buffer; an ``Alias`` kernel output (Reshape, Squeeze, Unsqueeze, Flatten, Identity) shares its
+  input's buffer; a ``MayInplace`` kernel output takes its input's buffer when that buffer has no
+  other pending use and ``SameSize`` holds (same element size, identical ``TensorShapeProto``:
+  equal ``dim_value`` or equal non-empty ``dim_param``); otherwise the most recently freed buffer
+  with ``SameSize`` is reused (never for scalars, unknown shapes or strings); otherwise a new
+  buffer. Graph inputs, weights and outputs are never freed, so never reused.
+* ``bfc_arena.cc`` — requests rounded to 256 B; the smallest free chunk that fits is taken and
+  split only if it is at least twice the request; when nothing fits a new region is reserved,
+  the region size doubling (1 MiB first) until it holds the request. Regions are never returned.
+  Only pages actually written count in RSS, so we track the bytes each region ever handed out.
+* ``mem_pattern_planner.h`` / ``execution_frame.cc`` — run 1 traces the planned allocations
+  (graph outputs excluded); from run 2 on, one block of the traced best-fit peak is taken from
+  the arena. The arena's run-1 regions are all free by then but the block only reuses one of them
+  if a single region is large enough; otherwise the arena grows again: that is why steady state is
+  often about twice run 1 (``MEASURING.md``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from memshrink.estimate.graph import GraphInfo
+from memshrink.estimate.lifetimes import ALIAS_OPS, Buffer, positions, subgraph_peak
+from memshrink.estimate.planners import best_fit
+
+# CPU kernels registered with MayInplace(0, 0).
+MAY_INPLACE_OPS = frozenset(
+    {
+        "Relu",
+        "LeakyRelu",
+        "Sigmoid",
+        "HardSigmoid",
+        "Tanh",
+        "Elu",
+        "Selu",
+        "Celu",
+        "Softplus",
+        "Softsign",
+        "ThresholdedRelu",
+        "Cast",
+        "Clip",
+        "Softmax",
+        "LogSoftmax",
+    }
+)
+ALLOC_ALIGN = 64  # kAllocAlignment
+BFC_MIN = 256
+BFC_INITIAL_REGION = 1 << 20
+BFC_MAX_DEAD = 128 << 20
+
+
+@dataclass
+class OrtPlan:
+    """Result of emulating the allocation planner: the buffers ORT really allocates."""
+
+    buffers: list[Buffer]  # kAllocate / kAllocateOutput buffers, in allocation order
+    reused: dict[str, str] = field(default_factory=dict)  # tensor -> tensor whose buffer it took
+    kinds: dict[str, str] = field(
+        default_factory=dict
+    )  # tensor -> alias|inplace|freelist|new|output
+
+
+def _same_size(g: GraphInfo, a: str, b: str) -> bool:
+    ta, tb = g.tensors[a], g.tensors[b]
+    if ta.elem_type == 8 or tb.elem_type == 8:  # strings never reuse
+        return False
+    if ta.itemsize is None or ta.itemsize != tb.itemsize:
+        return False
+    sa, sb = ta.sym_shape, tb.sym_shape
+    if sa is None or sb is None or len(sa) != len(sb):
+        return False
+    for x, y in zip(sa, sb, strict=True):
+        if isinstance(x, int) and isinstance(y, int) and x == y:
+            continue
+        if isinstance(x, str) and isinstance(y, str) and x and x == y:
+            continue
+        return False
+    return True
+
+
+def plan(g: GraphInfo, order: Sequence[int], *, reuse: bool = True) -> OrtPlan:
+    """Emulate ``allocation_planner.cc`` for sequential execution on one device."""
+    pos = positions(order)
+    end_step = len(order) - 1
+    # Use counts per tensor: consumers in the schedule (+1 for graph outputs: never freed).
+    uses: dict[str, int] = {}
+    for name, t in g.tensors.items():
+        if t.kind != "activation":
+            continue
+        uses[name] = sum(1 for c in t.consumers if c in pos) + (1 if t.is_output else 0)
+    owner: dict[str, str] = {}  # tensor -> original tensor owning the buffer
+    buf_of: dict[str, Buffer] = {}  # original tensor -> its buffer
+    count: dict[str, int] = {}  # original -> pending uses
+    freelist: dict[tuple, list[str]] = {}  # SameSize key -> originals, last freed last
+    result = OrtPlan(buffers=[])
+
+    def new_buffer(name: str, step: int, idx: int) -> None:
+        t = g.tensors[name]
+        b = Buffer(len(result.buffers), t.nbytes or 0, step, step, [name], idx, t.is_output)
+        result.buffers.append(b)
+        buf_of[name] = b
+        owner[name] = name
+        count[name] = uses.get(name, 0)
+
+    def release(orig: str, step: int) -> None:
+        b = buf_of[orig]
+        b.end = step
+        if b.is_output:
+            return
+        key = _size_key(g, orig)
+        if key is not None:
+            freelist.setdefault(key, []).append(orig)
+
+    for step, idx in enumerate(order):
+        node = g.nodes[idx]
+        std = node.domain in ("", "ai.onnx")
+        for k, out in enumerate(node.outputs):
+            if not out:
+                continue
+            t = g.tensors[out]
+            inp = node.inputs[0] if node.inputs else ""
+            if t.is_output:
+                new_buffer(out, step, idx)
+                result.kinds[out] = "output"
+                continue
+            if std and k == 0 and node.op_type in ALIAS_OPS and inp:
+                if inp not in owner or owner[inp] not in buf_of:
+                    owner[out] = inp  # a view of a user input or a weight: no arena memory
+                    result.kinds[out] = "alias"
+                    continue
+                orig = owner[inp]
+                owner[out] = orig
+                count[orig] += uses.get(out, 0)
+                buf_of[orig].tensors.append(out)
+                result.reused[out] = inp
+                result.kinds[out] = "alias"
+                continue
+            if reuse and std and k == 0 and node.op_type in MAY_INPLACE_OPS and inp:
+                orig = owner.get(inp)
+                if (
+                    orig is not None
+                    and orig in buf_of
+                    and count.get(orig, 0) == 1
+                    and not buf_of[orig].is_output
+                    and _same_size(g, inp, out)
+                ):
+                    owner[out] = orig
+                    count[orig] += uses.get(out, 0)
+                    buf_of[orig].tensors.append(out)
+                    result.reused[out] = inp
+                    result.kinds[out] = "inplace"
+                    continue
+            key = _size_key(g, out) if reuse else None
+            stack = freelist.get(key) if key is not None else None
+            if stack:
+                hit = stack.pop()
+                b = buf_of[hit]
+                owner[out] = hit
+                count[hit] = uses.get(out, 0)
+                b.tensors.append(out)
+                b.end = step
+                result.reused[out] = hit
+                result.kinds[out] = "freelist"
+                continue
+            new_buffer(out, step, idx)
+            result.kinds[out] = "new"
+        # Release at last use: one use per input occurrence; outputs nobody reads at once.
+        for name in node.inputs + node.implicit_inputs:
+            orig = owner.get(name) if name else None
+            if orig is None or orig not in buf_of:
+                continue
+            count[orig] -= 1
+            if count[orig] == 0:
+                release(orig, step)
+        for name in node.outputs:
+            orig = owner.get(name) if name else None
+            if (
+                orig is not None
+                and orig in buf_of
+                and count[orig] == 0
+                and buf_of[orig].end < step + 1
+            ):
+                if uses.get(name, 0) == 0 and not g.tensors[name].is_output:
+                    release(orig, step)
+        if node.subgraphs:
+            extra = subgraph_peak(node)
+            if extra:
+                result.buffers.append(
+                    Buffer(
+                        len(result.buffers),
+                        extra,
+                        step,
+                        step,
+                        [f"{node.name}/body"],
+                        idx,
+                        transient=True,
+                    )
+                )
+    for b in result.buffers:
+        if b.is_output:
+            b.end = end_step
+    return result
+
+
+def _size_key(g: GraphInfo, name: str) -> tuple | None:
+    """``SameSize`` as a hashable key: None when ORT would never reuse (unknown, scalar, string)."""
+    t = g.tensors[name]
+    s = t.sym_shape
+    if t.elem_type == 8 or t.itemsize is None or not s:
+        return None
+    if any(d is None or (isinstance(d, int) and d < 0) or d == "" for d in s):
+        return None
+    return (t.itemsize, s)
+
+
+# --------------------------------------------------------------------------- BFC arena
+
+
+@dataclass
+class _Chunk:
+    region: int
+    offset: int
+    size: int
+    used: bool = False
+
+
+class BFCArena:
+    """Chunk-level emulation of ``bfc_arena.cc`` that also tracks the pages ever written."""
+
+    def __init__(self, initial: int = BFC_INITIAL_REGION, max_dead: int = BFC_MAX_DEAD) -> None:
+        self.next_region = initial
+        self.max_dead = max_dead
+        self.regions: list[int] = []
+        self.chunks: list[_Chunk] = []  # all chunks, kept sorted by (region, offset)
+        self.touched: list[list[tuple[int, int]]] = []  # per region: merged written ranges
+        self.in_use = 0
+        self.peak_in_use = 0
+
+    @property
+    def reserved(self) -> int:
+        return sum(self.regions)
+
+    @property
+    def resident(self) -> int:
+        return sum(hi - lo for ranges in self.touched for lo, hi in ranges)
+
+    def _extend(self, rounded: int) -> None:
+        grew = False
+        while rounded > self.next_region:
+            self.next_region *= 2
+            grew = True
+        size = self.next_region
+        self.regions.append(size)
+        self.touched.append([])
+        self.chunks.append(_Chunk(len(self.regions) - 1, 0, size))
+        if not grew:
+            self.next_region *= 2
+
+    def alloc(self, nbytes: int, touch: bool = True) -> _Chunk:
+        rounded = max(BFC_MIN, -(-nbytes // BFC_MIN) * BFC_MIN)
+        best = None
+        for c in self.chunks:
+            if not c.used and c.size >= rounded and (best is None or c.size < best.size):
+                best = c
+        if best is None:
+            self._extend(rounded)
+            best = self.chunks[-1]
+        if best.size >= 2 * rounded or best.size - rounded >= self.max_dead:
+            rest = _Chunk(best.region, best.offset + rounded, best.size - rounded)
+            best.size = rounded
+            self.chunks.insert(self.chunks.index(best) + 1, rest)
+        best.used = True
+        if touch:
+            self._touch(best.region, best.offset, best.offset + nbytes)
+        self.in_use += best.size
+        self.peak_in_use = max(self.peak_in_use, self.in_use)
+        return best
+
+    def touch(self, chunk: _Chunk, lo: int, hi: int) -> None:
+        self._touch(chunk.region, chunk.offset + lo, chunk.offset + hi)
+
+    def _touch(self, region: int, lo: int, hi: int) -> None:
+        if hi <= lo:
+            return
+        ranges = self.touched[region]
+        merged = []
+        for a, b in ranges:
+            if b < lo or a > hi:
+                merged.append((a, b))
+            else:
+                lo, hi = min(lo, a), max(hi, b)
+        merged.append((lo, hi))
+        merged.sort()
+        self.touched[region] = merged
+
+    def free(self, chunk: _Chunk) -> None:
+        chunk.used = False
+        self.in_use -= chunk.size
+        i = self.chunks.index(chunk)
+        nxt = self.chunks[i + 1] if i + 1 < len(self.chunks) else None
+        if nxt is not None and not nxt.used and nxt.region == chunk.region:
+            chunk.size += nxt.size
+            del self.chunks[i + 1]
+        prv = self.chunks[i - 1] if i > 0 else None
+        if prv is not None and not prv.used and prv.region == chunk.region:
+            prv.size += chunk.size
+            del self.chunks[i]
+
+
+def _aligned(n: int) -> int:
+    return -(-n // ALLOC_ALIGN) * ALLOC_ALIGN if n else 0
+
+
+@dataclass
+class OrtRunModel:
+    """Predicted activation memory of ONNX Runtime CPU, per stage (bytes)."""
+
+    run_1: int  # arena pages written during run 1
+    steady_state: int  # after run 2 (mem pattern block added)
+    pattern_block: int  # size of the memory-pattern block
+    arena_reserved: int  # bytes reserved by the arena (virtual; not all resident)
+    live_peak: int  # peak of the planned buffers alive together (no arena effects)
+    outputs: int  # graph outputs bytes (copied to numpy on return)
+    assumptions: list[str]
+
+
+def simulate(
+    plan_: OrtPlan, n_steps: int, *, mem_pattern: bool = True, arena: bool = True
+) -> OrtRunModel:
+    bufs = plan_.buffers
+    outputs = sum(b.size for b in bufs if b.is_output)
+    live = [0] * (n_steps + 1)
+    for b in bufs:
+        live[b.start] += b.size
+        live[b.end + 1] -= b.size
+    acc = peak = 0
+    for s in range(n_steps):
+        acc += live[s]
+        peak = max(peak, acc)
+    notes: list[str] = []
+    if not arena:
+        notes.append("arena off: every tensor is malloc'd and freed; RSS follows the live peak")
+        return OrtRunModel(peak, peak, 0, 0, peak, outputs, notes)
+    by_start: dict[int, list[Buffer]] = {}
+    by_end: dict[int, list[Buffer]] = {}
+    for b in bufs:
+        by_start.setdefault(b.start, []).append(b)
+        by_end.setdefault(b.end, []).append(b)
+    arena_ = BFCArena()
+
+    def run(pattern: dict[int, int] | None, block: _Chunk | None) -> None:
+        chunks: dict[int, _Chunk] = {}
+        for s in range(n_steps):
+            for b in by_start.get(s, []):
+                if pattern is not None and block is not None and b.id in pattern:
+                    arena_.touch(block, pattern[b.id], pattern[b.id] + b.size)
+                elif b.size:
+                    chunks[b.id] = arena_.alloc(_aligned(b.size))
+            for b in by_end.get(s, []):
+                if b.id in chunks and not b.is_output:
+                    arena_.free(chunks.pop(b.id))
+        for c in chunks.values():  # outputs are released after they are returned
+            arena_.free(c)
+
+    run(None, None)
+    run_1 = arena_.resident
+    if not mem_pattern:
+        notes.append(
+            "enable_mem_pattern=0: later runs repeat run 1's allocations in the warm arena"
+        )
+        run(None, None)
+        return OrtRunModel(run_1, arena_.resident, 0, arena_.reserved, peak, outputs, notes)
+    traced = [b for b in bufs if not b.is_output and b.size]
+    block_size, placements = best_fit(traced, ALLOC_ALIGN)
+    offsets = {p.buffer.id: p.offset for p in placements}
+    block = arena_.alloc(block_size, touch=False) if block_size else None
+    run(offsets, block)
+    if block is not None:
+        arena_.free(block)
+    run(offsets, arena_.alloc(block_size, touch=False) if block_size else None)
+    notes.append(
+        "enable_mem_pattern=1: from run 2 one block of the traced best-fit peak "
+        f"({block_size} B) is taken from the arena on top of run 1's regions"
+    )
+    return OrtRunModel(run_1, arena_.resident, block_size, arena_.reserved, peak, outputs, notes)
+
+
+def session_options_rules(opts: Mapping[str, str]) -> dict[str, bool | str]:
+    """Normalize the session options that change memory: order, pattern, arena, reuse."""
+
+    def flag(key: str, default: bool) -> bool:
+        v = opts.get(key)
+        if v is None:
+            return default
+        return str(v).strip().lower() in ("1", "true", "yes", "on")
+
+    order = str(opts.get("execution_order", "DEFAULT")).upper()
+    return {
+        "execution_order": "PRIORITY_BASED" if "PRIORITY" in order else "DEFAULT",
+        "enable_mem_pattern": flag("enable_mem_pattern", True),
+        "enable_cpu_mem_arena": flag("enable_cpu_mem_arena", True),
+        "enable_mem_reuse": flag("enable_mem_reuse", True),
+    }

@@ -1,0 +1,132 @@
+"""Execution orders the runtimes actually use, emulated on the graph as written.
+
+The order decides which tensors are alive together, so the estimator must follow the runtime,
+not a textbook topological sort:
+
+* ``file`` — node order in the file.
+* ``ort_default`` — ONNX Runtime's DEFAULT order (``graph_viewer.cc``): a reverse depth-first
+  search from the leaf nodes (nodes none of whose outputs feed another node), leaves pushed in
+  index order and each node's producers pushed in ascending index order, so the highest-index
+  branch is finished first; a node is emitted when it is left (post-order).
+* ``ort_priority`` — PRIORITY_BASED: Kahn's algorithm, Shape/Size first, then the lowest node
+  index; on a topologically sorted file with no fusion this is file order.
+* ``openvino`` — an approximation of ``ov::topological_sort``: depth-first post-order from the
+  graph outputs in order, visiting a node's inputs in argument order.
+
+ONNX Runtime's graph optimizations (fusions) renumber nodes; they are not emulated, which is
+listed in the result's assumptions.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from memshrink.errors import UsageError
+from memshrink.estimate.graph import GraphInfo
+
+SCHEDULES = ("file", "ort_default", "ort_priority", "openvino")
+
+
+def _producers(g: GraphInfo) -> list[list[int]]:
+    """Per node: the sorted, de-duplicated indices of the nodes producing its inputs."""
+    out: list[list[int]] = []
+    for node in g.nodes:
+        ps = set()
+        for n in node.inputs + node.implicit_inputs:
+            t = g.tensors.get(n) if n else None
+            if t is not None and t.producer is not None:
+                ps.add(t.producer)
+        out.append(sorted(ps))
+    return out
+
+
+def ort_default(g: GraphInfo) -> list[int]:
+    prods = _producers(g)
+    has_consumer = [False] * len(g.nodes)
+    for ps in prods:
+        for p in ps:
+            has_consumer[p] = True
+    stack: list[tuple[int, bool]] = [(i, False) for i in range(len(g.nodes)) if not has_consumer[i]]
+    visited = [False] * len(g.nodes)
+    order: list[int] = []
+    while stack:
+        idx, leave = stack.pop()
+        if leave:
+            order.append(idx)
+            continue
+        if visited[idx]:
+            continue
+        visited[idx] = True
+        stack.append((idx, True))
+        for p in prods[idx]:  # ascending: the highest index ends on top and runs first
+            stack.append((p, False))
+    return order
+
+
+def ort_priority(g: GraphInfo) -> list[int]:
+    prods = _producers(g)
+    indeg = [len(ps) for ps in prods]
+    succ: list[list[int]] = [[] for _ in g.nodes]
+    for i, ps in enumerate(prods):
+        for p in ps:
+            succ[p].append(i)
+
+    def key(i: int) -> tuple[int, int]:
+        return (0 if g.nodes[i].op_type in ("Shape", "Size") else 1, i)
+
+    heap = [key(i) for i in range(len(g.nodes)) if indeg[i] == 0]
+    heapq.heapify(heap)
+    order: list[int] = []
+    while heap:
+        _, i = heapq.heappop(heap)
+        order.append(i)
+        for s in succ[i]:
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                heapq.heappush(heap, key(s))
+    if len(order) != len(g.nodes):
+        raise UsageError("the graph has a cycle; no execution order exists")
+    return order
+
+
+def openvino(g: GraphInfo) -> list[int]:
+    visited = [False] * len(g.nodes)
+    order: list[int] = []
+    roots = [g.tensors[o].producer for o in g.outputs if o in g.tensors]
+    roots = [r for r in roots if r is not None]
+    roots += [i for i in range(len(g.nodes))]  # dangling nodes last
+    for root in roots:
+        if visited[root]:
+            continue
+        stack: list[tuple[int, bool]] = [(root, False)]
+        while stack:
+            idx, leave = stack.pop()
+            if leave:
+                order.append(idx)
+                continue
+            if visited[idx]:
+                continue
+            visited[idx] = True
+            stack.append((idx, True))
+            node = g.nodes[idx]
+            ins = []
+            for n in node.inputs + node.implicit_inputs:
+                t = g.tensors.get(n) if n else None
+                if t is not None and t.producer is not None and not visited[t.producer]:
+                    ins.append(t.producer)
+            for p in reversed(ins):  # first argument visited first
+                stack.append((p, False))
+    return order
+
+
+def schedule(g: GraphInfo, name: str) -> list[int]:
+    """Return node indices in the named runtime's execution order."""
+    if name == "file":
+        return list(range(len(g.nodes)))
+    if name == "ort_default":
+        return ort_default(g)
+    if name == "ort_priority":
+        return ort_priority(g)
+    if name == "openvino":
+        return openvino(g)
+    raise UsageError(f"unknown schedule {name!r}; choose one of {', '.join(SCHEDULES)}")
