@@ -1,0 +1,90 @@
+"""Backends that need another interpreter or a GPU; skipped cleanly where they are missing.
+
+ORT OpenVINO EP: set MEMSHRINK_PYTHON_ORT_OPENVINO to a Python with ``onnxruntime-openvino``
+(or create ``.cache/venv-ovep``, see docs/verify.md). CUDA: ``onnxruntime-gpu`` and
+``nvidia-ml-py`` importable by MEMSHRINK_PYTHON_CUDA or this Python; run on the GPU machine.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from memshrink.verify import EXIT_MISMATCH, EXIT_OK, verify
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _ovep_python() -> str | None:
+    env = os.environ.get("MEMSHRINK_PYTHON_ORT_OPENVINO")
+    if env:
+        return env
+    venv = REPO / ".cache" / "venv-ovep" / "bin" / "python"
+    return str(venv) if venv.exists() else None
+
+
+def _has(python: str, code: str) -> bool:
+    return subprocess.run([python, "-c", code], capture_output=True).returncode == 0
+
+
+def _cuda_python() -> str | None:
+    py = os.environ.get("MEMSHRINK_PYTHON_CUDA", sys.executable)
+    code = (
+        "import onnxruntime as o, pynvml; pynvml.nvmlInit(); "
+        "assert 'CUDAExecutionProvider' in o.get_available_providers()"
+    )
+    return py if _has(py, code) else None
+
+
+def test_ort_openvino_ep(tmp_path: Path, embed_mlp) -> None:  # type: ignore[no-untyped-def]
+    py = _ovep_python()
+    if py is None or not _has(
+        py,
+        "import onnxruntime as o; assert 'OpenVINOExecutionProvider' in o.get_available_providers()",
+    ):
+        pytest.skip("no interpreter with onnxruntime-openvino (set MEMSHRINK_PYTHON_ORT_OPENVINO)")
+    a, b = embed_mlp(tmp_path / "a.onnx"), embed_mlp(tmp_path / "b.onnx", external=True)
+    bad = embed_mlp(tmp_path / "bad.onnx", perturb=1e-2)
+    pyarg = {"ort-openvino": py}
+    report = verify(a, b, backends=("ort-openvino",), dims={"batch": 2}, python=pyarg)
+    assert report.exit_code == EXIT_OK, report.format_table()
+    run = report.run("original", "ort-openvino")
+    assert run is not None and run.child["runtime"]["providers"][0] == "OpenVINOExecutionProvider"
+    assert (
+        verify(a, bad, backends=("ort-openvino",), dims={"batch": 2}, python=pyarg).exit_code
+        == EXIT_MISMATCH
+    )
+
+
+@pytest.mark.cuda
+def test_cuda_ep_measures_gpu_and_catches_a_change(tmp_path: Path, embed_mlp) -> None:  # type: ignore[no-untyped-def]
+    py = _cuda_python()
+    if py is None:
+        pytest.skip("no onnxruntime-gpu with CUDAExecutionProvider and nvidia-ml-py (no GPU here)")
+    a, b = (
+        embed_mlp(tmp_path / "a.onnx", hidden=512),
+        embed_mlp(tmp_path / "b.onnx", hidden=512, external=True),
+    )
+    bad = embed_mlp(tmp_path / "bad.onnx", hidden=512, perturb=1e-2)
+    pyarg = {"cuda": py}
+    report = verify(a, b, backends=("cpu", "cuda"), dims={"batch": 2}, python=pyarg)
+    print(report.format_table())
+    assert report.exit_code == EXIT_OK, report.format_table()
+    run = report.run("original", "cuda")
+    assert run is not None and run.child["runtime"]["providers"][0] == "CUDAExecutionProvider"
+    gpu = run.child["gpu"]
+    assert gpu["empty_session_baseline"] > 0 and "NVML" in gpu["method"]
+    session = run.stages[0]
+    # The 512x512 + 50x512 fp32 weights (~1.1 MB) land on the GPU during session creation.
+    assert session["gpu"]["peak"] >= gpu["empty_session_baseline"]
+    # TF32 off by default: CUDA within 1e-3 of CPU here (K=512 fp32 dot products; TF32 would not be).
+    (cross,) = report.cross_backend
+    assert cross.outputs[0].max_abs is not None and cross.outputs[0].max_abs < 1e-3
+    assert (
+        verify(a, bad, backends=("cuda",), dims={"batch": 2}, python=pyarg).exit_code
+        == EXIT_MISMATCH
+    )

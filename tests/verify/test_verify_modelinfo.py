@@ -1,0 +1,37 @@
+"""Inputs/outputs are read from the wire format without reading weights."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from memshrink.verify.modelinfo import read_model_io
+
+
+def test_embedded_and_external_agree(tmp_path: Path, embed_mlp, vocab: int) -> None:  # type: ignore[no-untyped-def]
+    for external in (False, True):
+        io = read_model_io(embed_mlp(tmp_path / f"m{external}.onnx", external=external))
+        assert [(i.name, i.dtype, i.dims) for i in io.inputs] == [("ids", "int64", ["batch", 8])]
+        assert [o.name for o in io.outputs] == ["y"]
+        assert io.index_bounds == {"ids": vocab}
+
+
+def test_initializers_listed_as_inputs_are_not_inputs(tmp_path: Path) -> None:
+    w = numpy_helper.from_array(__import__("numpy").ones((2, 2), "float32"), "W")
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["y"])],
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 2]),
+            helper.make_tensor_value_info("W", TensorProto.FLOAT, [2, 2]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [w],
+    )
+    path = tmp_path / "ir3.onnx"
+    onnx.save_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+    io = read_model_io(path)
+    assert [i.name for i in io.inputs] == ["x"]
+    assert io.inputs[0].dims == [None, 2]
