@@ -21,11 +21,23 @@ from memshrink.estimate.weights import WeightSplit, split_weights
 
 MiB = 1 << 20
 # Fixed per-runtime overheads (bytes), measured once (docs/estimate.md, "Calibration").
-CALIBRATION: dict[str, int] = {
-    "ort_session": 6 * MiB,  # session objects, kernel registry, thread pool
+CALIBRATION: dict[str, float] = {
+    # ONNX Runtime CPU, default graph optimization level (ORT_ENABLE_ALL), x86-64.
+    "ort_session_anon": 6 * MiB,  # session objects, kernel registry, thread pool
+    "ort_session_file": 8.5 * MiB,  # library pages first touched by session creation
+    "ort_session_transient": 4 * MiB,
     "ort_run": 1 * MiB,  # per-run bookkeeping outside the arena
+    "ort_conv_retained": 2.4,  # x fp32 Conv weight bytes kept in anon (NCHWc re-layout copies)
+    "ort_conv_peak": 2.7,
+    "ort_prepack_retained": 0.92,  # x MatMul/Gemm B bytes kept as packed anon copies
+    "ort_prepack_peak": 1.5,  # packed copy + the mapped source pages while packing
+    "ort_embedded_peak": 0.2,  # x all weights: the ModelProto's raw data while loading
+    # OpenVINO CPU plugin.
     "ov_read": 2 * MiB,
-    "ov_compile": 12 * MiB,  # plugin graph, thread streams
+    "ov_compile_anon": 25 * MiB,  # plugin graph, streams
+    "ov_compile_file": 40 * MiB,  # plugin libraries mapped at compile time
+    "ov_conv": 1.95,  # x Conv weight bytes: blocked re-layout (+ fused copies)
+    "ov_fc": 0.85,  # x MatMul/Gemm weight bytes
     "ov_infer": 1 * MiB,
     "cuda_context": 300 * MiB,  # CUDA context + cuBLAS/cuDNN handles (device memory)
 }
@@ -83,31 +95,33 @@ def _ort_cpu(
     assumptions = [f"ORT session options: {rules}"] + sim.assumptions
     external = not view.embedded
     c = CALIBRATION
-    # Session creation.
-    sc = Stage("session_creation", overhead=c["ort_session"])
+    other = w.total - w.conv - w.prepacked
+    ovh = int(c["ort_session_anon"] + c["ort_session_file"])
+    sc = Stage("session_creation", overhead=int(ovh + c["ort_session_transient"]))
+    sc.weights_anon = int(c["ort_conv_peak"] * w.conv + c["ort_prepack_peak"] * w.prepacked)
+    retained_anon = int(c["ort_conv_retained"] * w.conv + c["ort_prepack_retained"] * w.prepacked)
     if external:
-        # Prepacking reads the mapped pages of the packed weights and copies them into anon
-        # memory; a weight used only by prepacking kernels is then released (unmapped).
-        sc.weights_anon = w.prepacked
-        sc.weights_file = w.prepacked
-        sc.notes.append("external weights are memory-mapped; prepacked ones are copied to anon")
-        retained_anon, retained_file = w.prepacked, w.prepacked - w.prepacked_only
+        sc.notes.append(
+            "external weights memory-mapped; Conv weights re-laid out and MatMul/Gemm B prepacked "
+            "into anon copies (calibrated factors)"
+        )
+        run_file = max(0, w.external - w.prepacked_only - w.conv - w.gather_tables)
     else:
-        # The parsed ModelProto holds every weight while initializers are copied out of it.
-        sc.weights_anon = w.total + w.total + w.prepacked
-        sc.notes.append("embedded weights: ModelProto + heap copies (+ prepacked copies) at peak")
-        retained_anon, retained_file = w.total - w.prepacked_only + w.prepacked, 0
-    # Runs: weights read during the run fault in (mapped) — all but the row-gathered tables.
-    run_file = (w.external - w.prepacked_only - w.gather_tables) if external else 0
+        sc.weights_anon += int(other + c["ort_embedded_peak"] * w.total)
+        sc.notes.append(
+            "embedded weights: heap copies plus the ModelProto's raw data while loading"
+        )
+        retained_anon += other
+        run_file = 0
     inputs_out = sim.outputs  # outputs are copied to numpy on return
     stages = [sc]
     for name, act in (("run_1", sim.run_1), ("steady_state", sim.steady_state)):
         st = Stage(
             name,
             weights_anon=retained_anon,
-            weights_file=max(retained_file, run_file),
+            weights_file=run_file,
             activations=act + inputs_out,
-            overhead=c["ort_session"] + c["ort_run"],
+            overhead=int(ovh + c["ort_run"]),
         )
         stages.append(st)
     stages[-2].notes.append("run 1: arena regions grown by the BFC allocator (pages written)")
@@ -140,16 +154,19 @@ def _openvino(
     bufs = tensor_buffers(g, order)
     planners = all_planners(bufs, len(order))
     act = greedy_by_size(bufs)[0]
-    rd = Stage("read_model", overhead=c["ov_read"])
+    rd = Stage("read_model", overhead=int(c["ov_read"]))
     if external:
         rd.notes.append("external weights are memory-mapped by read_model")
-        read_after_anon = 0
+        kept_anon = 0
     else:
         rd.weights_anon = 2 * w.total
         rd.notes.append("embedded weights: ModelProto on the heap plus a Constant per tensor")
-        read_after_anon = w.total
-    cm = Stage("compile_model", overhead=c["ov_read"] + c["ov_compile"])
-    cm.weights_anon = read_after_anon + w.ov_reordered + w.fp16 * 2
+        kept_anon = w.total
+    conv = w.ov_reordered - w.prepacked
+    cm = Stage(
+        "compile_model", overhead=int(c["ov_read"] + c["ov_compile_anon"] + c["ov_compile_file"])
+    )
+    cm.weights_anon = int(kept_anon + c["ov_conv"] * conv + c["ov_fc"] * w.prepacked + w.fp16 * 2)
     cm.weights_file = w.external if external else 0
     cm.notes.append(
         "Conv/FC weights reordered into private copies; others shared (assumes no f32 subnormals)"
@@ -159,7 +176,7 @@ def _openvino(
         weights_anon=cm.weights_anon,
         weights_file=cm.weights_file,
         activations=act,
-        overhead=cm.overhead + c["ov_infer"],
+        overhead=int(cm.overhead + c["ov_infer"]),
     )
     run.notes.append("activations: an offset plan (greedy by size) over OpenVINO's order")
     first = Stage("run_1", run.weights_anon, run.weights_file, act, run.overhead)
@@ -179,10 +196,11 @@ def _cuda(
     plan = ortsim.plan(g, order)
     sim = ortsim.simulate(plan, len(order))
     c = CALIBRATION
-    sc = Stage("session_creation", weights_anon=w.total, overhead=c["cuda_context"])
+    ctx = int(c["cuda_context"])
+    sc = Stage("session_creation", weights_anon=w.total, overhead=ctx)
     sc.notes.append("device memory: every initializer copied to the GPU arena; CUDA context")
-    r1 = Stage("run_1", w.total, 0, sim.run_1, c["cuda_context"])
-    ss = Stage("steady_state", w.total, 0, sim.steady_state, c["cuda_context"])
+    r1 = Stage("run_1", w.total, 0, sim.run_1, ctx)
+    ss = Stage("steady_state", w.total, 0, sim.steady_state, ctx)
     bufs = tensor_buffers(g, order)
     planners = all_planners(bufs, len(order))
     planners["ort_run_1"] = sim.run_1

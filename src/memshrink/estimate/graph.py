@@ -125,9 +125,9 @@ def _as_ir(model: Any) -> tuple[ir.Model, str | None]:
                 load as ms_load,  # lazy weights, when the lead's loader exists
             )
         except ImportError:
-            ms_load = None
+            ms_load = ir.load  # type: ignore[assignment]
         try:
-            m = ms_load(path) if ms_load is not None else ir.load(path)
+            m = ms_load(path)
         except Exception as exc:  # noqa: BLE001 - one clear line for any parse failure
             if isinstance(exc, ModelLoadError):
                 raise
@@ -192,13 +192,13 @@ def _weight_free_proto(model: ir.Model, input_dims: Mapping[str, Sequence[Dim]])
         t = v.const_value
         dims = _dims_of(v.shape) if v.shape is not None else None
         if t is not None and dims is None:
-            dims = tuple(t.shape)
+            dims = tuple(int(d) if isinstance(d, int) else None for d in t.shape)
         small = (
             t is not None
             and et in _INT_TYPES
             and getattr(t, "nbytes", SMALL_CONST_BYTES + 1) <= SMALL_CONST_BYTES
         )
-        if small:
+        if small and t is not None:
             gp.initializer.append(ir.serde.serialize_tensor(t))  # tiny: Reshape targets, axes
             gp.initializer[-1].name = name
         else:

@@ -108,7 +108,12 @@ def plan(g: GraphInfo, order: Sequence[int], *, reuse: bool = True) -> OrtPlan:
         owner[name] = name
         count[name] = uses.get(name, 0)
 
+    freed: set[str] = set()
+
     def release(orig: str, step: int) -> None:
+        if orig in freed:
+            return
+        freed.add(orig)
         b = buf_of[orig]
         b.end = step
         if b.is_output:
@@ -142,17 +147,17 @@ def plan(g: GraphInfo, order: Sequence[int], *, reuse: bool = True) -> OrtPlan:
                 result.kinds[out] = "alias"
                 continue
             if reuse and std and k == 0 and node.op_type in MAY_INPLACE_OPS and inp:
-                orig = owner.get(inp)
+                cand = owner.get(inp)
                 if (
-                    orig is not None
-                    and orig in buf_of
-                    and count.get(orig, 0) == 1
-                    and not buf_of[orig].is_output
+                    cand is not None
+                    and cand in buf_of
+                    and count.get(cand, 0) == 1
+                    and not buf_of[cand].is_output
                     and _same_size(g, inp, out)
                 ):
-                    owner[out] = orig
-                    count[orig] += uses.get(out, 0)
-                    buf_of[orig].tensors.append(out)
+                    owner[out] = cand
+                    count[cand] += uses.get(out, 0)
+                    buf_of[cand].tensors.append(out)
                     result.reused[out] = inp
                     result.kinds[out] = "inplace"
                     continue
@@ -160,6 +165,7 @@ def plan(g: GraphInfo, order: Sequence[int], *, reuse: bool = True) -> OrtPlan:
             stack = freelist.get(key) if key is not None else None
             if stack:
                 hit = stack.pop()
+                freed.discard(hit)
                 b = buf_of[hit]
                 owner[out] = hit
                 count[hit] = uses.get(out, 0)
@@ -172,22 +178,17 @@ def plan(g: GraphInfo, order: Sequence[int], *, reuse: bool = True) -> OrtPlan:
             result.kinds[out] = "new"
         # Release at last use: one use per input occurrence; outputs nobody reads at once.
         for name in node.inputs + node.implicit_inputs:
-            orig = owner.get(name) if name else None
-            if orig is None or orig not in buf_of:
+            o = owner.get(name) if name else None
+            if o is None or o not in buf_of:
                 continue
-            count[orig] -= 1
-            if count[orig] == 0:
-                release(orig, step)
+            count[o] -= 1
+            if count[o] == 0:
+                release(o, step)
         for name in node.outputs:
-            orig = owner.get(name) if name else None
-            if (
-                orig is not None
-                and orig in buf_of
-                and count[orig] == 0
-                and buf_of[orig].end < step + 1
-            ):
-                if uses.get(name, 0) == 0 and not g.tensors[name].is_output:
-                    release(orig, step)
+            o = owner.get(name) if name else None
+            unused = uses.get(name, 0) == 0 and not g.tensors[name].is_output
+            if o is not None and o in buf_of and count[o] == 0 and unused:
+                release(o, step)
         if node.subgraphs:
             extra = subgraph_peak(node)
             if extra:

@@ -92,9 +92,9 @@ def ort_priority(g: GraphInfo) -> list[int]:
 def openvino(g: GraphInfo) -> list[int]:
     visited = [False] * len(g.nodes)
     order: list[int] = []
-    roots = [g.tensors[o].producer for o in g.outputs if o in g.tensors]
-    roots = [r for r in roots if r is not None]
-    roots += [i for i in range(len(g.nodes))]  # dangling nodes last
+    prods = [g.tensors[o].producer for o in g.outputs if o in g.tensors]
+    roots = [r for r in prods if r is not None]
+    roots += list(range(len(g.nodes)))  # dangling nodes last
     for root in roots:
         if visited[root]:
             continue

@@ -45,6 +45,7 @@ class WeightSplit:
     prepacked_only: int = 0  # ... and used by nothing else (the original is released)
     ov_reordered: int = 0  # OpenVINO CPU: Conv/FC weights reordered into private copies
     fp16: int = 0
+    conv: int = 0  # fp32 Conv weights (ORT CPU re-lays them out for its NCHWc kernels)
     gather_tables: int = 0  # read row by row (embeddings): only touched pages count
     names: dict[str, str] = field(default_factory=dict)
 
@@ -76,6 +77,8 @@ def split_weights(g: GraphInfo) -> WeightSplit:
         elif uses and all(n.op_type == "Gather" and 0 in pos for n, pos in uses):
             w.gather_tables += nb
             w.names[name] = "gather"
+        if t.elem_type != FP16 and any(n.op_type == "Conv" and 1 in pos for n, pos in uses):
+            w.conv += nb
         if any(n.op_type in OV_REORDER and 1 in pos for n, pos in uses):
             w.ov_reordered += nb
     return w

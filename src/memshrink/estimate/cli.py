@@ -1,0 +1,96 @@
+"""``memshrink estimate MODEL``: predicted memory per stage, before you have a device."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from memshrink.bindings import parse_dim_args, parse_shape_args
+from memshrink.errors import UsageError
+
+EPILOG = """examples:
+  memshrink estimate model.onnx
+  memshrink estimate bert.onnx --shape input_ids=4,512 --shape attention_mask=4,512
+  memshrink estimate det.onnx --dim batch=1 --session-option enable_mem_pattern=0
+  memshrink estimate model.onnx --backend openvino --json est.json --plot est.png
+  memshrink estimate model.onnx --schedule ort_priority --json -
+
+All figures are deltas over an empty process (the runtime imported, no model), split into
+weights (anon heap vs file-mapped pages), activations and runtime overhead. Unbound symbolic
+input dims are an error unless --partial, which lists every tensor of unknown size.
+"""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "estimate",
+        help="predict per-stage peak memory of a model on a runtime, without running it",
+        description="Predict session-creation, first-run and steady-state memory from the "
+        "graph: the runtime's execution order, tensor lifetimes and allocator rules.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("model", help="path to the .onnx model")
+    p.add_argument("--backend", default="ort", choices=["ort", "openvino", "cuda"])
+    p.add_argument("--shape", action="append", default=[], metavar="NAME=D1,D2,…")
+    p.add_argument("--dim", action="append", default=[], metavar="SYMBOL=N")
+    p.add_argument(
+        "--session-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="ORT setting: execution_order=PRIORITY_BASED, enable_mem_pattern=0, "
+        "enable_cpu_mem_arena=0, enable_mem_reuse=0",
+    )
+    p.add_argument(
+        "--schedule", choices=["file", "ort_default", "ort_priority", "openvino"], default=None
+    )
+    p.add_argument(
+        "--embedded",
+        choices=["auto", "yes", "no"],
+        default="auto",
+        help="how the deployed file stores weights (default: as the model is stored now)",
+    )
+    p.add_argument("--partial", action="store_true", help="allow unbound dims: a partial result")
+    p.add_argument("--json", metavar="PATH", help="write the full estimate as JSON ('-' = stdout)")
+    p.add_argument("--plot", metavar="PNG", help="plot live memory over the schedule")
+    p.set_defaults(func=handler)
+
+
+def _session_options(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        k, sep, v = item.partition("=")
+        if not sep or not k:
+            raise UsageError(f"bad --session-option {item!r}: expected KEY=VALUE")
+        out[k.strip()] = v.strip()
+    return out
+
+
+def handler(args: argparse.Namespace) -> int:
+    from memshrink.estimate import estimate
+
+    est = estimate(
+        args.model,
+        backend=args.backend,
+        shapes=parse_shape_args(args.shape),
+        dims=parse_dim_args(args.dim),
+        session_options=_session_options(args.session_option),
+        schedule=args.schedule,
+        embedded={"auto": None, "yes": True, "no": False}[args.embedded],
+        allow_partial=args.partial,
+    )
+    if args.json:
+        data = json.dumps(est.to_dict(), indent=2)
+        if args.json == "-":
+            print(data)
+        else:
+            with open(args.json, "w") as f:
+                f.write(data + "\n")
+    if args.json != "-":
+        print(est.format_table())
+    if args.plot:
+        est.plot(args.plot)
+        print(f"plot written to {args.plot}", file=sys.stderr)
+    return 0
