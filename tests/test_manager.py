@@ -1,0 +1,115 @@
+"""The pass manager: order, stats, timing, analysis invalidation, hooks, replacement models."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx_ir as ir
+import pytest
+
+from memshrink.errors import PassError, UsageError
+from memshrink.manager import Pass, PassContext, PassManager, PassResult
+
+
+class _Recorder(Pass):
+    name = "recorder"
+    summary = "test pass that records the order it ran in"
+    targets = ("weights",)
+
+    @dataclass
+    class Options:
+        tag: str = "x"
+        modify: bool = False
+        limit: int = 0
+
+    def __init__(self, log: list[str], **options: object) -> None:
+        super().__init__(**options)
+        self.log = log
+
+    def run(self, model: ir.Model, context: PassContext) -> PassResult:
+        seen = context.analysis("count", lambda: len(self.log))
+        self.log.append(f"{self.options.tag}:{seen}")
+        return PassResult(modified=self.options.modify, stats={"tag": self.options.tag})
+
+
+class _Hook:
+    def __init__(self) -> None:
+        self.events: list[str] = []
+
+    def before_pipeline(self, model, context, report) -> None:  # noqa: ANN001
+        self.events.append("before")
+
+    def after_pass(self, record, model, context) -> None:  # noqa: ANN001
+        self.events.append(f"after:{record.stats['tag']}:{record.modified}")
+
+    def after_pipeline(self, report, model, context) -> None:  # noqa: ANN001
+        self.events.append(f"end:{len(report.passes)}")
+
+
+def test_order_stats_and_hooks(mlp_path: Path) -> None:
+    log: list[str] = []
+    hook = _Hook()
+    passes = [
+        _Recorder(log, tag="a"),
+        _Recorder(log, tag="b", modify=True),
+        _Recorder(log, tag="c"),
+    ]
+    model, report = PassManager(passes, hooks=[hook]).run(mlp_path)
+    assert isinstance(model, ir.Model)
+    assert [p.stats["tag"] for p in report.passes] == ["a", "b", "c"]
+    assert hook.events == ["before", "after:a:False", "after:b:True", "after:c:False", "end:3"]
+    assert all(p.seconds >= 0 for p in report.passes) and report.modified
+    # The cached analysis survives a non-modifying pass and is dropped after a modifying one.
+    assert log == ["a:0", "b:0", "c:2"]
+    assert report.to_dict()["passes"][1]["modified"] is True
+
+
+def test_typed_options_are_converted_and_checked() -> None:
+    p = _Recorder([], limit="2KiB", modify="yes")
+    assert p.options.limit == 2048 and p.options.modify is True
+    with pytest.raises(UsageError, match="no option"):
+        _Recorder([], nope=1)
+    with pytest.raises(UsageError, match="expected int"):
+        _Recorder([], limit="lots")
+    with pytest.raises(UsageError, match="expected bool"):
+        _Recorder([], modify="maybe")
+
+
+def test_pass_exception_names_the_pass(mlp_path: Path) -> None:
+    class Broken(_Recorder):
+        name = "broken"
+
+        def run(self, model: ir.Model, context: PassContext) -> PassResult:
+            raise ValueError("boom")
+
+    with pytest.raises(PassError, match="pass 'broken' failed: ValueError: boom"):
+        PassManager([Broken([])]).run(mlp_path)
+
+
+def test_replacement_model_flows_on(mlp_path: Path) -> None:
+    seen: list[ir.Model] = []
+
+    class Replace(_Recorder):
+        name = "replace"
+
+        def run(self, model: ir.Model, context: PassContext) -> PassResult:
+            new = ir.from_proto(ir.to_proto(model))
+            return PassResult(modified=True, stats={"tag": "r"}, model=new)
+
+    class Observe(_Recorder):
+        name = "observe"
+
+        def run(self, model: ir.Model, context: PassContext) -> PassResult:
+            seen.append(model)
+            return PassResult(modified=False, stats={"tag": "o"})
+
+    model, _ = PassManager([Replace([]), Observe([])]).run(mlp_path)
+    assert seen == [model]
+    assert "memshrink.source" in model.meta  # metadata carried over to the new model
+
+
+def test_progress_messages(mlp_path: Path) -> None:
+    messages: list[str] = []
+    PassManager("prune").run(mlp_path, PassContext(progress=messages.append))
+    assert messages[0] == "[1/1] prune ..." and "prune: modified" in messages[1]

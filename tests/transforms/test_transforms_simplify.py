@@ -1,0 +1,56 @@
+"""simplify: runs onnxsim under a cap, and leaves the model untouched when it can't."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from fixtures_onnx import mlp_feeds, run_ort
+from onnx import helper, numpy_helper
+
+from memshrink.manager import PassContext
+from memshrink.model import load
+from memshrink.transforms import get_pass
+from memshrink.writer import save_model
+
+# simplify states its tolerance (onnxsim's own check): rtol 1e-4, atol 1e-5.
+RTOL, ATOL = 1e-4, 1e-5
+
+
+def test_simplify_folds_constant_subgraph(tmp_path: Path) -> None:
+    g = helper.make_graph(
+        [
+            helper.make_node("Add", ["c1", "c2"], ["c3"]),
+            helper.make_node("Mul", ["x", "c3"], ["y"]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", 1, [4, 128])],
+        [helper.make_tensor_value_info("y", 1, [4, 128])],
+        [
+            numpy_helper.from_array(np.full((128,), 2.0, np.float32), "c1"),
+            numpy_helper.from_array(np.full((128,), 3.0, np.float32), "c2"),
+        ],
+    )
+    path = tmp_path / "c.onnx"
+    onnx.save_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    model = load(path)
+    result = get_pass("simplify")().run(model, PassContext())
+    if "reason" in result.stats:  # onnxsim missing in this environment
+        assert not result.modified
+        return
+    assert result.modified and result.model is not None
+    assert [n.op_type for n in result.model.graph] == ["Mul"]
+    out = tmp_path / "s.onnx"
+    save_model(result.model, out)
+    np.testing.assert_allclose(
+        run_ort(out, mlp_feeds())[0], run_ort(path, mlp_feeds())[0], rtol=RTOL, atol=ATOL
+    )
+
+
+def test_simplify_skips_above_cap(mlp_path: Path) -> None:
+    model = load(mlp_path)
+    nodes = [n.op_type for n in model.graph]
+    result = get_pass("simplify")(max_model_bytes=1000).run(model, PassContext())
+    assert not result.modified and "exceed max_model_bytes" in result.stats["reason"]
+    assert [n.op_type for n in model.graph] == nodes
