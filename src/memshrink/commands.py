@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from memshrink.errors import UsageError
+from memshrink.errors import ModelSaveError, UsageError
 from memshrink.units import format_bytes
 
 OPTIMIZE_EPILOG = """\
@@ -65,6 +65,11 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     same = os.path.realpath(src) == os.path.realpath(dst)
     if same or (src.exists() and dst.exists() and os.path.samefile(src, dst)):
         raise UsageError("output path is the input path; the input is never overwritten")
+    # Fail before any work when the output can't be written.
+    if not dst.parent.is_dir():
+        raise ModelSaveError(f"output folder {dst.parent} does not exist")
+    if not os.access(dst.parent, os.W_OK):
+        raise ModelSaveError(f"cannot write to {dst.parent}: permission denied")
     quiet = args.quiet
     progress = None if quiet else stderr_progress
     shapes = parse_shape_args(args.shape)

@@ -1,0 +1,106 @@
+"""The CLI end to end: exit codes, one-line errors, JSON, passes table, demo, version."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fixtures_onnx import assert_bit_identical, mlp_feeds, run_ort
+
+from memshrink import __version__
+from memshrink.cli import main
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "memshrink.cli", *args], capture_output=True, text=True, timeout=300
+    )
+
+
+def test_optimize_writes_report_and_equal_outputs(mlp_path: Path, tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    out, report = tmp_path / "o.onnx", tmp_path / "r.json"
+    code = main(["optimize", str(mlp_path), str(out), "--passes", "safe", "--check", "--json", str(report), "-q"])
+    assert code == 0
+    data = json.loads(report.read_text())
+    assert data["pipeline"] == ["prune", "dedup-weights", "external-data"]
+    assert data["weights_after"] < data["weights_before"]
+    assert data["save"]["data_path"] == str(out) + ".data"
+    assert all(p["stats"].get("checked") for p in data["passes"] if p["modified"])
+    assert_bit_identical(run_ort(mlp_path, mlp_feeds()), run_ort(out, mlp_feeds()))
+
+
+def test_optimize_prints_table(mlp_path: Path, tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    assert main(["optimize", str(mlp_path), str(tmp_path / "o.onnx"), "--passes", "prune", "--no-estimate"]) == 0
+    captured = capsys.readouterr()
+    assert "prune" in captured.out and "nodes_removed=2" in captured.out
+    assert "[1/1] prune" in captured.err
+
+
+@pytest.mark.parametrize(
+    "args, code, message",
+    [
+        (["optimize", "{in}", "{in}"], 2, "output path is the input path"),
+        (["optimize", "{in}", "{tmp}/o.onnx", "--passes", "nope"], 2, "unknown pass(es) nope"),
+        (["optimize", "{tmp}/missing.onnx", "{tmp}/o.onnx"], 1, "no such file"),
+        (["optimize", "{in}", "{tmp}/nodir/o.onnx"], 1, "does not exist"),
+        (["optimize", "{in}", "{tmp}/o.onnx", "-O", "prune"], 2, "bad -O"),
+        (["optimize", "{in}", "{tmp}/o.onnx", "--passes", "safe", "-O", "external-data.threshold=big"], 2, "expected int"),
+    ],
+)
+def test_errors_are_one_line_with_exit_codes(
+    mlp_path: Path, tmp_path: Path, args: list[str], code: int, message: str
+) -> None:
+    before = mlp_path.read_bytes()
+    argv = [a.format(**{"in": mlp_path, "tmp": tmp_path}) for a in args]
+    proc = _cli(*argv)
+    assert proc.returncode == code, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("memshrink: error:")]
+    assert len(lines) == 1 and message in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert mlp_path.read_bytes() == before
+    assert not (tmp_path / "o.onnx").exists()
+
+
+def test_truncated_input_cli(tmp_path: Path, mlp_path: Path) -> None:
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(mlp_path.read_bytes()[:100])
+    proc = _cli("optimize", str(bad), str(tmp_path / "o.onnx"))
+    assert proc.returncode == 1 and "truncated or not an ONNX model" in proc.stderr
+    proc = _cli("--debug", "optimize", str(bad), str(tmp_path / "o.onnx"))
+    assert "Traceback" in proc.stderr
+
+
+def test_passes_listing_and_json(capsys) -> None:  # noqa: ANN001
+    assert main(["passes"]) == 0
+    out = capsys.readouterr().out
+    for name in ("prune", "dedup-weights", "external-data", "simplify", "all", "safe"):
+        assert name in out
+    assert main(["passes", "--json", "-"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    names = {p["name"] for p in data["passes"]}
+    assert {"prune", "external-data"} <= names
+    assert data["presets"]["safe"]["passes"]
+
+
+def test_version_and_help() -> None:
+    proc = _cli("--version")
+    assert proc.returncode == 0 and __version__ in proc.stdout
+    proc = _cli("optimize", "--help")
+    assert proc.returncode == 0 and "examples:" in proc.stdout
+    proc = _cli()
+    assert proc.returncode == 2
+
+
+def test_demo_runs(tmp_path: Path) -> None:
+    proc = _cli("demo", "--out", str(tmp_path), "--passes", "safe")
+    assert proc.returncode == 0, proc.stderr
+    assert "demo.small.onnx" in proc.stdout
+    src, dst = tmp_path / "demo.onnx", tmp_path / "demo.small.onnx"
+    assert dst.stat().st_size + Path(str(dst) + ".data").stat().st_size < src.stat().st_size
+    import numpy as np
+
+    feeds = {"input_ids": np.arange(64, dtype=np.int64).reshape(1, 64)}
+    assert_bit_identical(run_ort(src, feeds), run_ort(dst, feeds))
