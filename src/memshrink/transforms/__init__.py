@@ -17,6 +17,9 @@ BUILTIN_MODULES = (
     "memshrink.transforms.dedup_weights",
     "memshrink.transforms.simplify",
     "memshrink.transforms.external_data",
+    "memshrink.transforms.partition",
+    "memshrink.transforms.flush_subnormals",
+    "memshrink.transforms.fold_weight_transforms",
 )
 
 _REGISTRY: dict[str, type[Pass]] = {}

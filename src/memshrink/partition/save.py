@@ -1,0 +1,430 @@
+"""Write a partitioned model: a folder of standalone parts plus ``manifest.json``.
+
+Why this layout: each part is an ordinary ONNX file that any runtime loads *by path*, with its
+weights in its own 64 KiB-aligned ``part_NNN.data`` (memory-mapped, never copied to the heap).
+A weight used by several parts (tied embeddings and LM heads) is stored once, in the data file
+of the first part that reads it, and later parts reference that file by relative location. The
+folder is built under a hidden temp folder next to the target and renamed into place, so a
+killed save never leaves a half partition. Weights are copied file-to-file by the writer's
+kernel-side copy; the part protos are built from one weight-free serialization.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+from memshrink.atomic import (
+    SaveInterrupted,
+    describe_os_error,
+    fsync_file,
+    signals_blocked,
+    sigterm_as_exception,
+)
+from memshrink.errors import ModelSaveError, UsageError
+from memshrink.model import META_PARTITION, iter_tensor_slots, materialize, source_path
+from memshrink.partition.manifest import (
+    MANIFEST_NAME,
+    Manifest,
+    PartSpec,
+    TensorSpec,
+    is_partition_folder,
+    write_manifest,
+)
+from memshrink.partition.plan import GraphFacts, PartitionPlan, graph_facts, plan_partition
+from memshrink.writer import DEFAULT_ALIGNMENT, DEFAULT_THRESHOLD, SaveInfo, _align, _copy_range
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass
+class PartitionSaveInfo(SaveInfo):
+    """``SaveInfo`` of a partition folder (``path`` is the folder, sizes summed over parts)."""
+
+    parts: int = 0
+    manifest: str = ""
+    part_weight_bytes: list[int] = field(default_factory=list)
+    shared_tensors: int = 0
+
+
+def part_file(index: int) -> str:
+    return f"part_{index:03d}.onnx"
+
+
+def part_data_file(index: int) -> str:
+    return f"part_{index:03d}.data"
+
+
+def dtype_name(elem_type: int) -> str:
+    """numpy name of an ONNX element type (what feeds and the manifest use)."""
+    try:
+        return str(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)))
+    except Exception:  # noqa: BLE001 - exotic types keep their ONNX name
+        return onnx.TensorProto.DataType.Name(elem_type).lower()
+
+
+@dataclass
+class _Part:
+    index: int
+    nodes: list[int]  # top-level node indices (floating Constants included)
+    reads: set[ir.Value]
+    produced: set[ir.Value]
+    tensor_ids: list[int]
+
+
+def _parts_of(plan: PartitionPlan, facts: GraphFacts) -> list[_Part]:
+    const_of: dict[ir.Value, int] = {}
+    for i, node in enumerate(facts.nodes):
+        if facts.floating[i]:
+            for v in node.outputs:
+                const_of[v] = i
+    parts = []
+    for k, (a, b) in enumerate(zip(plan.bounds[:-1], plan.bounds[1:], strict=True)):
+        own = [i for i in range(a, b) if not facts.floating[i]]
+        reads: set[ir.Value] = set()
+        for i in own:
+            reads.update(facts.reads[i])
+        consts = sorted({const_of[v] for v in reads if v in const_of})
+        indices = sorted(set(own) | set(consts))
+        produced = {v for i in indices for v in facts.nodes[i].outputs}
+        for i in consts:
+            reads.update(facts.reads[i])
+        tensor_ids: dict[int, None] = {}
+        for i in indices:
+            tensor_ids.update(dict.fromkeys(facts.tensors[i]))
+        parts.append(_Part(k, indices, reads - produced, produced, list(tensor_ids)))
+    return parts
+
+
+def _type_map(proto: onnx.ModelProto) -> dict[str, tuple[int, list[Any] | None]]:
+    """name -> (elem_type, dims) from ONNX shape inference on the weight-free proto."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(proto, data_prop=True)
+    except Exception:  # noqa: BLE001 - fall back to what the file declares
+        inferred = proto
+    out: dict[str, tuple[int, list[Any] | None]] = {}
+    g = inferred.graph
+    for vi in list(g.value_info) + list(g.input) + list(g.output):
+        tt = vi.type.tensor_type
+        if not vi.type.HasField("tensor_type"):
+            continue
+        dims: list[Any] | None = None
+        if tt.HasField("shape"):
+            dims = []
+            for d in tt.shape.dim:
+                if d.HasField("dim_value"):
+                    dims.append(int(d.dim_value))
+                elif d.HasField("dim_param"):
+                    dims.append(d.dim_param)
+                else:
+                    dims.append(None)
+        if tt.elem_type or vi.name not in out:
+            out[vi.name] = (tt.elem_type, dims)
+    for init in g.initializer:
+        out.setdefault(init.name, (init.data_type, list(init.dims)))
+    return out
+
+
+def _value_info(name: str, types: dict[str, tuple[int, list[Any] | None]], where: str):
+    elem, dims = types.get(name, (0, None))
+    if not elem:
+        raise ModelSaveError(
+            f"cannot partition: the element type of {name!r} ({where}) is unknown; "
+            "declare it (value_info) or run shape inference first"
+        )
+    return onnx.helper.make_tensor_value_info(name, elem, dims)
+
+
+def _tensor_spec(name: str, types: dict, **extra: Any) -> TensorSpec:
+    elem, dims = types.get(name, (0, None))
+    return TensorSpec(name=name, dtype=dtype_name(elem), shape=dims, **extra)
+
+
+def _check_target(model: ir.Model, final: Path) -> None:
+    if final.exists() and not final.is_dir():
+        raise UsageError(
+            f"output {final} is a file; a partitioned model is written as a folder "
+            "(give a new folder name)"
+        )
+    if final.is_dir() and any(final.iterdir()) and not is_partition_folder(final):
+        raise UsageError(
+            f"output folder {final} exists and is not a partition folder; refusing to replace it"
+        )
+    if not final.parent.exists():
+        raise ModelSaveError(f"output folder {final.parent} does not exist")
+    root = os.path.realpath(final)
+    used = [source_path(model)] + [
+        t.path for t, _ in iter_tensor_slots(model) if isinstance(t, ir.ExternalTensor)
+    ]
+    for p in used:
+        if p and os.path.realpath(p).startswith(root + os.sep):
+            raise UsageError(
+                f"refusing to replace {final}: the model is still reading {p} from it "
+                "(choose another output folder)"
+            )
+
+
+def save_partitioned(
+    model: ir.Model,
+    path: str | os.PathLike,
+    *,
+    threshold: int | None = None,
+    alignment: int | None = None,
+    progress: Progress | None = None,
+) -> PartitionSaveInfo:
+    """Write ``model`` (carrying a plan in ``meta['memshrink.partition']``) as a folder of parts.
+
+    The in-memory model is left unchanged. A plan made before later passes changed the graph
+    is recomputed with the same options.
+    """
+    final = Path(path)
+    plan = model.meta.get(META_PARTITION)
+    if not isinstance(plan, PartitionPlan):
+        raise UsageError("save_partitioned: the model carries no partition plan")
+    if not plan.is_current(model):
+        plan = plan_partition(model, **plan.options)
+    threshold = int(DEFAULT_THRESHOLD if threshold is None else threshold)
+    alignment = int(DEFAULT_ALIGNMENT if alignment is None else alignment)
+    _check_target(model, final)
+    facts = graph_facts(model, {})
+    parts = _parts_of(plan, facts)
+    for v in model.graph.outputs:
+        if v.is_initializer():
+            raise ModelSaveError(
+                f"cannot partition: graph output {v.name!r} is an initializer (not supported)"
+            )
+
+    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}-{threading.get_ident() % 100000}")
+    slots = {id(t): (t, s) for t, s in iter_tensor_slots(model)}
+    originals: list[tuple[ir.TensorProtocol, Callable]] = []
+    owner: dict[int, tuple[int, int, int]] = {}  # tensor id -> (part, offset, length)
+    external_count = external_bytes = inline_count = 0
+    total = sum(
+        slots[tid][0].nbytes
+        for p in parts
+        for tid in p.tensor_ids
+        if tid in slots and slots[tid][0].nbytes >= threshold
+    )
+    try:
+        with sigterm_as_exception():
+            tmp.mkdir()
+            base_dir = str(tmp.resolve())
+            for part in parts:
+                todo = [
+                    tid
+                    for tid in part.tensor_ids
+                    if tid in slots and tid not in owner and slots[tid][0].nbytes >= threshold
+                ]
+                if not todo:
+                    continue
+                fd = os.open(tmp / part_data_file(part.index), os.O_WRONLY | os.O_CREAT, 0o644)
+                try:
+                    offset = 0
+                    for tid in todo:
+                        tensor = slots[tid][0]
+                        offset = _align(offset, alignment)
+                        length = tensor.nbytes
+                        if isinstance(tensor, ir.ExternalTensor):
+                            _copy_range(tensor.path, tensor.offset or 0, length, fd, offset)
+                        else:
+                            data = tensor.tobytes()
+                            os.pwrite(fd, data, offset)
+                            del data
+                        owner[tid] = (part.index, offset, length)
+                        offset += length
+                        external_count += 1
+                        external_bytes += length
+                        if progress:
+                            progress(external_bytes, total)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            for tid, (tensor, setter) in slots.items():
+                originals.append((tensor, setter))
+                if tid in owner:
+                    k, off, length = owner[tid]
+                    setter(
+                        ir.ExternalTensor(
+                            part_data_file(k),
+                            off,
+                            length,
+                            tensor.dtype,
+                            shape=tensor.shape,
+                            name=tensor.name or "",
+                            doc_string=tensor.doc_string,
+                            base_dir=base_dir,
+                        )
+                    )
+                else:
+                    inline_count += 1
+                    if isinstance(tensor, ir.ExternalTensor):
+                        setter(materialize(tensor))
+            proto = ir.serde.serialize_model(model)
+            for tensor, setter in reversed(originals):
+                setter(tensor)
+            originals.clear()
+            manifest = _write_parts(proto, model, facts, parts, owner, tmp, alignment)
+            manifest.source = {
+                "path": source_path(model),
+                "plan": plan.to_dict(),
+            }
+            write_manifest(manifest, tmp)
+            for entry in tmp.iterdir():
+                fsync_file(entry)
+            _commit(tmp, final)
+    except OSError as exc:
+        raise describe_os_error(exc, final) from exc
+    except KeyboardInterrupt:
+        raise SaveInterrupted("interrupted; nothing written") from None
+    finally:
+        for tensor, setter in reversed(originals):
+            setter(tensor)
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    files = [final / p.file for p in manifest.parts]
+    datas = sorted({final / r[0] for p in manifest.parts for r in p.weight_ranges})
+    return PartitionSaveInfo(
+        path=str(final),
+        data_path=None,
+        external_tensors=external_count,
+        external_bytes=external_bytes,
+        inline_tensors=inline_count,
+        model_file_bytes=sum(f.stat().st_size for f in files),
+        data_file_bytes=sum(f.stat().st_size for f in datas),
+        parts=len(manifest.parts),
+        manifest=str(final / MANIFEST_NAME),
+        part_weight_bytes=[p.weight_bytes for p in manifest.parts],
+        shared_tensors=len(manifest.shared_weights),
+    )
+
+
+def _commit(tmp: Path, final: Path) -> None:
+    with signals_blocked():
+        old = None
+        if final.exists():
+            old = final.with_name(f".{final.name}.old-{os.getpid()}")
+            os.replace(final, old)
+        os.replace(tmp, final)
+    fsync_file(final.parent)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _write_parts(
+    proto: onnx.ModelProto,
+    model: ir.Model,
+    facts: GraphFacts,
+    parts: list[_Part],
+    owner: dict[int, tuple[int, int, int]],
+    folder: Path,
+    alignment: int,
+) -> Manifest:
+    graph = model.graph
+    types = _type_map(proto)
+    g = proto.graph
+    init_protos = {t.name: t for t in g.initializer}
+    vi_protos = {vi.name: vi for vi in g.value_info}
+    graph_inputs = {v for v in graph.inputs if not v.is_initializer()}
+    graph_outputs = set(graph.outputs)
+    producer_part: dict[ir.Value, int] = {}
+    for part in parts:
+        for i in part.nodes:
+            if not facts.floating[i]:
+                producer_part.update(dict.fromkeys(facts.nodes[i].outputs, part.index))
+    read_later: list[set[ir.Value]] = [set() for _ in parts]
+    acc: set[ir.Value] = set()
+    for part in reversed(parts):
+        read_later[part.index] = set(acc)
+        acc |= part.reads
+    tensor_users: dict[int, list[int]] = {}
+    for part in parts:
+        for tid in part.tensor_ids:
+            tensor_users.setdefault(tid, []).append(part.index)
+    names = {id(t): (t.name or "") for t, _ in iter_tensor_slots(model)}
+    graph_nodes = facts.nodes
+    floating = facts.floating
+
+    specs: list[PartSpec] = []
+    for part in parts:
+        where = f"part {part.index}"
+        gp = onnx.GraphProto()
+        gp.name = f"{g.name or 'main'}_part{part.index}"
+        for i in part.nodes:
+            gp.node.append(g.node[i])
+        inputs: list[TensorSpec] = []
+        for v in sorted(part.reads, key=lambda x: x.name or ""):
+            if v.is_initializer():
+                gp.initializer.append(init_protos[v.name or ""])
+                continue
+            name = v.name or ""
+            gp.input.append(_value_info(name, types, f"input of {where}"))
+            source: int | str = "input" if v in graph_inputs else producer_part[v]
+            inputs.append(_tensor_spec(name, types, source=source))
+        outputs: list[TensorSpec] = []
+        for i in part.nodes:
+            if floating[i]:
+                continue  # every part reading a Constant has its own copy
+            for v in graph_nodes[i].outputs:
+                if v in graph_outputs or v in read_later[part.index]:
+                    name = v.name or ""
+                    gp.output.append(_value_info(name, types, f"output of {where}"))
+                    outputs.append(_tensor_spec(name, types, graph_output=v in graph_outputs))
+        declared = {vi.name for vi in gp.input} | {vi.name for vi in gp.output}
+        for v in part.produced:
+            if v.name in vi_protos and v.name not in declared:
+                gp.value_info.append(vi_protos[v.name])
+        mp = onnx.ModelProto()
+        mp.ir_version = proto.ir_version
+        mp.producer_name = "memshrink.partition"
+        mp.opset_import.extend(proto.opset_import)
+        mp.functions.extend(proto.functions)
+        mp.graph.CopyFrom(gp)
+        onnx.save_model(mp, folder / part_file(part.index))
+        ranges = sorted(
+            {
+                (part_data_file(owner[tid][0]), owner[tid][1], owner[tid][2])
+                for tid in part.tensor_ids
+                if tid in owner
+            }
+        )
+        own = sum(owner[t][2] for t in part.tensor_ids if t in owner and owner[t][0] == part.index)
+        specs.append(
+            PartSpec(
+                index=part.index,
+                file=part_file(part.index),
+                data=part_data_file(part.index) if own else None,
+                inputs=inputs,
+                outputs=outputs,
+                nodes=len(part.nodes),
+                weight_bytes=sum(r[2] for r in ranges),
+                own_weight_bytes=own,
+                weight_ranges=ranges,
+            )
+        )
+    shared = [
+        {
+            "name": names.get(tid, ""),
+            "bytes": owner[tid][2],
+            "parts": users,
+            "file": part_data_file(owner[tid][0]),
+        }
+        for tid, users in tensor_users.items()
+        if len(users) > 1 and tid in owner
+    ]
+    return Manifest(
+        inputs=[_tensor_spec(v.name or "", types) for v in graph.inputs if v in graph_inputs],
+        outputs=[_tensor_spec(v.name or "", types) for v in graph.outputs],
+        parts=specs,
+        shared_weights=shared,
+        weight_bytes=sum(length for _, _, length in owner.values()),
+        alignment=alignment,
+    )

@@ -1,0 +1,54 @@
+"""``partition``: cut the model into sequential parts, saved as a folder (see memshrink.partition).
+
+The pass only plans (cut points from shapes, never weight values) and records the plan in
+``model.meta['memshrink.partition']``; the writer then emits the folder of parts and manifest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import onnx_ir as ir
+
+from memshrink.manager import Pass, PassContext, PassResult
+from memshrink.model import META_PARTITION
+from memshrink.partition.plan import plan_partition
+from memshrink.transforms import register
+
+
+@register
+class PartitionPass(Pass):
+    name = "partition"
+    summary = (
+        "Cut into sequential parts (balanced weights, small crossings); output is a folder "
+        "that PartitionedSession streams."
+    )
+    targets = ("session-creation", "weights")
+    exact = True
+
+    @dataclass
+    class Options:
+        parts: int = 0  # number of parts; 0: from part_budget
+        part_budget: int = 128 << 20  # max weight bytes per part (used when parts is 0)
+
+    def run(self, model: ir.Model, context: PassContext) -> PassResult:
+        plan = plan_partition(
+            model,
+            parts=self.options.parts,
+            part_budget=0 if self.options.parts else self.options.part_budget,
+            shapes=context.shapes,
+            dims=context.dims,
+        )
+        # Even one part is written as a folder: the output format must not depend on size.
+        model.meta[META_PARTITION] = plan
+        return PassResult(True, {"parts": plan.num_parts, **_summary(plan)})
+
+
+def _summary(plan) -> dict:  # noqa: ANN001
+    return {
+        "largest_part_bytes": max(plan.part_weight_bytes or [0]),
+        "crossing_tensors_max": max((len(c["tensors"]) for c in plan.cuts), default=0),
+        "crossing_bytes_max": max((c["bytes"] for c in plan.cuts), default=0),
+        "notes": "; ".join(plan.notes),
+        "plan": plan.to_dict(),
+    }
