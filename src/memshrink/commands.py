@@ -96,11 +96,15 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     context = PassContext(shapes=shapes, dims=dims, backend=args.backend, progress=progress)
     model, report = manager.run(model, context)
 
+    last = [0.0]
+
     def save_progress(done: int, total: int) -> None:
-        if progress and total >= 256 << 20:
+        now = time.perf_counter()
+        if progress and total >= 256 << 20 and (now - last[0] >= 1.0 or done == total):
+            last[0] = now
             progress(f"writing weights {format_bytes(done)} / {format_bytes(total)}")
 
-    info = save_model(model, dst, progress=save_progress)
+    info = save_model(model, dst, progress=save_progress, fsync=args.fsync)
     report.seconds = time.perf_counter() - t0
     out_bytes = weight_bytes(model)
     result: dict[str, Any] = {
@@ -207,6 +211,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         check=True,
         estimate=True,
         verify=args.verify,
+        fsync=False,
         verify_each=False,
         shape=None,
         dim=None,
@@ -272,6 +277,9 @@ def register_builtin(sub: argparse._SubParsersAction) -> None:
         "--verify-each",
         action="store_true",
         help="with --verify: also verify after every modifying pass",
+    )
+    p.add_argument(
+        "--fsync", action="store_true", help="flush the output to disk before committing it (survives power loss)"
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress or tables")
     _add_shape_args(p)

@@ -121,12 +121,15 @@ def save_model(
     alignment: int | None = None,
     data_name: str | None = None,
     progress: Progress | None = None,
+    fsync: bool = False,
 ) -> SaveInfo:
     """Save ``model`` to ``path`` atomically; the in-memory model is left unchanged.
 
     ``external``: write tensors of ``threshold`` bytes or more to ``<path>.data`` at
     ``alignment``-aligned offsets. None decides from the pipeline's policy (the
     ``external-data`` pass), then from how the input stored its weights, then from size.
+    ``fsync``: also flush both files to the disk before the rename (survives power loss;
+    the rename alone already guarantees no reader ever sees a partial file).
     """
     final = Path(path)
     if model.meta.get(META_PARTITION):
@@ -202,7 +205,8 @@ def save_model(
                         external_bytes += length
                         if progress:
                             progress(external_bytes, total)
-                    os.fsync(fd)
+                    if fsync:
+                        os.fsync(fd)
                 finally:
                     os.close(fd)
                 wrote_data = True
@@ -224,13 +228,15 @@ def save_model(
             with open(tmp_model, "wb") as f:
                 onnx.save_model(proto, f)
                 f.flush()
-                os.fsync(f.fileno())
+                if fsync:
+                    os.fsync(f.fileno())
             del proto
             with signals_blocked():
                 if wrote_data and tmp_data is not None:
                     os.replace(tmp_data, data_final)
                 os.replace(tmp_model, final)
-            fsync_file(final.parent)
+            if fsync:
+                fsync_file(final.parent)
     except OSError as exc:
         raise describe_os_error(exc, final) from exc
     except KeyboardInterrupt:

@@ -44,6 +44,32 @@ def iter_tensor_chunks(tensor: ir.TensorProtocol, chunk: int = _CHUNK) -> Iterat
             yield data[i : i + chunk]
 
 
+def _read_range(tensor: ir.TensorProtocol, offset: int, length: int) -> bytes:
+    if isinstance(tensor, ir.ExternalTensor):
+        fd = os.open(tensor.path, os.O_RDONLY)
+        try:
+            return os.pread(fd, length, (tensor.offset or 0) + offset)
+        finally:
+            os.close(fd)
+    return tensor.tobytes()[offset : offset + length]
+
+
+def sample_digest(tensor: ir.TensorProtocol, block: int = 4096, blocks: int = 8) -> bytes:
+    """Digest of a few spread-out blocks: a cheap first filter before hashing everything.
+
+    Different weights almost always differ in the sampled blocks, so full hashes are only
+    computed for the rare groups whose samples agree.
+    """
+    n = tensor.nbytes
+    h = hashlib.blake2b(digest_size=16)
+    if n <= block * blocks:
+        h.update(_read_range(tensor, 0, n))
+        return h.digest()
+    for i in range(blocks):
+        h.update(_read_range(tensor, (n - block) * i // (blocks - 1), block))
+    return h.digest()
+
+
 def tensor_digest(tensor: ir.TensorProtocol) -> bytes:
     h = hashlib.blake2b(digest_size=32)
     for piece in iter_tensor_chunks(tensor):
@@ -94,11 +120,18 @@ class DedupWeightsPass(Pass):
             for values in groups.values():
                 if len(values) < 2:
                     continue
-                by_digest: dict[bytes, list[ir.Value]] = defaultdict(list)
+                by_sample: dict[bytes, list[ir.Value]] = defaultdict(list)
                 for value in values:
                     assert value.const_value is not None
-                    by_digest[tensor_digest(value.const_value)].append(value)
-                    hashed += 1
+                    by_sample[sample_digest(value.const_value)].append(value)
+                by_digest: dict[bytes, list[ir.Value]] = defaultdict(list)
+                for candidates in by_sample.values():
+                    if len(candidates) < 2:
+                        continue
+                    for value in candidates:
+                        assert value.const_value is not None
+                        by_digest[tensor_digest(value.const_value)].append(value)
+                        hashed += 1
                 for same in by_digest.values():
                     keep = same[0]
                     for dup in same[1:]:
