@@ -175,10 +175,17 @@ def _nvml_probe(device_id: int) -> tuple[Callable[[], int | None], Callable[[], 
     pid = os.getpid()
 
     def process_used() -> int | None:
-        for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+        procs = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+        for p in procs:
             if p.pid == pid:
                 return int(p.usedGpuMemory or 0)
+        if len(procs) == 1 and gpu_was_idle:  # host pid namespace: the only process is us
+            return int(procs[0].usedGpuMemory or 0)
         return 0
+
+    # In a container NVML reports host pids; then, with nothing else on the GPU (checked
+    # before our CUDA init), the single process NVML lists after it is this one.
+    gpu_was_idle = len(pynvml.nvmlDeviceGetComputeRunningProcesses(handle)) == 0
 
     def device_used() -> int:
         return int(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
