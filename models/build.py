@@ -39,12 +39,36 @@ def model_path(name: str, out_dir: str | os.PathLike[str] | None = None) -> Path
     return cache_dir(out_dir) / f"{name}.onnx"
 
 
+def fingerprint(spec: ModelSpec) -> str:
+    """Builder versions that shape this model's bytes, e.g. ``cnn1-export1``.
+
+    Stored in the sidecar; a cached build whose fingerprint differs is stale and rebuilt, so
+    nobody benchmarks a model made by an older builder. Each family module (and the export
+    glue) carries a ``BUILD_VERSION`` that is bumped whenever a change alters built bytes.
+    """
+    from models import cnn, export, hf, zoo
+
+    module = {"transformer": hf, "zoo": zoo}.get(spec.family, cnn)
+    name = module.__name__.rsplit(".", 1)[-1]
+    parts = [f"{name}{module.BUILD_VERSION}"]
+    if spec.needs_torch:
+        parts.append(f"export{export.BUILD_VERSION}")
+    return "-".join(parts)
+
+
 def is_built(name: str, out_dir: str | os.PathLike[str] | None = None) -> bool:
+    """True when the model, its data file (if external) and a current sidecar all exist."""
+    spec = get_spec(name)
     path = model_path(name, out_dir)
     sidecar = Path(str(path) + ".json")
     if not (path.is_file() and sidecar.is_file()):
         return False
-    return not (get_spec(name).external_data and not Path(str(path) + ".data").is_file())
+    if spec.external_data and not Path(str(path) + ".data").is_file():
+        return False
+    try:
+        return json.loads(sidecar.read_text()).get("fingerprint") == fingerprint(spec)
+    except ValueError:
+        return False
 
 
 def _export(spec: ModelSpec) -> Any:
@@ -92,6 +116,7 @@ def sidecar_dict(spec: ModelSpec, model: Any) -> dict[str, Any]:
         "opset": opset,
         "external_data": spec.external_data,
         "seed": spec.seed,
+        "fingerprint": fingerprint(spec),
     }
     data.update(spec.extra)
     return data

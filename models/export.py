@@ -16,6 +16,10 @@ from typing import Any
 
 OPSET = 18
 
+# Bump when a change here alters any built file's bytes: cached builds of older versions
+# are then rebuilt (the version is part of the sidecar's fingerprint).
+BUILD_VERSION = 1
+
 
 def seeded(seed: int, factory: Callable[[], Any]) -> Any:
     """Build a module with every torch RNG seeded, in eval mode, with gradients off."""
@@ -34,11 +38,13 @@ def torch_export(
     kwargs: dict[str, Any],
     output_names: Sequence[str],
     dynamic: dict[str, dict[int, str]] | None = None,
+    positional: bool = False,
 ) -> Any:
     """Export ``module(**kwargs)`` and return the exporter's ``onnx_ir.Model``.
 
     ``dynamic`` maps an input name to ``{axis: dim_name}``; the dim names end up as the
     graph's ``dim_param`` (inputs sharing a name share the symbol, as in user exports).
+    ``positional`` passes the inputs as positional args (graph inputs keep the dict's names).
     """
     import torch
 
@@ -59,12 +65,14 @@ def torch_export(
         warnings.simplefilter("ignore")
         program = torch.onnx.export(
             module,
-            (),
-            kwargs=kwargs,
+            tuple(kwargs.values()) if positional else (),
+            kwargs=None if positional else kwargs,
             input_names=list(kwargs),
             output_names=list(output_names),
             opset_version=OPSET,
-            dynamic_shapes=dynamic_shapes,
+            dynamic_shapes=(
+                tuple(dynamic_shapes.values()) if positional and dynamic_shapes else dynamic_shapes
+            ),
             verbose=False,
         )
     assert program is not None

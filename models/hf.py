@@ -14,6 +14,10 @@ from typing import Any
 from models.export import seeded, torch_export
 from models.suite import Feed, ModelSpec, register
 
+# Bump when a change here alters any built file's bytes: cached builds of older versions
+# are then rebuilt (the version is part of the sidecar's fingerprint).
+BUILD_VERSION = 1
+
 # Masks are fed all ones ([1, 2)): a fully masked row is legal but makes SDPA return NaN,
 # which would turn every output comparison into NaN handling.
 MASK_RANGE = (1, 2)
