@@ -169,15 +169,18 @@ def derived(model: str, run: dict[str, Any]) -> dict[str, float]:
     gpu = run.get("gpu")
     if gpu:
         base0 = gpu.get("before_cuda_init") or 0
-        out["gpu empty-session baseline"] = (gpu["empty_session_baseline"] - base0) / MiB
+        empty = gpu.get("empty_session_baseline")
+        if empty is not None:
+            out["gpu empty-session baseline"] = (empty - base0) / MiB
         for s in stages:
             g = s.get("gpu") or {}
             if g.get("after") is not None:
                 out[f"gpu {s['name']} after"] = (g["after"] - base0) / MiB
                 out[f"gpu {s['name']} peak"] = ((g.get("peak") or 0) - base0) / MiB
-                out[f"gpu {s['name']} over empty session"] = (
-                    (g.get("peak") or 0) - gpu["empty_session_baseline"]
-                ) / MiB
+                if empty is not None:
+                    out[f"gpu {s['name']} over empty session"] = (
+                        (g.get("peak") or 0) - empty
+                    ) / MiB
     return out
 
 
@@ -219,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
                 run["derived_mib"] = got
                 keys = {k for (m, b, k) in REFERENCE if m == name and b == run["backend"]}
                 for key in sorted(set(got) | keys):
-                    if key in keys or not key.startswith("gpu"):
+                    if key in keys or not key.endswith(" peak") or not key.startswith("gpu"):
                         rows.append((name, run["backend"], key, got.get(key, float("nan")),
                                      REFERENCE.get((name, run["backend"], key))))  # fmt: skip
     print("\n=== against MEASURING.md / GPU.md (MiB; +-10 % band) ===")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +18,7 @@ from memshrink.verify import (
     profile,
     verify,
 )
+from memshrink.verify.api import _budgets
 
 BOTH = ("cpu", "openvino")
 DIMS = {"batch": 2}
@@ -78,9 +79,9 @@ def test_budget_below_measured_peak_fails(models) -> None:  # type: ignore[no-un
     assert report.exit_code == EXIT_OVER_BUDGET
     (b,) = report.budgets
     assert not b.ok and b.measured is not None and b.measured > b.limit == 10 * 1024 * 1024
-    measured = b.measured
-    ok = verify(orig, ext, backends=("cpu",), dims=DIMS, runs=1, max_peak=measured + 256 * 1024**2)
-    assert ok.exit_code == EXIT_OK
+    # The same runs under a budget above the measured peak pass.
+    roomy = dataclasses.replace(report, budgets=_budgets(report.runs, ("cpu",), b.measured))
+    assert roomy.exit_code == EXIT_OK and roomy.budgets[0].ok
 
 
 def test_crashing_backend_is_reported_and_others_still_run(models, monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -113,15 +114,20 @@ def test_missing_interpreter_and_runtime_are_unsupported(models, tmp_path: Path)
     report = verify(orig, ext, backends=("cpu",), dims=DIMS, python=str(tmp_path / "no-python"))
     assert {r.status for r in report.runs} == {"unsupported"}
     assert report.exit_code == EXIT_BACKEND_FAILED
-    # "all": plain onnxruntime here has no CUDA/OpenVINO EP -> reported, not failed.
-    report = verify(
-        orig, ext, backends="all", dims=DIMS, runs=1, python={"ort-openvino": os.sys.executable}
-    )  # type: ignore[attr-defined]
+    # "all": a backend that cannot run here is reported, not failed (a missing interpreter
+    # stands in for a missing runtime; the real missing-EP case is the next assertion).
+    missing = {b: str(tmp_path / "no-python") for b in ("openvino", "ort-openvino", "cuda")}
+    report = verify(orig, ext, backends="all", dims=DIMS, runs=1, python=missing)
+    assert report.run("original", "cpu").status == "ok"  # type: ignore[union-attr]
+    assert report.run("original", "cuda").status == "unsupported"  # type: ignore[union-attr]
+    assert report.exit_code == EXIT_OK, report.format_table()
+    # Plain onnxruntime has no CUDA EP: the child says so instead of falling back to CPU.
+    report = verify(orig, ext, backends=("cuda",), dims=DIMS, runs=1)
     cuda = report.run("original", "cuda")
     assert cuda is not None
-    if cuda.status == "unsupported":
+    if cuda.status != "ok":  # skipped meaning on a GPU machine with onnxruntime-gpu
+        assert cuda.status == "unsupported" and report.exit_code == EXIT_BACKEND_FAILED
         assert "CUDAExecutionProvider" in (cuda.error or "") or "pynvml" in (cuda.error or "")
-    assert report.exit_code in (EXIT_OK,), report.format_table()
 
 
 def test_unbound_dims_error_names_them(models) -> None:  # type: ignore[no-untyped-def]
@@ -135,7 +141,7 @@ def test_unbound_dims_error_names_them(models) -> None:  # type: ignore[no-untyp
 def test_integer_inputs_stay_in_range_end_to_end(models) -> None:  # type: ignore[no-untyped-def]
     orig, ext, _ = models
     # 512 x 8 ids: out-of-range indices would make ORT's Gather fail the run.
-    report = verify(orig, ext, backends=BOTH, shapes={"ids": (512, 8)}, runs=1)
+    report = verify(orig, ext, backends=("cpu",), shapes={"ids": (512, 8)}, runs=1)
     assert report.ok, report.format_table()
     assert report.inputs[0].range == (0, 50)
 
@@ -163,13 +169,11 @@ def test_session_options_pass_through(models) -> None:  # type: ignore[no-untype
     assert bad.runs[0].status == "failed" and "no_such_option" in (bad.runs[0].error or "")
 
 
-def test_profile_and_plot(models, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_profile_and_plot(models, tmp_path: Path) -> None:  # verify's plot: see the CLI test  # type: ignore[no-untyped-def]
     orig, ext, _ = models
-    prof = profile(ext, backends=BOTH, dims=DIMS)
-    assert prof.ok and [r.backend for r in prof.runs] == list(BOTH)
+    prof = profile(ext, backends=("openvino",), dims=DIMS, runs=2)
+    assert prof.ok and [r.backend for r in prof.runs] == ["openvino"]
     assert "compile" in prof.format_table()
     json.dumps(prof.to_dict())
     png = prof.save_plot(tmp_path / "p.png")
     assert Path(png).stat().st_size > 1000
-    report = verify(orig, ext, dims=DIMS, runs=1)
-    assert Path(report.save_plot(tmp_path / "v.png")).stat().st_size > 1000

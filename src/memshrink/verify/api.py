@@ -86,8 +86,29 @@ def _empty_model(workdir: Path) -> Path:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
     )
     path = workdir / "empty.onnx"
-    onnx.save_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8  # readable by every runtime version we drive
+    onnx.save_model(model, path)
     return path
+
+
+def _cuda_baseline(
+    wd: Path, timeout: float, provider_options: Mapping[str, Mapping[str, Any]] | None,
+    python: PythonArg, progress: Progress, backends: Sequence[str],
+) -> int | None:  # fmt: skip
+    """GPU memory of an empty CUDA session (context + EP) in its own process, or None."""
+    if "cuda" not in backends:
+        return None
+    feeds = wd / "empty-feeds.npz"
+    np.savez(feeds, i0=np.zeros((1,), np.float32))
+    r = run_child(
+        ModelRef("onnx", _empty_model(wd)), "empty-session", "cuda", workdir=wd, feeds_path=feeds,
+        feed_names=["x"], output_names=["y"], runs=1, timeout=timeout,
+        provider_options=(provider_options or {}).get("cuda"), python=python, progress=progress,
+    )  # fmt: skip
+    peaks = [(s.get("gpu") or {}).get("peak") for s in r.stages]
+    vals = [v for v in peaks if v is not None]
+    return max(vals) if r.ok and vals else None
 
 
 def _settings(**kw: Any) -> dict[str, Any]:
@@ -145,7 +166,7 @@ def verify(
             )
         arrays, infos = _feeds(io_o, ref_o.path, feeds, shapes, dims, int_ranges, seed)
         feeds_path, feed_names = _write_feeds(wd, arrays)
-        empty = _empty_model(wd) if "cuda" in backend_list else None
+        gpu_base = _cuda_baseline(wd, timeout, provider_options, python, progress, backend_list)
         runs_out: list[RunResult] = []
         for backend in backend_list:
             for label, ref, io in (("original", ref_o, io_o), ("rewritten", ref_r, io_r)):
@@ -163,7 +184,7 @@ def verify(
                         session_options,
                         provider_options,
                         python,
-                        empty,
+                        gpu_base,
                         progress,
                     )
                 )
@@ -198,15 +219,18 @@ def _run(
     ref: ModelRef, label: str, backend: str, wd: Path, feeds_path: Path, feed_names: list[str],
     io: ModelIO, runs: int, timeout: float, session_options: Mapping[str, Any] | None,
     provider_options: Mapping[str, Mapping[str, Any]] | None, python: PythonArg,
-    empty: Path | None, progress: Progress,
+    gpu_base: int | None, progress: Progress,
 ) -> RunResult:  # fmt: skip
-    return run_child(
+    res = run_child(
         ref, label, backend, workdir=wd, feeds_path=feeds_path, feed_names=feed_names,
         output_names=[o.name for o in io.outputs], runs=runs, timeout=timeout,
         session_options=session_options,
         provider_options=(provider_options or {}).get(backend), python=python,
-        empty_model=empty, progress=progress,
+        progress=progress,
     )  # fmt: skip
+    if res.child.get("gpu") is not None:
+        res.child["gpu"]["empty_session_baseline"] = gpu_base
+    return res
 
 
 def _compare_pairs(
@@ -291,11 +315,11 @@ def profile(
         arrays, infos = _feeds(io, ref.path, feeds, shapes, dims, int_ranges, seed)
         feeds_path, feed_names = _write_feeds(wd, arrays)
         del arrays
-        empty = _empty_model(wd) if "cuda" in backend_list else None
+        gpu_base = _cuda_baseline(wd, timeout, provider_options, python, progress, backend_list)
         results = []
         for b in backend_list:
             r = _run(ref, "model", b, wd, feeds_path, feed_names, io, runs, timeout,
-                     session_options, provider_options, python, empty, progress)  # fmt: skip
+                     session_options, provider_options, python, gpu_base, progress)  # fmt: skip
             r.outputs = None
             results.append(r)
     settings = _settings(

@@ -8,7 +8,7 @@ Protocol: SPEC is a JSON file written by the parent (``runner.py``)::
 
     {"model": {"kind": "onnx", "path": "m.onnx"}, "backend": "cpu", "label": "original",
      "feeds": "feeds.npz", "feed_names": [...], "output_names": [...], "runs": 3,
-     "session_options": {...}, "provider_options": {...}, "empty_model": "empty.onnx",
+     "session_options": {...}, "provider_options": {...},
      "result": "result.json", "outputs": "outputs.npz"}
 
 The child rewrites ``result`` (atomically) after every stage, so a crash still leaves the stages
@@ -224,16 +224,13 @@ def run_ort(child: Child) -> list[Any]:
         child.result["assumptions"]["CUDA_MODULE_LOADING"] = os.environ.get(
             "CUDA_MODULE_LOADING", "(unset: lazy by default)"
         )
-        before_ctx = process_used()
-        # Empty-session baseline: CUDA context + EP init, which any model pays.
-        empty = ort.InferenceSession(spec["empty_model"], providers=providers, enable_fallback=0)
-        _ = empty.run(None, {"x": __import__("numpy").zeros((1,), "float32")})
         child.result["gpu"] = {
             "method": "NVML per-process used memory (nvmlDeviceGetComputeRunningProcesses), "
-            "polled every 1 ms; device-wide NVML used memory after each stage",
-            "before_cuda_init": before_ctx,
-            "empty_session_baseline": process_used(),
-            "device_used_baseline": device_used(),
+            "polled every 1 ms, counted from before CUDA init; device-wide NVML used memory "
+            "after each run stage; the empty-session baseline is measured by the parent in a "
+            "separate process (one Identity-node session)",
+            "before_cuda_init": process_used(),
+            "device_used_before": device_used(),
             "driver": driver,
             "arena": {k: popts[k] for k in popts if "arena" in k or "mem_limit" in k}
             or "ORT defaults (kNextPowerOfTwo, no gpu_mem_limit)",

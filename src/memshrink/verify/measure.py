@@ -138,7 +138,12 @@ class Meter:
             gpu = None
             if self.gpu_probe is not None:
                 gpu_after = self.gpu_probe()
-                gpu = {"before": gpu_before, "peak": sampler.probe_peak, "after": gpu_after}
+                seen = [v for v in (sampler.probe_peak, gpu_after) if v is not None]
+                gpu = {
+                    "before": gpu_before,
+                    "peak": max(seen) if seen else None,
+                    "after": gpu_after,
+                }
             self.stages.append(
                 StageMeasure(
                     name=name,

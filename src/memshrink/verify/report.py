@@ -89,13 +89,14 @@ def _gpu_lines(runs: list[RunResult]) -> list[str]:
         base = gpu.get("empty_session_baseline") or 0
         if not lines:
             lines.append(
-                "GPU memory, MiB over the empty-session baseline (NVML per-process, 1 ms polling):"
+                "GPU memory, MiB over an empty CUDA session measured in its own process "
+                "(NVML per-process, 1 ms polling; absolute in brackets):"
             )
         parts = []
         for s in r.stages:
             g = s.get("gpu") or {}
             if g.get("peak") is not None:
-                parts.append(f"{s['name']} {_mib(g['peak'] - base, True)}")
+                parts.append(f"{s['name']} {_mib(g['peak'] - base, True)} [{_mib(g['peak'])}]")
         lines.append(
             f"  {r.label:<9} {r.backend:<5} baseline {_mib(base)} (context+EP); " + ", ".join(parts)
         )

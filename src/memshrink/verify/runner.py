@@ -150,7 +150,6 @@ def run_child(
     session_options: Mapping[str, Any] | None = None,
     provider_options: Mapping[str, Any] | None = None,
     python: PythonArg = None,
-    empty_model: Path | None = None,
     progress: Progress = None,
 ) -> RunResult:
     """Run one child to completion, timeout or crash and return what it measured."""
@@ -165,7 +164,6 @@ def run_child(
         "runs": runs,
         "session_options": dict(session_options or {}),
         "provider_options": dict(provider_options or {}),
-        "empty_model": str(empty_model) if empty_model else None,
         "result": str(workdir / f"{tag}.result.json"),
         "outputs": str(workdir / f"{tag}.outputs.npz"),
     }
