@@ -20,6 +20,8 @@ BUILTIN_MODULES = (
     "memshrink.transforms.partition",
     "memshrink.transforms.flush_subnormals",
     "memshrink.transforms.fold_weight_transforms",
+    "memshrink.transforms.chunk",
+    "memshrink.transforms.reorder",
 )
 
 _REGISTRY: dict[str, type[Pass]] = {}
