@@ -73,9 +73,11 @@ def test_cuda_ep_measures_gpu_and_catches_a_change(tmp_path: Path, embed_mlp) ->
     assert run is not None and run.child["runtime"]["providers"][0] == "CUDAExecutionProvider"
     gpu = run.child["gpu"]
     assert gpu["empty_session_baseline"] > 0 and "NVML" in gpu["method"]
-    session = run.stages[0]
-    # The 512x512 + 50x512 fp32 weights (~1.1 MB) land on the GPU during session creation.
-    assert session["gpu"]["peak"] >= gpu["empty_session_baseline"]
+    peaks = [s["gpu"]["peak"] for s in run.stages]
+    assert peaks[0] > 0 and peaks == sorted(peaks)  # the arena never gives memory back
+    # A ~1 MB model costs next to nothing over an empty session (which already ran once, so it
+    # holds the cuBLAS/cuDNN state a first run loads): same method, same order of magnitude.
+    assert abs(peaks[-1] - gpu["empty_session_baseline"]) < 64 * 1024 * 1024
     # TF32 off by default: CUDA within 1e-3 of CPU here (K=512 fp32 dot products; TF32 would not be).
     (cross,) = report.cross_backend
     assert cross.outputs[0].max_abs is not None and cross.outputs[0].max_abs < 1e-3
