@@ -111,7 +111,9 @@ def _replace_with_initializer(
     out = node.outputs[0]
     name = out.name
     new = ir.Value(
-        name=f"{name}__folded", shape=ir.Shape(tensor.shape.numpy()), type=ir.TensorType(tensor.dtype)
+        name=f"{name}__folded",
+        shape=ir.Shape(tensor.shape.numpy()),
+        type=ir.TensorType(tensor.dtype),
     )
     new.const_value = tensor
     out.replace_all_uses_with(new)
@@ -138,9 +140,19 @@ class FoldWeightTransformsPass(Pass):
     @dataclass
     class Options:
         conv_bn: bool = True
+        # Fold a transform even when its weight has other readers (tied embedding / LM head):
+        # the file stores both forms, and the runtime maps them instead of building a heap copy.
+        fold_shared: bool = True
 
     def run(self, model: ir.Model, context: PassContext) -> PassResult:
-        stats = {"reshape_like": 0, "transpose": 0, "cast": 0, "conv_bn": 0, "bytes_rewritten": 0}
+        stats = {
+            "reshape_like": 0,
+            "transpose": 0,
+            "cast": 0,
+            "conv_bn": 0,
+            "bytes_rewritten": 0,
+            "bytes_added": 0,
+        }
         for graph in model.graphs():
             changed = True
             while changed:
@@ -150,7 +162,7 @@ class FoldWeightTransformsPass(Pass):
                         continue
                     if self._fold_one(graph, node, stats):
                         changed = True
-        folded = sum(v for k, v in stats.items() if k != "bytes_rewritten")
+        folded = sum(v for k, v in stats.items() if not k.startswith("bytes"))
         return PassResult(modified=folded > 0, stats=stats)
 
     def _fold_one(self, graph: ir.Graph, node: ir.Node, stats: dict[str, int]) -> bool:
@@ -164,8 +176,11 @@ class FoldWeightTransformsPass(Pass):
         out = node.outputs[0]
         if tensor is None or src is None or out.is_graph_output():
             return False
-        if len(src.uses()) != 1 or tensor.dtype not in _NUMERIC:
-            return False  # shared weight: folding would store it twice
+        if tensor.dtype not in _NUMERIC:
+            return False
+        shared = len(src.uses()) != 1
+        if shared and not self.options.fold_shared:
+            return False  # folding would store the weight twice
         shape = tuple(tensor.shape.numpy())
         name = out.name or ""
         if op in _SHAPE_OPS:
@@ -176,9 +191,7 @@ class FoldWeightTransformsPass(Pass):
             stats["reshape_like"] += 1
         elif op == "Transpose":
             perm = _attr_ints(node, "perm") or list(reversed(range(len(shape))))
-            arr = np.asarray(tensor.numpy()).transpose(perm)
-            folded = SpillFile.shared().add_array(arr, tensor.dtype, name)
-            del arr
+            folded = _transposed(tensor, perm, name)
             stats["transpose"] += 1
             stats["bytes_rewritten"] += tensor.nbytes
         else:  # Cast
@@ -190,6 +203,8 @@ class FoldWeightTransformsPass(Pass):
             del arr
             stats["cast"] += 1
             stats["bytes_rewritten"] += folded.nbytes
+        if shared:
+            stats["bytes_added"] += folded.nbytes
         _replace_with_initializer(graph, node, folded, [v for v in node.inputs if v is not None])
         return True
 
@@ -274,3 +289,24 @@ def _reshaped(tensor: ir.TensorProtocol, shape: tuple[int, ...], name: str) -> i
             base_dir=tensor.base_dir,
         )
     return ir.Tensor(np.asarray(tensor.numpy()).reshape(shape), dtype=tensor.dtype, name=name)
+
+
+#: 2-D transposes are written in column blocks of this many bytes (bounded memory).
+_BLOCK = 16 << 20
+
+
+def _transposed(tensor: ir.TensorProtocol, perm: list[int], name: str) -> ir.TensorProtocol:
+    """``tensor`` transposed; a large 2-D weight is transposed block by block into the spill
+    file, so only one block (not the whole weight) is ever in memory."""
+    arr = np.asarray(tensor.numpy())  # file-backed tensors are memory-mapped
+    spill = SpillFile.shared()
+    if arr.ndim != 2 or perm != [1, 0] or arr.nbytes < 2 * _BLOCK:
+        return spill.add_array(arr.transpose(perm), tensor.dtype, name)
+    rows, cols = arr.shape
+    step = max(1, _BLOCK // max(1, rows * arr.itemsize))
+    offset = spill.begin()
+    for c0 in range(0, cols, step):
+        block = np.ascontiguousarray(arr[:, c0 : c0 + step].T)
+        spill.write(block.reshape(-1).view(np.uint8).data)
+        del block
+    return spill.tensor(offset, tensor.dtype, (cols, rows), name)

@@ -1,0 +1,152 @@
+"""fold-weight-transforms: Cast/Transpose/Reshape of weights and Conv+BN folded ahead of time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+import memshrink
+from memshrink.manager import PassContext, PassManager
+
+
+def _build(rng: np.random.Generator) -> onnx.ModelProto:
+    arrays = {
+        "W": rng.standard_normal((64, 32)).astype(np.float32),
+        "W16": rng.standard_normal((64, 32)).astype(np.float16),
+        "R": rng.standard_normal((32 * 32,)).astype(np.float32),
+        "rs": np.array([32, 32], np.int64),
+        "CW": rng.standard_normal((8, 3, 3, 3)).astype(np.float32),
+        "CB": rng.standard_normal((8,)).astype(np.float32),
+        "sc": rng.standard_normal(8).astype(np.float32),
+        "bi": rng.standard_normal(8).astype(np.float32),
+        "mu": rng.standard_normal(8).astype(np.float32),
+        "va": (rng.random(8) + 0.5).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("Transpose", ["W"], ["Wt"], perm=[1, 0]),
+        helper.make_node("MatMul", ["x", "Wt"], ["h"]),
+        helper.make_node("Cast", ["W16"], ["W32"], to=TensorProto.FLOAT),
+        helper.make_node("MatMul", ["h", "W32"], ["h2"]),
+        helper.make_node("Reshape", ["R", "rs"], ["Rr"]),
+        helper.make_node("MatMul", ["h2", "Rr"], ["y"]),
+        helper.make_node("Conv", ["img", "CW", "CB"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c", "sc", "bi", "mu", "va"], ["bn"], epsilon=1e-3),
+        helper.make_node("Relu", ["bn"], ["z"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 32]),
+            helper.make_tensor_value_info("img", TensorProto.FLOAT, [1, 3, 8, 8]),
+        ],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 32]),
+            helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 8, 8, 8]),
+        ],
+        [numpy_helper.from_array(a, n) for n, a in arrays.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def _run(path: Path, feeds: dict) -> list[np.ndarray]:
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.graph_optimization_level = (
+        ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    )  # compare graphs as written
+    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def test_folds_and_keeps_outputs(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    src = tmp_path / "m.onnx"
+    onnx.save_model(_build(rng), src)
+    model, report = PassManager(["fold-weight-transforms"]).run(memshrink.load(src), PassContext())
+    stats = report.passes[0].stats
+    assert (stats["transpose"], stats["cast"], stats["reshape_like"], stats["conv_bn"]) == (
+        1,
+        1,
+        1,
+        1,
+    )
+    assert [n.op_type for n in model.graph] == ["MatMul", "MatMul", "MatMul", "Conv", "Relu"]
+    assert set(model.graph.initializers) >= {"Wt", "W32", "Rr"}
+    assert not {"W", "W16", "R", "sc", "bi", "mu", "va"} & set(model.graph.initializers)
+    out = tmp_path / "out.onnx"
+    memshrink.save(model, out)
+    feeds = {
+        "x": rng.standard_normal((2, 32)).astype(np.float32),
+        "img": rng.standard_normal((1, 3, 8, 8)).astype(np.float32),
+    }
+    (y0, z0), (y1, z1) = _run(src, feeds), _run(out, feeds)
+    assert np.array_equal(y0, y1)  # Cast/Transpose/Reshape: bit-exact (atol 0, rtol 0)
+    np.testing.assert_allclose(z1, z0, atol=1e-5, rtol=1e-5)  # Conv+BN: rounding only
+
+
+def test_reshape_of_external_weight_reads_nothing(tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    r = rng.standard_normal(64 * 64).astype(np.float32)
+    graph = helper.make_graph(
+        [
+            helper.make_node("Reshape", ["R", "rs"], ["Rr"]),
+            helper.make_node("MatMul", ["x", "Rr"], ["y"]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 64])],
+        [
+            numpy_helper.from_array(r, "R"),
+            numpy_helper.from_array(np.array([64, 64], np.int64), "rs"),
+        ],
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    proto.ir_version = 8
+    src = tmp_path / "m.onnx"
+    onnx.save_model(proto, src, save_as_external_data=True, location="m.data", size_threshold=1024)
+    model = memshrink.load(src)
+    (tmp_path / "m.data").rename(tmp_path / "away")  # any read of the weight would fail
+    model, report = PassManager(["fold-weight-transforms"]).run(model, PassContext())
+    folded = model.graph.initializers["Rr"].const_value
+    assert isinstance(folded, ir.ExternalTensor) and tuple(folded.shape) == (64, 64)
+    assert report.passes[0].stats["reshape_like"] == 1
+
+
+def test_shared_weight_folds_only_when_allowed(tmp_path: Path) -> None:
+    rng = np.random.default_rng(2)
+    emb = rng.standard_normal((50, 16)).astype(np.float32)
+    graph = helper.make_graph(
+        [
+            helper.make_node("Gather", ["E", "ids"], ["h"]),
+            helper.make_node("Transpose", ["E"], ["Et"], perm=[1, 0]),
+            helper.make_node("MatMul", ["h", "Et"], ["logits"]),
+        ],
+        "tied",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, [3])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [3, 50])],
+        [numpy_helper.from_array(emb, "E")],
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    proto.ir_version = 8
+    src = tmp_path / "tied.onnx"
+    onnx.save_model(proto, src)
+    opts = {"fold-weight-transforms": {"fold_shared": "false"}}
+    _, report = PassManager(["fold-weight-transforms"], options=opts).run(
+        memshrink.load(src), PassContext()
+    )
+    assert report.passes[0].modified is False
+    model, report = PassManager(["fold-weight-transforms"]).run(memshrink.load(src), PassContext())
+    assert report.passes[0].stats["transpose"] == 1
+    assert report.passes[0].stats["bytes_added"] == emb.nbytes
+    assert {"E", "Et"} <= set(model.graph.initializers)
+    out = tmp_path / "out.onnx"
+    memshrink.save(model, out)
+    feeds = {"ids": np.array([1, 7, 49], np.int64)}
+    assert np.array_equal(_run(src, feeds)[0], _run(out, feeds)[0])
