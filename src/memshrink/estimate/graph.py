@@ -12,6 +12,8 @@ become typed graph inputs, so their data is never touched.
 from __future__ import annotations
 
 import os
+import sys
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -231,6 +233,98 @@ def _infer(mp: onnx.ModelProto) -> onnx.ModelProto:
         return mp
 
 
+_CACHE: OrderedDict[tuple, tuple[onnx.ModelProto, dict[str, tuple[int, SymShape | None]]]] = (
+    OrderedDict()
+)
+_CACHE_SIZE = 8
+
+
+def _fingerprint(model: ir.Model) -> int:
+    """A cheap structural hash: the pass manager re-estimates after every pass, and shape
+    inference (the slow part) only needs redoing when the structure changed."""
+    parts: list[Any] = []
+    for node in model.graph:
+        parts.append(
+            (
+                node.op_type,
+                node.domain,
+                tuple(v.name if v is not None else "" for v in node.inputs),
+                tuple(v.name for v in node.outputs),
+                tuple(
+                    (k, repr(a.value)[:64])
+                    for k, a in node.attributes.items()
+                    if a.type != ir.AttributeType.GRAPH
+                ),
+            )
+        )
+    for name, v in model.graph.initializers.items():
+        parts.append((name, None if v.shape is None else tuple(str(d) for d in v.shape), v.dtype))
+    parts.append(tuple(v.name for v in model.graph.outputs))
+    return hash(tuple(parts))
+
+
+def _cached_infer(
+    model: ir.Model, fp: int, dims: Mapping[str, Sequence[Dim]], *, symbolic_tool: bool
+) -> tuple[onnx.ModelProto, dict[str, tuple[int, SymShape | None]]]:
+    """ONNX shape inference (fast, C++), then, where concrete shapes stay unknown, ONNX
+    Runtime's symbolic shape inference tool (slower, Python, but resolves Range, attention
+    masks and computed Reshape targets)."""
+    key = (fp, tuple(sorted((k, tuple(v)) for k, v in dims.items())), symbolic_tool)
+    hit = _CACHE.get(key)
+    if hit is not None:
+        _CACHE.move_to_end(key)
+        return hit
+    proto = _weight_free_proto(model, dims)
+    inferred = _infer(proto)
+    types: dict[str, tuple[int, SymShape | None]] = {}
+    _collect_types(inferred.graph, types)
+    if symbolic_tool and _has_unknown(inferred.graph, types):
+        try:
+            ssi = _symbolic_shape_inference().infer_shapes(
+                proto, auto_merge=True, guess_output_rank=False
+            )
+            if ssi is not None:
+                more: dict[str, tuple[int, SymShape | None]] = {}
+                _collect_types(ssi.graph, more)
+                for name, (et, shp) in more.items():
+                    old = types.get(name)
+                    if old is None or _concrete(old[1]) is None and _concrete(shp) is not None:
+                        types[name] = (et or (old[0] if old else 0), shp)
+        except Exception:  # noqa: BLE001 - best effort; what stays unknown is reported
+            pass
+    _CACHE[key] = (inferred, types)
+    if len(_CACHE) > _CACHE_SIZE:
+        _CACHE.popitem(last=False)
+    return inferred, types
+
+
+def _symbolic_shape_inference() -> Any:
+    """ORT's ``SymbolicShapeInference``, loaded from its file: importing the
+    ``onnxruntime.tools`` package would import torch (seconds) for an unrelated helper."""
+    mod = sys.modules.get("memshrink_ort_ssi")
+    if mod is None:
+        import importlib.util
+
+        import onnxruntime
+
+        path = Path(onnxruntime.__file__).parent / "tools" / "symbolic_shape_infer.py"
+        spec = importlib.util.spec_from_file_location("memshrink_ort_ssi", path)
+        if spec is None or spec.loader is None:
+            raise ImportError(path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules["memshrink_ort_ssi"] = mod
+        spec.loader.exec_module(mod)
+    return mod.SymbolicShapeInference
+
+
+def _has_unknown(gp: onnx.GraphProto, types: Mapping[str, tuple[int, SymShape | None]]) -> bool:
+    for node in gp.node:
+        for o in node.output:
+            if o and _concrete(types.get(o, (0, None))[1]) is None:
+                return True
+    return False
+
+
 def _collect_types(gp: onnx.GraphProto, out: dict[str, tuple[int, SymShape | None]]) -> None:
     for vi in list(gp.input) + list(gp.output) + list(gp.value_info):
         tt = vi.type.tensor_type
@@ -377,6 +471,15 @@ def build_view(
         (v.name or "", _dims_of(v.shape) or ()) for v in g.inputs if v.name not in g.initializers
     ]
     sidecar = load_sidecar(path) if path else None
+    if sidecar is not None and dims:
+        # Explicit symbol bindings beat the sidecar's default feed for the inputs they cover.
+        covered = {
+            name
+            for name, decl in declared
+            if any(isinstance(d, str) for d in decl)
+            and all(not isinstance(d, str) or d in dims for d in decl)
+        }
+        sidecar.inputs = [i for i in sidecar.inputs if i.name not in covered]
     try:
         bound = bind_input_shapes(declared, shapes=shapes, dims=dims, sidecar=sidecar)
     except UnboundDimensionError:
@@ -393,9 +496,8 @@ def build_view(
                     for d in decl
                 )
     sym_dims = {name: decl for name, decl in declared}
-    sym_proto = _infer(_weight_free_proto(irm, sym_dims))
-    sym_types: dict[str, tuple[int, SymShape | None]] = {}
-    _collect_types(sym_proto.graph, sym_types)
+    fp = _fingerprint(irm)
+    sym_proto, sym_types = _cached_infer(irm, fp, sym_dims, symbolic_tool=False)
     conc_dims: dict[str, Sequence[Dim]] = {
         name: tuple(d if d >= 0 else decl[i] for i, d in enumerate(bound[name]))
         for name, decl in declared
@@ -403,9 +505,7 @@ def build_view(
     if all(tuple(conc_dims[n]) == tuple(sym_dims[n]) for n, _ in declared):
         conc_types = sym_types
     else:
-        conc_proto = _infer(_weight_free_proto(irm, conc_dims))
-        conc_types = {}
-        _collect_types(conc_proto.graph, conc_types)
+        _, conc_types = _cached_infer(irm, fp, conc_dims, symbolic_tool=True)
     init_info: dict[str, tuple[int, bool]] = {}
     weight_bytes = ext_bytes = 0
     for name, v in g.initializers.items():

@@ -29,7 +29,8 @@ class Buffer:
     tensors: list[str] = field(default_factory=list)
     producer: int | None = None  # node index of the first tensor's producer
     is_output: bool = False
-    transient: bool = False  # working memory inside one node (control-flow bodies)
+    transient: bool = False  # working memory inside one node (control-flow bodies, kernel scratch)
+    scratch: bool = False  # kernel temporaries taken from the arena outside the plan
 
     def live_at(self, step: int) -> bool:
         return self.start <= step <= self.end
