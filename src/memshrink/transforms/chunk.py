@@ -1,0 +1,230 @@
+"""``chunk``: compute an activation-heavy region in K chunks that reuse each other's buffers.
+
+Why: a runtime holds a region's intermediate tensors at full size. Cut the region's input into
+K pieces (along the batch axis, or along a spatial axis with the halo its convolutions need),
+compute the region once per piece with the same weights, and concatenate the outputs: each
+piece's intermediates are 1/K as big and die before the next piece starts, so the peak drops
+towards the region's largest band. Regions are found automatically (``chunking.region``); an
+op is included only when its rule proves it row-independent along the chunk axis
+(``chunking.rules``), so the rewrite computes the same numbers up to floating-point
+summation order. K is chosen by the estimator (ORT steady state), under an optional budget.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import onnx_ir as ir
+
+from memshrink.bindings import load_sidecar
+from memshrink.manager import Pass, PassContext, PassResult
+from memshrink.model import META_SOURCE
+from memshrink.transforms import register
+from memshrink.transforms.chunking.region import Region, discover_best
+from memshrink.transforms.chunking.rewrite import RewriteStats, rewrite
+from memshrink.transforms.chunking.rules import Refuse
+from memshrink.transforms.chunking.specialize import specialize
+
+MODES = ("batch", "spatial")
+
+
+def _bindings(model: ir.Model, context: PassContext) -> dict[str, Any]:
+    """Input bindings: the pipeline's, else the source model's sidecar (how it is fed)."""
+    if context.shapes or context.dims:
+        return {"shapes": context.shapes or None, "dims": context.dims or None}
+    src = model.meta.get(META_SOURCE) or {}
+    path = src.get("path") if isinstance(src, dict) else None
+    side = load_sidecar(path) if path else None
+    if side is None or not side.inputs:
+        return {"shapes": None, "dims": None}
+    return {"shapes": {i.name: list(i.shape) for i in side.inputs}, "dims": None}
+
+
+def _predict(model: ir.Model, context: PassContext) -> tuple[int, Any]:
+    """Predicted ORT steady-state activation bytes (and the estimate, for its shapes)."""
+    from memshrink.estimate import estimate
+
+    est = estimate(model, backend="ort", **_bindings(model, context))
+    stage = next(s for s in est.prediction.stages if s.name == "steady_state")
+    return int(stage.activations), est
+
+
+def _shapes(est: Any) -> dict[str, tuple[int, ...] | None]:
+    return {name: t.shape for name, t in est.view.graph.tensors.items()}
+
+
+def _opset(model: ir.Model) -> int:
+    return int(model.opset_imports.get("", model.opset_imports.get("ai.onnx", 1)))
+
+
+def entries_for(
+    model: ir.Model, shapes: dict[str, tuple[int, ...] | None], mode: str, axis: int
+) -> dict[ir.Value, int]:
+    """The graph inputs a region of this mode starts from, with their chunk axis."""
+    out: dict[ir.Value, int] = {}
+    g = model.graph
+    if mode == "batch":
+        cands = [(v, shapes.get(v.name or "")) for v in g.inputs if v.name not in g.initializers]
+        sizes = [s[0] for _, s in cands if s and len(s) >= 1 and s[0] >= 2]
+        if not sizes:
+            return {}
+        n = max(set(sizes), key=sizes.count)
+        return {v: 0 for v, s in cands if s and len(s) >= 1 and s[0] == n}
+    for v in g.inputs:
+        s = shapes.get(v.name or "")
+        if v.name not in g.initializers and s and len(s) == 4 and s[axis] >= 2:
+            out[v] = axis
+    return out
+
+
+def chunk_counts(mode: str, extent: int, max_chunks: int, min_rows: int) -> list[int]:
+    if mode == "batch":
+        return [k for k in range(2, min(extent, max_chunks) + 1) if extent % k == 0]
+    ks, k = [], 2
+    while k <= max_chunks and extent // k >= min_rows:
+        ks.append(k)
+        k *= 2
+    return ks
+
+
+def apply(
+    model: ir.Model,
+    shapes: dict[str, tuple[int, ...] | None],
+    mode: str,
+    count: int,
+    axis: int,
+    stagger: int = 0,
+) -> tuple[Region, RewriteStats]:
+    """Find the region of ``mode`` in ``model`` and rewrite it in ``count`` chunks (in place)."""
+    spec = specialize(model, shapes)
+    entries = entries_for(model, shapes, mode, axis)
+    if not entries:
+        raise Refuse(f"no graph input to chunk along the {mode} axis")
+    region = discover_best(
+        model.graph, shapes, _opset(model), entries, f"{mode}{count}", min_extent=count
+    )
+    if not region.nodes:
+        raise Refuse(f"no op can be chunked along the {mode} axis")
+    st = rewrite(model.graph, region, count, stagger)
+    st.specialized = spec
+    return region, st
+
+
+@register
+class ChunkPass(Pass):
+    name = "chunk"
+    summary = (
+        "Compute activation-heavy regions in K chunks (batch, or spatial bands with halos) "
+        "that reuse each other's buffers."
+    )
+    targets = ("activations",)
+    exact = "atol 1e-4, rtol 1e-4"
+
+    @dataclass
+    class Options:
+        activation_budget: int = 0  # bytes of predicted ORT steady-state activations; 0 = lowest
+        modes: str = "batch,spatial"
+        max_chunks: int = 16
+        spatial_axis: int = 2  # NCHW height
+        min_rows: int = 16  # smallest spatial band (input rows) worth a chunk
+        max_extra_flops: float = 1.0  # halo recompute cap, as a fraction of the region's FLOPs
+        min_gain: float = 0.05  # smallest predicted drop worth the rewrite
+        specialize: bool = True  # bind symbolic input dims (from the bindings) to chunk them
+
+    def run(self, model: ir.Model, context: PassContext) -> PassResult:
+        o = self.options
+        modes = [m.strip() for m in o.modes.split(",") if m.strip()]
+        bad = [m for m in modes if m not in MODES]
+        if bad:
+            return PassResult(False, {"reason": f"unknown mode(s) {', '.join(bad)}"})
+        symbolic = any(
+            not isinstance(d, int)
+            for v in model.graph.inputs
+            if v.name not in model.graph.initializers and v.shape is not None
+            for d in v.shape
+        )
+        if symbolic and not o.specialize:
+            return PassResult(
+                False,
+                {"reason": "symbolic input dims and specialize=false: chunking needs static "
+                 "input shapes"},
+            )  # fmt: skip
+        try:
+            base, est = context.analysis("chunk.estimate", lambda: _predict(model, context))
+        except Exception as exc:  # noqa: BLE001 - no estimate, no decision
+            return PassResult(False, {"reason": f"estimator failed: {exc}"})
+        shapes = _shapes(est)
+        candidates: list[dict[str, Any]] = []
+        for mode in modes:
+            entries = entries_for(model, shapes, mode, o.spatial_axis)
+            if not entries:
+                candidates.append({"mode": mode, "refused": f"no input with a {mode} axis"})
+                continue
+            extent = min(shapes[v.name or ""][a] for v, a in entries.items())  # type: ignore[index]
+            for count in chunk_counts(mode, extent, o.max_chunks, o.min_rows):
+                context.progress(f"chunk: trying {mode} x{count}")
+                cand: dict[str, Any] = {"mode": mode, "chunks": count}
+                trial = model.clone()
+                try:
+                    region, st = apply(trial, shapes, mode, count, o.spatial_axis)
+                    pred, _ = _predict(trial, context)
+                except Refuse as exc:
+                    cand["refused"] = str(exc)
+                    candidates.append(cand)
+                    continue
+                except Exception as exc:  # noqa: BLE001 - a candidate that fails is skipped
+                    cand["refused"] = f"{type(exc).__name__}: {exc}"
+                    candidates.append(cand)
+                    continue
+                cand.update(
+                    predicted_activations=pred,
+                    extra_flops=round(st.extra_flops, 4),
+                    region_nodes=st.nodes_before,
+                    region_outputs=st.outputs,
+                    shape_classes=st.shape_classes,
+                )
+                if st.extra_flops > o.max_extra_flops:
+                    cand["refused"] = (
+                        f"extra compute {st.extra_flops:.0%} over max_extra_flops "
+                        f"{o.max_extra_flops:.0%}"
+                    )
+                candidates.append(cand)
+        stats: dict[str, Any] = {"predicted_activations_before": base, "candidates": candidates}
+        ok = [c for c in candidates if "refused" not in c]
+        if not ok:
+            stats["reason"] = "no region could be chunked" + (
+                f" ({candidates[0]['refused']})" if candidates else ""
+            )
+            return PassResult(False, stats)
+        best = min(c["predicted_activations"] for c in ok)
+        if o.activation_budget:
+            fit = [c for c in ok if c["predicted_activations"] <= o.activation_budget]
+            pick = min(fit or ok, key=lambda c: (c["extra_flops"], c["chunks"]) if fit else (
+                c["predicted_activations"], c["chunks"]))  # fmt: skip
+            if not fit:
+                stats["budget"] = "not met: chose the lowest predicted peak"
+        else:  # the fewest chunks within 3 % of the lowest predicted peak
+            near = [c for c in ok if c["predicted_activations"] <= best * 1.03]
+            pick = min(near, key=lambda c: (c["chunks"], c["extra_flops"]))
+        if pick["predicted_activations"] > base * (1 - o.min_gain):
+            stats["reason"] = (
+                f"best candidate ({pick['mode']} x{pick['chunks']}) lowers the predicted "
+                f"activations by less than {o.min_gain:.0%}"
+            )
+            return PassResult(False, stats)
+        region, st = apply(model, shapes, pick["mode"], pick["chunks"], o.spatial_axis)
+        stats.update(
+            mode=pick["mode"],
+            chunks=pick["chunks"],
+            predicted_activations_after=pick["predicted_activations"],
+            extra_flops=round(st.extra_flops, 4),
+            region_nodes=st.nodes_before,
+            nodes_added=st.nodes_after,
+            region_outputs=st.outputs,
+            shape_classes=st.shape_classes,
+            halo_rows=st.halo_rows,
+            specialized=st.specialized,
+            stopped_at=region.stops,
+        )
+        return PassResult(True, stats)

@@ -1,0 +1,1 @@
+"""Chunking machinery of the ``chunk`` pass: op rules, region discovery, the rewrite."""
