@@ -39,7 +39,7 @@ MiB = 1 << 20
 ATOL = 1e-5
 OVEP_PYTHON = REPO / ".cache" / "venv-ovep" / "bin" / "python"
 #: ORT settings for streamed parts: no prepacked weight copies, no arena kept between calls.
-PIPELINE = ["dedup-weights", "partition"]
+PIPELINE = ["dedup-weights", "fold-weight-transforms", "partition"]
 STREAM_ORT_OPTIONS = {"session.disable_prepacking": "1", "enable_cpu_mem_arena": False}
 
 

@@ -321,6 +321,9 @@ def plan_partition(
         bounds = _choose_cuts(prefix, cost, count, k)
         weights = _part_weights(facts, bounds)
     else:
+        # No cut can split one node's weights: that is the floor of the largest part.
+        floor = max(_part_weights(facts, [i, i + 1])[0] for i in range(n_nodes))
+        goal = max(part_budget, floor)
         k = max(1, math.ceil(total / part_budget))
         best: tuple[list[int], list[int]] | None = None
         for kk in range(k, min(n_nodes, 4 * k + 8) + 1):
@@ -328,16 +331,18 @@ def plan_partition(
             w = _part_weights(facts, b)
             if best is None or max(w) < max(best[1]):
                 best = (b, w)
-            if max(w) <= part_budget:
+            if max(w) <= goal:
                 break
         assert best is not None
         bounds, weights = best
         if max(weights) > part_budget:
             notes.append(
                 f"largest part holds {max(weights)} bytes of weights, over the budget "
-                f"{part_budget}: a single node's weights cannot be split"
+                f"{part_budget}"
+                + (": one node's weights cannot be split" if max(weights) <= floor else "")
             )
     bounds = _trim_floating_edges(bounds, facts)
+    bounds = _merge_light(bounds, facts, part_budget if not parts else 0)
     weights = _part_weights(facts, bounds)
     cuts = []
     for cut in bounds[1:-1]:
@@ -370,6 +375,25 @@ def _trim_floating_edges(bounds: list[int], facts: GraphFacts) -> list[int]:
         out.append(b)
     if len(out) > 2 and all(facts.floating[i] for i in range(out[0], out[1])):
         del out[1]
+    return out
+
+
+def _merge_light(bounds: list[int], facts: GraphFacts, limit: int) -> list[int]:
+    """Merge neighbouring parts while the merged part stays within ``limit`` weight bytes;
+    a part with almost no weights (< 2% of the mean part) always joins its neighbour: a
+    session for nothing costs time and saves no memory."""
+    total = _part_weights(facts, [bounds[0], bounds[-1]])[0]
+    light = 0.02 * total / max(1, len(bounds) - 1)
+    out = list(bounds[:2])
+    for b in bounds[2:]:
+        a0, a1 = out[-2], out[-1]
+        w_prev = _part_weights(facts, [a0, a1])[0]
+        w_next = _part_weights(facts, [a1, b])[0]
+        merged = _part_weights(facts, [a0, b])[0]
+        if w_prev <= light or w_next <= light or merged <= limit:
+            out[-1] = b
+        else:
+            out.append(b)
     return out
 
 
