@@ -105,6 +105,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             progress(f"writing weights {format_bytes(done)} / {format_bytes(total)}")
 
     info = save_model(model, dst, progress=save_progress, fsync=args.fsync)
+    _copy_sidecar(src, dst)
     report.seconds = time.perf_counter() - t0
     out_bytes = weight_bytes(model)
     result: dict[str, Any] = {
@@ -134,6 +135,18 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 
         write_json(result, args.json)
     return exit_code
+
+
+def _copy_sidecar(src: Path, dst: Path) -> None:
+    """Carry ``IN.onnx.json`` (how to feed the model) to the output: the inputs are unchanged."""
+    from memshrink.bindings import sidecar_path
+
+    side = sidecar_path(src)
+    if side.is_file() and dst.is_file():
+        target = sidecar_path(dst)
+        tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+        tmp.write_bytes(side.read_bytes())
+        os.replace(tmp, target)
 
 
 def _format_optimize(result: dict[str, Any]) -> str:
