@@ -153,7 +153,7 @@ def _format_optimize(result: dict[str, Any]) -> str:
     lines = [f"{'pass':<18} {'changed':<8} {'time':>8}  details"]
     for p in result["passes"]:
         details = ", ".join(
-            f"{k}={format_bytes(v) if 'bytes' in k else v}"
+            f"{k}={format_bytes(v) if 'bytes' in k and isinstance(v, (int, float)) else v}"
             for k, v in p["stats"].items()
             if isinstance(v, (int, float, str, bool))
         )

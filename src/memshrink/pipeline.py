@@ -60,8 +60,8 @@ def _expand(spec: str) -> tuple[list[str], dict[str, dict[str, Any]]]:
     presets = available_presets()
     path = Path(spec)
     if spec.endswith(".toml") or (path.is_file() and spec not in presets):
-        names, options, _ = load_pipeline_file(path)
-        return names, options
+        file_names, file_options, _ = load_pipeline_file(path)
+        return file_names, file_options
     names: list[str] = []
     options: dict[str, dict[str, Any]] = {}
     for part in (p.strip() for p in spec.split(",")):
