@@ -49,8 +49,11 @@ def _strip_external(graph: onnx.GraphProto) -> None:
     external paths against a folder it doesn't know, so references can't stay.
     """
     keep = []
+    declared = {vi.name for vi in graph.input}  # IR < 4 lists initializers as inputs too
     for init in graph.initializer:
         if _is_external(init):
+            if init.name in declared:
+                continue
             graph.input.append(
                 onnx.helper.make_tensor_value_info(init.name, init.data_type, list(init.dims))
             )
