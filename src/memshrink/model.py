@@ -9,6 +9,7 @@ with a clear message, not halfway through a pass.
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -81,6 +82,7 @@ def _load_path(path: Path) -> ir.Model:
     except Exception as exc:
         raise ModelLoadError(f"{path}: cannot be parsed as ONNX: {exc}") from None
     del proto
+    check_opsets(model, str(path))
     base_dir = str(path.parent.resolve())
     ir.external_data.set_base_dir(model.graph, base_dir)
     _set_attribute_tensor_base_dir(model, base_dir)
@@ -93,6 +95,35 @@ def _load_path(path: Path) -> ir.Model:
         "lifted_bytes": scan.lifted_bytes,
     }
     return model
+
+
+@functools.lru_cache(maxsize=1)
+def _known_opsets() -> dict[str, int]:
+    """Highest opset version this ``onnx`` knows for each standard domain (~0.1 s: cached)."""
+    known: dict[str, int] = {}
+    for schema in onnx.defs.get_all_schemas_with_history():
+        known[schema.domain] = max(known.get(schema.domain, 0), schema.since_version)
+    known[""] = max(known.get("", 0), onnx.defs.onnx_opset_version())
+    return known
+
+
+def check_opsets(model: ir.Model, where: str) -> None:
+    """Refuse opsets of standard domains newer than ``onnx`` knows: their ops' semantics are
+    unknown, so no rewrite (or check) of them can be trusted. Custom domains pass through."""
+    for domain, version in model.opset_imports.items():
+        key = "" if domain == "ai.onnx" else domain
+        if key == "":
+            newest: int | None = onnx.defs.onnx_opset_version()
+        elif key.startswith("ai.onnx"):
+            newest = _known_opsets().get(key)
+        else:
+            newest = None  # a custom domain: its ops are opaque to every pass
+        if newest is not None and not 1 <= version <= newest:
+            raise ModelLoadError(
+                f"{where}: unknown opset {domain or 'ai.onnx'} {version} (this onnx "
+                f"{onnx.__version__} knows versions 1..{newest}); upgrade onnx or "
+                "convert the model to a known opset"
+            )
 
 
 def iter_tensor_slots(model: ir.Model):
