@@ -230,6 +230,14 @@ class PassManager:
         report = PipelineReport()
         start = time.perf_counter()
         self._call("before_pipeline", model, context, report)
+        custom = custom_domain_ops(model)
+        if custom:
+            report.extra["custom_ops"] = custom
+            listed = ", ".join(f"{d}: {', '.join(sorted(ops))}" for d, ops in custom.items())
+            context.progress(
+                f"note: nodes of custom domains ({listed}) are opaque to memshrink; "
+                "passes keep them as they are"
+            )
         total = len(self.passes)
         for index, p in enumerate(self.passes, 1):
             context.progress(f"[{index}/{total}] {p.name} ...")
@@ -258,6 +266,21 @@ class PassManager:
         report.seconds = time.perf_counter() - start
         self._call("after_pipeline", report, model, context)
         return model, report
+
+
+STANDARD_DOMAINS = frozenset(
+    {"", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview", "ai.onnx.preview.training"}
+)
+
+
+def custom_domain_ops(model: ir.Model) -> dict[str, dict[str, int]]:
+    """Count nodes of non-standard domains (all subgraphs): ``{domain: {op_type: count}}``."""
+    found: dict[str, dict[str, int]] = {}
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        if node.domain not in STANDARD_DOMAINS:
+            ops = found.setdefault(node.domain, {})
+            ops[node.op_type] = ops.get(node.op_type, 0) + 1
+    return found
 
 
 def _stats_summary(stats: Mapping[str, Any]) -> str:
