@@ -21,7 +21,12 @@ _DISK_FULL = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}
 
 
 class SaveInterrupted(ModelSaveError):
-    """A signal arrived while saving; temp files were removed."""
+    """A signal arrived while saving; temp files were removed. Exits 128 + the signal number,
+    as shells report a process ended by that signal (130 for SIGINT, 143 for SIGTERM)."""
+
+    def __init__(self, message: str, signum: int = signal.SIGINT) -> None:
+        super().__init__(message)
+        self.exit_code = 128 + int(signum)
 
 
 def temp_path_for(final: Path) -> Path:
@@ -47,7 +52,7 @@ def sigterm_as_exception() -> Iterator[None]:
 
     def handler(signum: int, frame: object) -> None:
         raise SaveInterrupted(
-            f"interrupted by signal {signal.Signals(signum).name}; nothing written"
+            f"interrupted by signal {signal.Signals(signum).name}; nothing written", signum
         )
 
     previous = signal.signal(signal.SIGTERM, handler)

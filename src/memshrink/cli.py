@@ -1,7 +1,8 @@
 """The ``memshrink`` command line: optimize, passes, demo, and the estimate/verify commands.
 
-Errors print as one line (``memshrink: error: ...``) with exit code 2 for usage errors
-and 1 for failures; ``--debug`` shows the traceback. Subcommands of other packages
+Errors print as one line (``memshrink: error: ...``) with the exit code of their class
+(``memshrink.errors``: 2 usage, 6 unusable input, 7 unwritable output, 1 other failures);
+``--debug`` shows the traceback. Subcommands of other packages
 register themselves through ``register(subparsers)`` in their ``cli`` module.
 """
 
@@ -33,7 +34,10 @@ examples:
   memshrink demo
 
 exit codes: 0 ok, 1 failure, 2 usage error, 3 outputs differ, 4 over a memory
-budget, 5 a backend failed (see `memshrink verify --help`).
+budget, 5 a backend failed (see `memshrink verify --help`), 6 the input model
+cannot be used (truncated, not ONNX, broken external data, unknown opset), 7 the
+output cannot be written (folder missing or read-only, out of space), 130/143
+interrupted by SIGINT/SIGTERM (nothing written).
 """
 
 

@@ -1,26 +1,36 @@
 """Error types with exit codes, so the CLI can map every failure to one clear line.
 
-Exit codes: 0 ok, 1 failure, 2 usage error. Verification adds its own distinct codes
-(see ``memshrink.verify``), which are documented in the README.
+Exit codes: 0 ok, 1 failure, 2 usage error, 6 the input model cannot be used (unreadable,
+truncated, broken external data, unknown opset), 7 the output cannot be written (folder
+missing or read-only, out of space); an interrupted save exits 128 + the signal number (130
+for SIGINT, 143 for SIGTERM). Verification adds 3, 4 and 5 (see ``memshrink.verify``). All
+are documented in the README.
 """
 
 from __future__ import annotations
+
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_BAD_INPUT = 6
+EXIT_CANNOT_WRITE = 7
 
 
 class MemshrinkError(Exception):
     """Base class: a failure the user can act on; the message is shown as one line."""
 
-    exit_code: int = 1
+    exit_code: int = EXIT_FAILURE
 
 
 class UsageError(MemshrinkError):
     """Bad command line or API arguments (unknown pass, bad option, bad shape spec)."""
 
-    exit_code = 2
+    exit_code = EXIT_USAGE
 
 
 class ModelLoadError(MemshrinkError):
     """The input model cannot be read: truncated, not ONNX, or its external data is broken."""
+
+    exit_code = EXIT_BAD_INPUT
 
 
 class ExternalDataError(ModelLoadError):
@@ -29,6 +39,8 @@ class ExternalDataError(ModelLoadError):
 
 class ModelSaveError(MemshrinkError):
     """The output could not be written (unwritable folder, out of space, same path as input)."""
+
+    exit_code = EXIT_CANNOT_WRITE
 
 
 class PassError(MemshrinkError):
