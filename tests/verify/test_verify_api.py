@@ -177,3 +177,14 @@ def test_profile_and_plot(models, tmp_path: Path) -> None:  # verify's plot: see
     json.dumps(prof.to_dict())
     png = prof.save_plot(tmp_path / "p.png")
     assert Path(png).stat().st_size > 1000
+
+
+def test_oom_kill_and_python_errors_are_reported(models, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    orig, _, _ = models
+    monkeypatch.setenv("MEMSHRINK_TEST_CHILD_FAULT", "kill:cpu")
+    r = profile(orig, dims=DIMS, runs=1).runs[0]
+    assert r.status == "crashed" and "SIGKILL" in (r.error or "") and "OOM" in (r.error or "")
+    monkeypatch.setenv("MEMSHRINK_TEST_CHILD_FAULT", "raise:cpu")
+    r = profile(orig, dims=DIMS, runs=1).runs[0]
+    assert r.status == "failed" and "test fault injected" in (r.error or "")
+    assert [s["name"] for s in r.stages] == ["session"]

@@ -87,7 +87,7 @@ class Child:
         return _SavingStage(self, name)
 
     def fault(self, point: str) -> None:
-        """Test-only hook (``MEMSHRINK_TEST_CHILD_FAULT=segv|hang|raise[:BACKEND[:LABEL]]``)."""
+        """Test-only hook (``MEMSHRINK_TEST_CHILD_FAULT=segv|kill|hang|raise[:BACKEND[:LABEL]]``)."""
         spec = os.environ.get(FAULT_ENV)
         if not spec or point != "after-first-stage":
             return
@@ -99,6 +99,8 @@ class Child:
             return
         if kind == "segv":
             os.kill(os.getpid(), signal.SIGSEGV)
+        elif kind == "kill":  # what the OOM killer does
+            os.kill(os.getpid(), signal.SIGKILL)
         elif kind == "hang":
             time.sleep(3600)
         elif kind == "raise":
