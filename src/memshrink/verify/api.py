@@ -219,14 +219,14 @@ def _run(
     ref: ModelRef, label: str, backend: str, wd: Path, feeds_path: Path, feed_names: list[str],
     io: ModelIO, runs: int, timeout: float, session_options: Mapping[str, Any] | None,
     provider_options: Mapping[str, Mapping[str, Any]] | None, python: PythonArg,
-    gpu_base: int | None, progress: Progress,
+    gpu_base: int | None, progress: Progress, keep_outputs: bool = True,
 ) -> RunResult:  # fmt: skip
     res = run_child(
         ref, label, backend, workdir=wd, feeds_path=feeds_path, feed_names=feed_names,
         output_names=[o.name for o in io.outputs], runs=runs, timeout=timeout,
         session_options=session_options,
         provider_options=(provider_options or {}).get(backend), python=python,
-        progress=progress,
+        progress=progress, keep_outputs=keep_outputs,
     )  # fmt: skip
     if res.child.get("gpu") is not None:
         res.child["gpu"]["empty_session_baseline"] = gpu_base
@@ -319,7 +319,7 @@ def profile(
         results = []
         for b in backend_list:
             r = _run(ref, "model", b, wd, feeds_path, feed_names, io, runs, timeout,
-                     session_options, provider_options, python, gpu_base, progress)  # fmt: skip
+                     session_options, provider_options, python, gpu_base, progress, False)  # fmt: skip
             r.outputs = None
             results.append(r)
     settings = _settings(

@@ -151,6 +151,7 @@ def run_child(
     provider_options: Mapping[str, Any] | None = None,
     python: PythonArg = None,
     progress: Progress = None,
+    keep_outputs: bool = True,
 ) -> RunResult:
     """Run one child to completion, timeout or crash and return what it measured."""
     tag = f"{label}-{backend}"
@@ -214,7 +215,8 @@ def run_child(
         res.error = _signal_text(proc.returncode) + (f"; output: {text}" if text else "")
     elif proc.returncode == 0 and res.child.get("status") == STATUS_OK:
         res.status = STATUS_OK
-        res.outputs = _read_outputs(Path(spec["outputs"]), output_names)
+        if keep_outputs:
+            res.outputs = _read_outputs(Path(spec["outputs"]), output_names)
     elif proc.returncode == EXIT_UNSUPPORTED and res.child.get("status") == "unsupported":
         res.status, res.error = "unsupported", child_err
     else:
