@@ -27,6 +27,8 @@ from memshrink.transforms.chunking.rules import Refuse
 from memshrink.transforms.chunking.specialize import specialize
 
 MODES = ("batch", "spatial")
+#: Band-size steps tried per mode (0 = equal chunks); see ``chunking.region.bands``.
+STAGGERS = {"batch": (0, 1), "spatial": (0, 4, 8, 16)}
 
 
 def _bindings(model: ir.Model, context: PassContext) -> dict[str, Any]:
@@ -162,12 +164,18 @@ class ChunkPass(Pass):
                 candidates.append({"mode": mode, "refused": f"no input with a {mode} axis"})
                 continue
             extent = min(shapes[v.name or ""][a] for v, a in entries.items())  # type: ignore[index]
-            for count in chunk_counts(mode, extent, o.max_chunks, o.min_rows):
-                context.progress(f"chunk: trying {mode} x{count}")
-                cand: dict[str, Any] = {"mode": mode, "chunks": count}
+            grid = [
+                (count, stagger)
+                for count in chunk_counts(mode, extent, o.max_chunks, o.min_rows)
+                for stagger in STAGGERS[mode]
+                if stagger * (count - 1) < extent // count
+            ]
+            for count, stagger in grid:
+                context.progress(f"chunk: trying {mode} x{count} (stagger {stagger})")
+                cand: dict[str, Any] = {"mode": mode, "chunks": count, "stagger": stagger}
                 trial = model.clone()
                 try:
-                    region, st = apply(trial, shapes, mode, count, o.spatial_axis)
+                    region, st = apply(trial, shapes, mode, count, o.spatial_axis, stagger)
                     pred, _ = _predict(trial, context)
                 except Refuse as exc:
                     cand["refused"] = str(exc)
@@ -206,17 +214,20 @@ class ChunkPass(Pass):
                 stats["budget"] = "not met: chose the lowest predicted peak"
         else:  # the fewest chunks within 3 % of the lowest predicted peak
             near = [c for c in ok if c["predicted_activations"] <= best * 1.03]
-            pick = min(near, key=lambda c: (c["chunks"], c["extra_flops"]))
+            pick = min(near, key=lambda c: (c["chunks"], c["extra_flops"], c["stagger"]))
         if pick["predicted_activations"] > base * (1 - o.min_gain):
             stats["reason"] = (
                 f"best candidate ({pick['mode']} x{pick['chunks']}) lowers the predicted "
                 f"activations by less than {o.min_gain:.0%}"
             )
             return PassResult(False, stats)
-        region, st = apply(model, shapes, pick["mode"], pick["chunks"], o.spatial_axis)
+        region, st = apply(
+            model, shapes, pick["mode"], pick["chunks"], o.spatial_axis, pick["stagger"]
+        )
         stats.update(
             mode=pick["mode"],
             chunks=pick["chunks"],
+            stagger=pick["stagger"],
             predicted_activations_after=pick["predicted_activations"],
             extra_flops=round(st.extra_flops, 4),
             region_nodes=st.nodes_before,

@@ -548,7 +548,7 @@ def _window(f: NodeFacts, axis: int) -> Window:
     win = Window(j, ks[j], st[j], dl[j], pads[j], pads[j + n], pads)
     floor_len = (si[axis] + win.pb + win.pe - win.ek) // win.s + 1
     if floor_len != so[axis]:
-        raise Refuse(f"{f.node.op_type} with ceil_mode changes the output size")
+        raise Refuse(f"{f.node.op_type} output size not the floor formula (ceil_mode?)")
     return win
 
 
