@@ -22,6 +22,7 @@ BUILTIN_MODULES = (
     "memshrink.transforms.fold_weight_transforms",
     "memshrink.transforms.chunk",
     "memshrink.transforms.reorder",
+    "memshrink.transforms.inplace",
 )
 
 _REGISTRY: dict[str, type[Pass]] = {}
