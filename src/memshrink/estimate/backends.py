@@ -29,8 +29,8 @@ CALIBRATION: dict[str, float] = {
     "ort_run": 1 * MiB,  # per-run bookkeeping outside the arena
     "ort_conv_retained": 2.4,  # x fp32 Conv weight bytes kept in anon (NCHWc re-layout copies)
     "ort_conv_peak": 2.7,
-    "ort_prepack_retained": 0.92,  # x MatMul/Gemm B bytes kept as packed anon copies
-    "ort_prepack_peak": 1.5,  # packed copy + the mapped source pages while packing
+    "ort_prepack_retained": 0.96,  # x MatMul/Gemm B bytes kept as packed anon copies
+    "ort_prepack_transient": 0.75,  # x the largest packed weight: its source pages + scratch
     "ort_embedded_peak": 0.2,  # x all weights: the ModelProto's raw data while loading
     # OpenVINO CPU plugin.
     "ov_read": 2 * MiB,
@@ -85,7 +85,9 @@ def _ort_cpu(
     g = view.graph
     rules = ortsim.session_options_rules({k: str(v) for k, v in opts.items()})
     w = split_weights(g)
-    plan = ortsim.plan(g, order, reuse=bool(rules["enable_mem_reuse"]))
+    plan = ortsim.plan(
+        g, order, reuse=bool(rules["enable_mem_reuse"]), fusions=bool(rules["fusions"])
+    )
     sim = ortsim.simulate(
         plan,
         len(order),
@@ -95,17 +97,23 @@ def _ort_cpu(
     assumptions = [f"ORT session options: {rules}"] + sim.assumptions
     external = not view.embedded
     c = CALIBRATION
-    other = w.total - w.conv - w.prepacked
+    other = w.total - w.conv - w.prepacked - w.folded_anon
     ovh = int(c["ort_session_anon"] + c["ort_session_file"])
     sc = Stage("session_creation", overhead=int(ovh + c["ort_session_transient"]))
-    sc.weights_anon = int(c["ort_conv_peak"] * w.conv + c["ort_prepack_peak"] * w.prepacked)
-    retained_anon = int(c["ort_conv_retained"] * w.conv + c["ort_prepack_retained"] * w.prepacked)
+    retained_anon = int(
+        c["ort_conv_retained"] * w.conv + c["ort_prepack_retained"] * w.prepacked + w.folded_anon
+    )
+    sc.weights_anon = int(
+        retained_anon
+        + (c["ort_conv_peak"] - c["ort_conv_retained"]) * w.conv
+        + c["ort_prepack_transient"] * w.largest_prepacked
+    )
     if external:
         sc.notes.append(
             "external weights memory-mapped; Conv weights re-laid out and MatMul/Gemm B prepacked "
             "into anon copies (calibrated factors)"
         )
-        run_file = max(0, w.external - w.prepacked_only - w.conv - w.gather_tables)
+        run_file = max(0, w.external - w.prepacked_only - w.conv - w.gather_tables - w.folded_anon)
     else:
         sc.weights_anon += int(other + c["ort_embedded_peak"] * w.total)
         sc.notes.append(

@@ -11,6 +11,7 @@ become typed graph inputs, so their data is never touched.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections import OrderedDict
@@ -53,26 +54,33 @@ class TensorInfo:
     is_output: bool = False
     external: bool | None = None  # initializers: stored in an external file?
     init_bytes: int | None = None  # initializers: stored size
+    folded: bool = False  # computed from weights once at load time (constant folding)
 
     @property
     def itemsize(self) -> float | None:
-        if not self.elem_type:
-            return None
-        try:
-            return float(ir.DataType(self.elem_type).itemsize)
-        except (ValueError, AttributeError):
-            return None
+        return _itemsize(self.elem_type)
 
-    @property
+    @functools.cached_property
     def nbytes(self) -> int | None:
         if self.init_bytes is not None:
             return self.init_bytes
-        if self.shape is None or self.itemsize is None:
+        size = _itemsize(self.elem_type)
+        if self.shape is None or size is None:
             return None
         n = 1
         for d in self.shape:
             n *= d
-        return int(n * self.itemsize + 0.5)
+        return int(n * size + 0.5)
+
+
+@functools.lru_cache(maxsize=64)
+def _itemsize(elem_type: int) -> float | None:
+    if not elem_type:
+        return None
+    try:
+        return float(ir.DataType(elem_type).itemsize)
+    except (ValueError, AttributeError):
+        return None
 
 
 @dataclass
@@ -95,6 +103,59 @@ class GraphInfo:
     outputs: list[str]
     initializers: list[str]
     unknown: list[str] = field(default_factory=list)  # activations of unknown size
+    folded: set[int] = field(default_factory=set)  # nodes the runtime folds at load time
+
+
+# Never constant-folded by ONNX Runtime (non-deterministic, or kept for QDQ fusion).
+_NO_FOLD = frozenset(
+    {
+        "RandomNormal",
+        "RandomUniform",
+        "RandomNormalLike",
+        "RandomUniformLike",
+        "Multinomial",
+        "Bernoulli",
+        "QuantizeLinear",
+        "DequantizeLinear",
+        "If",
+        "Loop",
+        "Scan",
+    }
+)
+
+
+def fold_constants(g: GraphInfo) -> None:
+    """Mark what the runtimes compute once at load time: nodes whose inputs are all weights or
+    folded, and ``Shape``/``Size`` of statically shaped tensors (ORT ``ConstantFolding``; OpenVINO
+    folds the same). Their outputs become weights held in anon memory, not activations."""
+    for node in g.nodes:
+        if node.op_type in _NO_FOLD or node.subgraphs or node.domain not in ("", "ai.onnx"):
+            continue
+        if any(g.tensors[o].is_output for o in node.outputs if o):
+            continue
+        ins = [n for n in node.inputs if n]
+        if node.op_type in ("Shape", "Size") and ins:
+            src = g.tensors[ins[0]].sym_shape
+            ok = src is not None and all(isinstance(d, int) for d in src)
+        else:
+            ok = all(g.tensors[n].kind == "initializer" for n in ins)
+        if not ok:
+            continue
+        g.folded.add(node.index)
+        for o in node.outputs:
+            if not o:
+                continue
+            t = g.tensors[o]
+            t.kind = "initializer"
+            t.folded = True
+            t.producer = None
+            t.external = False
+            t.init_bytes = t.nbytes or 0
+            g.initializers.append(o)
+        for n in ins:
+            t = g.tensors[n]
+            t.consumers = [c for c in t.consumers if c != node.index]
+    g.unknown = [n for n in g.unknown if g.tensors[n].kind == "activation"]
 
 
 @dataclass
@@ -516,6 +577,7 @@ def build_view(
         weight_bytes += nb
         ext_bytes += nb if ext else 0
     graph = _build_graph(sym_proto.graph, sym_types, conc_types, init_info, set())
+    fold_constants(graph)
     if embedded is None:
         embedded = (
             _file_embeds_weights(path, weight_bytes) if path else ext_bytes < weight_bytes / 2

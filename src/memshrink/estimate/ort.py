@@ -84,8 +84,45 @@ def _same_size(g: GraphInfo, a: str, b: str) -> bool:
     return True
 
 
-def plan(g: GraphInfo, order: Sequence[int], *, reuse: bool = True) -> OrtPlan:
-    """Emulate ``allocation_planner.cc`` for sequential execution on one device."""
+CONV_FUSE_AFTER = frozenset(
+    {"BatchNormalization", "Relu", "Clip", "LeakyRelu", "Sigmoid", "HardSigmoid", "Tanh", "Add"}
+)
+
+
+def _fused_source(g: GraphInfo, node: NodeInfo, convish: set[str]) -> str | None:
+    """The Conv(-chain) output this node is fused into by ORT's CPU graph optimizations:
+    ``ConvBNFusion`` (BN folded into Conv weights), ``ConvActivationFusion`` and the NCHWc
+    transformer's Conv+Add ("Sum") fusion. The fused chain writes one tensor."""
+    if node.op_type not in CONV_FUSE_AFTER or node.domain not in ("", "ai.onnx"):
+        return None
+    cands = node.inputs[:2] if node.op_type == "Add" else node.inputs[:1]
+    for name in cands:
+        if not name or name not in convish:
+            continue
+        t = g.tensors[name]
+        if t.is_output or len(t.consumers) != 1:
+            continue
+        if node.op_type == "BatchNormalization" and g.nodes[t.producer or 0].op_type != "Conv":
+            continue
+        if node.op_type == "Add":
+            other = [n for n in node.inputs[:2] if n != name]
+            ot = g.tensors.get(other[0]) if other else None
+            if ot is None or ot.sym_shape != t.sym_shape:
+                continue  # a bias-like broadcast Add is not the residual Sum fusion
+        return name
+    return None
+
+
+def plan(
+    g: GraphInfo, order: Sequence[int], *, reuse: bool = True, fusions: bool = True
+) -> OrtPlan:
+    """Emulate ``allocation_planner.cc`` for sequential execution on one device.
+
+    With ``fusions`` (graph optimization level extended or all, the default), Conv followed by
+    BatchNormalization / an activation / a residual Add is one fused kernel: the chain's
+    intermediate tensors do not exist.
+    """
+    convish: set[str] = set()
     pos = positions(order)
     end_step = len(order) - 1
     # Use counts per tensor: consumers in the schedule (+1 for graph outputs: never freed).
@@ -147,6 +184,18 @@ def plan(g: GraphInfo, order: Sequence[int], *, reuse: bool = True) -> OrtPlan:
                 new_buffer(out, step, idx)
                 result.kinds[out] = "output"
                 continue
+            src = _fused_source(g, node, convish) if fusions and k == 0 else None
+            if src is not None and owner.get(src) in buf_of:
+                orig = owner[src]
+                owner[out] = orig
+                count[orig] += uses.get(out, 0)
+                buf_of[orig].tensors.append(out)
+                result.reused[out] = src
+                result.kinds[out] = "fused"
+                convish.add(out)
+                continue
+            if std and k == 0 and node.op_type in ("Conv", "FusedConv") and out:
+                convish.add(out)
             if std and k == 0 and node.op_type in ALIAS_OPS and inp:
                 if inp not in owner or owner[inp] not in buf_of:
                     owner[out] = inp  # a view of a user input or a weight: no arena memory
@@ -443,4 +492,6 @@ def session_options_rules(opts: Mapping[str, str]) -> dict[str, bool | str]:
         "enable_mem_pattern": flag("enable_mem_pattern", True),
         "enable_cpu_mem_arena": flag("enable_cpu_mem_arena", True),
         "enable_mem_reuse": flag("enable_mem_reuse", True),
+        "fusions": "DISABLE" not in str(opts.get("graph_optimization_level", "ALL")).upper()
+        and "BASIC" not in str(opts.get("graph_optimization_level", "ALL")).upper(),
     }

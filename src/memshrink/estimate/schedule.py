@@ -120,13 +120,16 @@ def openvino(g: GraphInfo) -> list[int]:
 
 
 def schedule(g: GraphInfo, name: str) -> list[int]:
-    """Return node indices in the named runtime's execution order."""
+    """Return node indices in the named runtime's execution order (folded nodes left out:
+    the runtime computed them once at load time)."""
     if name == "file":
-        return list(range(len(g.nodes)))
-    if name == "ort_default":
-        return ort_default(g)
-    if name == "ort_priority":
-        return ort_priority(g)
-    if name == "openvino":
-        return openvino(g)
-    raise UsageError(f"unknown schedule {name!r}; choose one of {', '.join(SCHEDULES)}")
+        order = list(range(len(g.nodes)))
+    elif name == "ort_default":
+        order = ort_default(g)
+    elif name == "ort_priority":
+        order = ort_priority(g)
+    elif name == "openvino":
+        order = openvino(g)
+    else:
+        raise UsageError(f"unknown schedule {name!r}; choose one of {', '.join(SCHEDULES)}")
+    return [i for i in order if i not in g.folded] if g.folded else order

@@ -47,6 +47,8 @@ class WeightSplit:
     fp16: int = 0
     conv: int = 0  # fp32 Conv weights (ORT CPU re-lays them out for its NCHWc kernels)
     gather_tables: int = 0  # read row by row (embeddings): only touched pages count
+    folded_anon: int = 0  # constant-folded results kept as weights (anon), not prepacked
+    largest_prepacked: int = 0
     names: dict[str, str] = field(default_factory=dict)
 
 
@@ -55,6 +57,8 @@ def split_weights(g: GraphInfo) -> WeightSplit:
     for name in g.initializers:
         t = g.tensors[name]
         nb = t.nbytes or 0
+        if t.folded and not t.consumers:
+            continue  # an intermediate of constant folding: freed once folding is done
         w.total += nb
         if t.external:
             w.external += nb
@@ -71,12 +75,15 @@ def split_weights(g: GraphInfo) -> WeightSplit:
         ]
         if uses and any(packed):
             w.prepacked += nb
+            w.largest_prepacked = max(w.largest_prepacked, nb)
             if all(packed):
                 w.prepacked_only += nb
             w.names[name] = "prepacked"
         elif uses and all(n.op_type == "Gather" and 0 in pos for n, pos in uses):
             w.gather_tables += nb
             w.names[name] = "gather"
+        elif t.folded:
+            w.folded_anon += nb
         if t.elem_type != FP16 and any(n.op_type == "Conv" and 1 in pos for n, pos in uses):
             w.conv += nb
         if any(n.op_type in OV_REORDER and 1 in pos for n, pos in uses):
