@@ -44,8 +44,8 @@ def test_optimize_prints_table(mlp_path: Path, tmp_path: Path, capsys) -> None: 
     [
         (["optimize", "{in}", "{in}"], 2, "output path is the input path"),
         (["optimize", "{in}", "{tmp}/o.onnx", "--passes", "nope"], 2, "unknown pass(es) nope"),
-        (["optimize", "{tmp}/missing.onnx", "{tmp}/o.onnx"], 1, "no such file"),
-        (["optimize", "{in}", "{tmp}/nodir/o.onnx"], 1, "does not exist"),
+        (["optimize", "{tmp}/missing.onnx", "{tmp}/o.onnx"], 6, "no such file"),
+        (["optimize", "{in}", "{tmp}/nodir/o.onnx"], 7, "does not exist"),
         (["optimize", "{in}", "{tmp}/o.onnx", "-O", "prune"], 2, "bad -O"),
         (["optimize", "{in}", "{tmp}/o.onnx", "--passes", "safe", "-O", "external-data.threshold=big"], 2, "expected int"),
     ],
@@ -68,7 +68,7 @@ def test_truncated_input_cli(tmp_path: Path, mlp_path: Path) -> None:
     bad = tmp_path / "bad.onnx"
     bad.write_bytes(mlp_path.read_bytes()[:100])
     proc = _cli("optimize", str(bad), str(tmp_path / "o.onnx"))
-    assert proc.returncode == 1 and "truncated or not an ONNX model" in proc.stderr
+    assert proc.returncode == 6 and "truncated or not an ONNX model" in proc.stderr
     proc = _cli("--debug", "optimize", str(bad), str(tmp_path / "o.onnx"))
     assert "Traceback" in proc.stderr
 

@@ -167,3 +167,44 @@ def test_existing_output_survives_failed_save(tmp_path: Path, mlp_path: Path) ->
     proc = _run_child(code)
     assert "ERR ModelSaveError" in proc.stdout, proc.stderr
     assert (out.read_bytes(), Path(str(out) + ".data").read_bytes()) == before
+
+
+def test_constants_inside_functions_are_saved(tmp_path: Path) -> None:
+    """Lifted payloads in function bodies must not keep pointing at the input file."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    const = numpy_helper.from_array(np.arange(512, dtype=np.float32), "c")
+    fn = helper.make_function(
+        "my.dom",
+        "AddC",
+        ["x"],
+        ["y"],
+        [
+            helper.make_node("Constant", [], ["k"], value=const),
+            helper.make_node("Add", ["x", "k"], ["y"]),
+        ],
+        [helper.make_opsetid("", 17)],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("AddC", ["x"], ["y"], domain="my.dom")],
+        "g",
+        [helper.make_tensor_value_info("x", 1, [512])],
+        [helper.make_tensor_value_info("y", 1, [512])],
+    )
+    src = tmp_path / "fn.onnx"
+    proto = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("my.dom", 1)],
+        functions=[fn],
+    )
+    onnx.save_model(proto, src)
+    feeds = {"x": np.ones(512, np.float32)}
+    for external in (True, False):
+        out = tmp_path / f"out_{external}.onnx"
+        save_model(load(src), out, external=external)
+        src.rename(tmp_path / "moved.onnx")  # the output must not depend on the input file
+        try:
+            assert_bit_identical(run_ort(out, feeds), [np.arange(512, dtype=np.float32) + 1])
+        finally:
+            (tmp_path / "moved.onnx").rename(src)

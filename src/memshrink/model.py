@@ -137,12 +137,20 @@ def iter_tensor_slots(model: ir.Model):
             if value.const_value is not None:
                 yield value.const_value, _initializer_setter(value)
         for node in graph:
-            for name, attr in list(node.attributes.items()):
-                if attr.type == ir.AttributeType.TENSOR and attr.value is not None:
-                    yield attr.value, _attr_setter(node, name)
-                elif attr.type == ir.AttributeType.TENSORS:
-                    for i, tensor in enumerate(attr.value):
-                        yield tensor, _attr_list_setter(node, name, i)
+            yield from _attribute_slots(node)
+    # Function bodies (and their subgraphs) can hold Constant tensors too.
+    for function in model.functions.values():
+        for node in ir.traversal.RecursiveGraphIterator(function):
+            yield from _attribute_slots(node)
+
+
+def _attribute_slots(node: ir.Node):
+    for name, attr in list(node.attributes.items()):
+        if attr.type == ir.AttributeType.TENSOR and attr.value is not None:
+            yield attr.value, _attr_setter(node, name)
+        elif attr.type == ir.AttributeType.TENSORS:
+            for i, tensor in enumerate(attr.value):
+                yield tensor, _attr_list_setter(node, name, i)
 
 
 def _initializer_setter(value: ir.Value):
