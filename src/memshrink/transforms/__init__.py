@@ -23,6 +23,7 @@ BUILTIN_MODULES = (
     "memshrink.transforms.chunk",
     "memshrink.transforms.reorder",
     "memshrink.transforms.inplace",
+    "memshrink.transforms.recompute",
 )
 
 _REGISTRY: dict[str, type[Pass]] = {}
