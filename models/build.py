@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
 import sys
 import tempfile
@@ -53,6 +54,8 @@ def fingerprint(spec: ModelSpec) -> str:
     parts = [f"{name}{module.BUILD_VERSION}"]
     if spec.needs_torch:
         parts.append(f"export{export.BUILD_VERSION}")
+    if spec.version != 1:
+        parts.append(f"v{spec.version}")
     return "-".join(parts)
 
 
@@ -184,17 +187,27 @@ def build_many(
     specs.sort(key=lambda s: order.index(s.source))
     results = []
     for spec in specs:
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), _cpu_seconds()
         skipped = not force and is_built(spec.name, out_dir)
         if log:
             print(f"[models] {'skip ' if skipped else 'build'} {spec.name}", file=sys.stderr)
         path = build(spec.name, out_dir, force=force)
         seconds = time.perf_counter() - start
         if log and not skipped:
-            print(f"[models]   done {spec.name} in {seconds:.1f} s -> {path}", file=sys.stderr)
+            cpu = _cpu_seconds() - cpu_start
+            print(
+                f"[models]   done {spec.name} in {seconds:.1f} s ({cpu:.1f} CPU-s) -> {path}",
+                file=sys.stderr,
+            )
         results.append((spec.name, path, seconds, skipped))
     forget_exports()
     return results
+
+
+def _cpu_seconds() -> float:
+    """This process's user+system CPU time: a build-cost figure that load on the box can't inflate."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _require_torch(name: str) -> None:

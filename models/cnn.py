@@ -93,8 +93,13 @@ def _divisible(v: float, divisor: int = 8) -> int:
     return new_v + divisor if new_v < 0.9 * v else new_v
 
 
-def mobilenet_v2(width_mult: float = 1.0, num_classes: int = 1000) -> Any:
-    """torchvision's mobilenet_v2 (inverted residuals, ReLU6, 1280-wide head)."""
+def mobilenet_v2(
+    width_mult: float = 1.0, num_classes: int = 1000, max_repeats: int | None = None
+) -> Any:
+    """torchvision's mobilenet_v2 (inverted residuals, ReLU6, 1280-wide head).
+
+    ``max_repeats`` caps the blocks per stage (tiny variants: export time grows with depth).
+    """
     nn = _nn()
 
     def cbr(cin: int, cout: int, k: int, stride: int = 1, groups: int = 1) -> Any:
@@ -136,7 +141,7 @@ def mobilenet_v2(width_mult: float = 1.0, num_classes: int = 1000) -> Any:
                 (6, 320, 1, 1),
             ):
                 cout = _divisible(c * width_mult)
-                for i in range(n):
+                for i in range(min(n, max_repeats or n)):
                     feats.append(InvertedResidual(cin, cout, s if i == 0 else 1, t))
                     cin = cout
             feats.append(cbr(cin, last, 1))
@@ -316,6 +321,7 @@ def add(
     output: str = "logits",
     seed: int = 0,
     label: str = "",
+    version: int = 1,
 ) -> None:
     register(
         ModelSpec(
@@ -328,6 +334,7 @@ def add(
             feeds=(Feed("input", shape, "float32"),),
             seed=seed,
             extra={"architecture": label or description},
+            version=version,
         )
     )
 
@@ -360,10 +367,11 @@ add(
 )
 add(
     "mobilenetv2-tiny",
-    "MobileNetV2 at width 0.25, batch 1, 64x64",
-    lambda: mobilenet_v2(width_mult=0.25, num_classes=10),
+    "MobileNetV2 at width 0.25, 1 block per stage, batch 1, 64x64",
+    lambda: mobilenet_v2(width_mult=0.25, num_classes=10, max_repeats=1),
     (1, 3, 64, 64),
     tags=("tiny", "ci"),
+    version=2,
 )
 add(
     "unet-tiny",

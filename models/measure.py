@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from models.build import build
+from models.build import build_many
 
 MIB = 1024 * 1024
 
@@ -63,7 +63,7 @@ def measure_many(
     for name in names:
         start = time.perf_counter()
         try:
-            path = build(name, out_dir)
+            path = build_many([name], out_dir)[0][1]
             row = measure_one(path, runs=runs, timeout=timeout)
         except Exception as exc:  # a broken model must not hide the others' numbers
             row = {"name": name, "status": "error", "error": f"{type(exc).__name__}: {exc}"}

@@ -49,6 +49,7 @@ class ModelSpec:
     dims: dict[str, int] = field(default_factory=dict)  # bindings of the graph's symbolic dims
     needs_torch: bool = True
     extra: dict[str, Any] = field(default_factory=dict)  # e.g. vocab_size, config summary
+    version: int = 1  # bump when this one model's bytes change (see build.fingerprint)
 
 
 _REGISTRY: dict[str, ModelSpec] = {}
