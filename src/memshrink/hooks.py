@@ -20,8 +20,16 @@ def _estimate_summary(model: ir.Model, context: PassContext) -> dict[str, Any]:
         from memshrink.estimate import estimate
     except ImportError as exc:  # estimator not available in this build
         return {"error": f"estimator unavailable: {exc}"}
+    from memshrink.writer import decide_external
+
     try:
-        est = estimate(model, backend=context.backend, shapes=context.shapes, dims=context.dims)
+        est = estimate(
+            model,
+            backend=context.backend,
+            shapes=context.shapes,
+            dims=context.dims,
+            embedded=not decide_external(model),  # predict for the file the save will write
+        )
     except MemshrinkError as exc:
         return {"error": str(exc)}
     summary: dict[str, Any] = {"backend": context.backend, "stage_peaks": est.stage_peaks()}

@@ -74,7 +74,8 @@ def _files_in_use(model: ir.Model) -> set[str]:
     return used
 
 
-def _decide_external(model: ir.Model, external: bool | None) -> bool:
+def decide_external(model: ir.Model, external: bool | None = None) -> bool:
+    """Whether a save writes external data: explicit, then pass policy, then the input's layout, then size."""
     if external is not None:
         return external
     policy = model.meta.get(META_SAVE) or {}
@@ -148,7 +149,7 @@ def save_model(
     alignment = int(
         alignment if alignment is not None else policy.get("alignment", DEFAULT_ALIGNMENT)
     )
-    use_external = _decide_external(model, external)
+    use_external = decide_external(model, external)
     data_final = final.with_name(data_name or f"{final.name}.data")
 
     in_use = _files_in_use(model)
