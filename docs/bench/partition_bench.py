@@ -62,6 +62,7 @@ def child(spec_path: str) -> int:
             spec["backend"],
             spec["mode"],
             session_options=spec.get("session_options") or None,
+            lean=spec.get("lean", True),
         )
     create_s = time.perf_counter() - t0
     names = spec["outputs"]
@@ -174,7 +175,9 @@ def main() -> int:
     ap.add_argument("--modes", default="original,resident,streamed")
     ap.add_argument("--budget", default="64MiB", help="partition.part_budget")
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--plain-ort", action="store_true", help="no streamed ORT options")
+    ap.add_argument(
+        "--plain-ort", action="store_true", help="parts use ORT defaults, not the lean options"
+    )
     ap.add_argument("--json", help="write all results here")
     args = ap.parse_args()
     if args.child:
@@ -205,9 +208,7 @@ def main() -> int:
             ref = None
             for mode in args.modes.split(","):
                 model = str(src) if mode == "original" else str(folder)
-                opts = {}
-                if mode == "streamed" and backend != "openvino" and not args.plain_ort:
-                    opts = STREAM_ORT_OPTIONS
+                opts: dict = {}
                 spec = {
                     "model": model,
                     "backend": backend,
@@ -216,6 +217,7 @@ def main() -> int:
                     "outputs": outputs,
                     "runs": args.runs,
                     "session_options": opts,
+                    "lean": not args.plain_ort,
                 }
                 res = run_child(python, spec, work, f"{name}-{backend}-{mode}")
                 if "error" in res:
@@ -245,6 +247,7 @@ def main() -> int:
                     "max_abs_diff": diff,
                     "spike_ratio": max(s["peak"] / max(s["after"], MiB) for s in st.values()),
                     "session_options": opts,
+                    "lean": not args.plain_ort,
                 }
                 rows.append(row)
                 ok = (

@@ -32,6 +32,13 @@ from memshrink.runtime.backends import (
 
 MODES = ("resident", "streamed")
 
+#: ONNX Runtime settings used when the caller gives none (``lean=True``): weights stay mapped
+#: from the parts' data files instead of being prepacked into heap copies (the copy made while
+#: prepacking would make every part's creation spike); streamed parts also skip the arena,
+#: which would be thrown away with the part anyway.
+LEAN_ORT_OPTIONS: dict[str, Any] = {"session.disable_prepacking": "1"}
+LEAN_ORT_STREAMED_OPTIONS: dict[str, Any] = {**LEAN_ORT_OPTIONS, "enable_cpu_mem_arena": False}
+
 _ORT_TYPES = {
     "float32": "float",
     "float64": "double",
@@ -122,7 +129,8 @@ class PartitionedSession:
 
     ``backend``: ``cpu`` | ``openvino`` | ``ort-openvino`` | ``cuda``. ``mode``: ``streamed``
     (default) or ``resident``. ``session_options``: a dict (ORT: SessionOptions attributes and
-    dotted config entries; OpenVINO: compile config) applied to every part.
+    dotted config entries; OpenVINO: compile config) applied to every part; when None and
+    ``lean`` is set, ORT parts get ``LEAN_ORT_OPTIONS`` (no prepacked weight copies).
     """
 
     def __init__(
@@ -135,6 +143,7 @@ class PartitionedSession:
         provider_options: Mapping[str, Any] | None = None,
         prefetch: bool = True,
         trim: bool = True,
+        lean: bool = True,
     ) -> None:
         if mode not in MODES:
             raise UsageError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
@@ -144,6 +153,10 @@ class PartitionedSession:
         self.manifest = read_manifest(self.folder)
         self.backend = backend
         self.mode = mode
+        if session_options is None and lean and backend in ("cpu", "ort-openvino"):
+            session_options = dict(
+                LEAN_ORT_STREAMED_OPTIONS if mode == "streamed" else LEAN_ORT_OPTIONS
+            )
         self.session_options = session_options
         self.provider_options = dict(provider_options or {})
         self.prefetch = prefetch
@@ -305,6 +318,7 @@ def open_session(
     session_options: Any = None,
     provider_options: Mapping[str, Any] | None = None,
     prefetch: bool = True,
+    lean: bool = True,
 ) -> PartitionedSession | ModelSession:
     """A session for a partition folder (``PartitionedSession``) or a single .onnx file."""
     if is_partition_folder(path):
@@ -315,6 +329,7 @@ def open_session(
             session_options=session_options,
             provider_options=provider_options,
             prefetch=prefetch,
+            lean=lean,
         )
     if Path(path).is_dir():
         raise ModelLoadError(f"{path}: a folder without manifest.json is not a partition folder")
