@@ -310,17 +310,31 @@ BACKENDS: dict[str, Callable[[Child], list[Any]]] = {
 }
 
 
+def _partition_driver() -> Callable[[Child], list[Any]]:
+    from memshrink.runtime.child_driver import run_partitioned
+
+    return run_partitioned
+
+
+#: Drivers of model kinds other than a single ``.onnx`` (see ``kinds.py``), imported lazily.
+DRIVERS: dict[str, Callable[[], Callable[[Child], list[Any]]]] = {
+    "partition": _partition_driver,
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     with open(argv[0]) as f:
         spec = json.load(f)
     child = Child(spec)
     try:
-        if spec["model"]["kind"] != "onnx":
-            raise Unsupported(
-                f"model kind {spec['model']['kind']!r} is not supported by this child"
-            )
-        outs = BACKENDS[spec["backend"]](child)
+        kind = spec["model"]["kind"]
+        if kind == "onnx":
+            outs = BACKENDS[spec["backend"]](child)
+        elif kind in DRIVERS:
+            outs = DRIVERS[kind]()(child)
+        else:
+            raise Unsupported(f"model kind {kind!r} is not supported by this child")
         _save_outputs(spec, outs)
         child.result["status"] = "ok"
         child.save()

@@ -37,8 +37,22 @@ class ModelRef:
         return {"kind": self.kind, "path": str(self.path)}
 
 
+def _is_partition(path: Path) -> bool:
+    from memshrink.partition.manifest import is_partition_folder
+
+    return is_partition_folder(path)
+
+
+def _partition_io(path: Path) -> ModelIO:
+    from memshrink.partition.verify_support import read_partition_io
+
+    return read_partition_io(path)
+
+
 KINDS: list[Kind] = [
     Kind("onnx", lambda p: p.is_file(), read_model_io),
+    # A partition folder (manifest.json + parts); the child runs it with PartitionedSession.
+    Kind("partition", _is_partition, _partition_io),
 ]
 
 
