@@ -19,6 +19,7 @@ import argparse
 import collections
 import json
 import platform
+import random
 import subprocess
 import sys
 import time
@@ -35,12 +36,14 @@ BEGIN, END = "<!-- sweep:begin -->", "<!-- sweep:end -->"
 
 
 def all_cases(kinds: list[str], limit: int | None, seed: int) -> list[h.Case]:
+    """Every case, in a seeded random order: a sweep stopped early is still a fair sample."""
     cases: list[h.Case] = []
     if "node" in kinds:
         cases += h.node_cases()
     cases += h.model_cases([k for k in kinds if k != "node"])
     if limit:
         cases = h.sample(cases, limit, seed)
+    random.Random(seed).shuffle(cases)
     return cases
 
 
@@ -146,6 +149,7 @@ def summarize(outcomes: list[dict], seconds: float, args: argparse.Namespace) ->
         per_pass[p] = {
             "pass": count["pass"],
             "fail": count["fail"],
+            "known_bug": count["known-bug"],
             "skip": count["skip"],
             "modified": sum(1 for o in mine if o["modified"]),
         }
@@ -173,29 +177,46 @@ def summarize(outcomes: list[dict], seconds: float, args: argparse.Namespace) ->
         "per_pass": per_pass,
         "skip_reasons": dict(skip_reasons.most_common()),
         "failures": [o for o in outcomes if o["status"] == "fail"],
+        "known_bugs": dict(
+            collections.Counter(
+                f"{o['pass_name']}: {o['reason'].split(')')[0]})"
+                for o in outcomes
+                if o["status"] == "known-bug"
+            ).most_common()
+        ),
         "deliberate_skips": [
             o for o in outcomes if o["status"] == "skip" and not o["reason"].startswith("ORT CPU")
         ],
     }
 
 
+_ORT_REASONS = (
+    ("NOT_IMPLEMENTED", "no ORT CPU kernel for this op/type (NOT_IMPLEMENTED)"),
+    ("is not a registered", "op or domain not registered in ORT (e.g. training ops)"),
+    (
+        "can't be converted to MLDataType",
+        "ORT's Python API cannot take this dtype as input (float8/int4/int2/bfloat16)",
+    ),
+    (
+        "No corresponding Numpy type",
+        "ORT's Python API cannot return this dtype (float8/int4/int2/bfloat16)",
+    ),
+    ("Unable to handle object", "ORT's Python API cannot take this input object"),
+    ("INVALID_GRAPH", "ORT rejects the graph (INVALID_GRAPH)"),
+    ("INVALID_ARGUMENT", "ORT rejects the inputs (INVALID_ARGUMENT)"),
+    ("RUNTIME_EXCEPTION", "ORT fails while running (RUNTIME_EXCEPTION)"),
+    ("FAIL", "ORT fails to load or run it (FAIL)"),
+)
+
+
 def _reason_class(reason: str) -> str:
     """Group skip reasons: ORT's error class without the model-specific tail."""
     if reason.startswith("ORT CPU cannot run the original"):
         tail = reason.split(":", 1)[1]
-        for key in (
-            "NOT_IMPLEMENTED",
-            "INVALID_GRAPH",
-            "INVALID_ARGUMENT",
-            "is not a registered",
-            "Unable to handle object",
-            "Type Error",
-            "FAIL",
-            "RUNTIME_EXCEPTION",
-        ):
+        for key, text in _ORT_REASONS:
             if key in tail:
-                return f"ORT CPU cannot run the original ({key})"
-        return "ORT CPU cannot run the original (other)"
+                return f"ORT CPU cannot run the original as given: {text}"
+        return "ORT CPU cannot run the original as given: other"
     return reason
 
 
@@ -206,14 +227,20 @@ def table(summary: dict) -> str:
         f"({', '.join(f'{k} {v}' for k, v in sorted(summary['cases_by_kind'].items()))}), "
         f"of which **{summary['cases_runnable']}** ORT CPU can run as given.",
         "",
-        "| pass | pass | fail | skipped | modified the model |",
-        "| --- | ---: | ---: | ---: | ---: |",
+        "| pass | pass | fail | known bug | skipped | modified the model |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for p, c in summary["per_pass"].items():
-        lines.append(f"| `{p}` | {c['pass']} | {c['fail']} | {c['skip']} | {c['modified']} |")
+        lines.append(
+            f"| `{p}` | {c['pass']} | {c['fail']} | {c['known_bug']} | {c['skip']} | {c['modified']} |"
+        )
     lines += ["", "Skipped, by reason (per pass × case):", ""]
     for reason, n in summary["skip_reasons"].items():
         lines.append(f"- {n} — {reason}")
+    if summary["known_bugs"]:
+        lines += ["", "Known bugs of other components' passes (see below), per pass × case:", ""]
+        for what, n in summary["known_bugs"].items():
+            lines.append(f"- {n} — {what}")
     if summary["failures"]:
         lines += ["", "Failures:", ""]
         for f in summary["failures"][:40]:
@@ -243,6 +270,11 @@ def main() -> int:
     ap.add_argument("--case-timeout", type=float, default=300.0)
     ap.add_argument("--logdir", default="/tmp/memshrink-reliability-sweep")
     ap.add_argument("--no-write", action="store_true", help="print the table only")
+    ap.add_argument(
+        "--summarize",
+        action="store_true",
+        help="only rebuild the table from the logs in --logdir (e.g. of a sweep stopped early)",
+    )
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--shard", help=argparse.SUPPRESS)
     ap.add_argument("--log", help=argparse.SUPPRESS)
@@ -252,23 +284,25 @@ def main() -> int:
         return worker(args)
     logdir = Path(args.logdir)
     logdir.mkdir(parents=True, exist_ok=True)
-    for old in logdir.glob("shard*"):
-        old.unlink()
     t0 = time.time()
-    import threading
+    if not args.summarize:
+        for old in logdir.glob("shard*"):
+            old.unlink()
+        import threading
 
-    threads = [
-        threading.Thread(target=run_shard, args=(args, i, args.workers, logdir))
-        for i in range(args.workers)
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+        threads = [
+            threading.Thread(target=run_shard, args=(args, i, args.workers, logdir))
+            for i in range(args.workers)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
     outcomes = []
-    for i in range(args.workers):
-        outcomes += _read_log(logdir / f"shard{i}.jsonl")[0]
-    summary = summarize(outcomes, time.time() - t0, args)
+    for log in sorted(logdir.glob("shard*.jsonl")):
+        outcomes += _read_log(log)[0]
+    seconds = sum(o.get("seconds", 0.0) for o in outcomes) if args.summarize else time.time() - t0
+    summary = summarize(outcomes, seconds, args)
     text = table(summary)
     print(text)
     if not args.no_write:

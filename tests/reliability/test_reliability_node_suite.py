@@ -19,8 +19,8 @@ import reliability_harness as h
 from memshrink.manager import Pass, PassContext, PassResult
 
 SEED = int(os.environ.get("MEMSHRINK_RELIABILITY_SEED", "20261126"))
-NODE_SAMPLE = int(os.environ.get("MEMSHRINK_RELIABILITY_SAMPLE", "120"))
-MODEL_SAMPLE = 5
+NODE_SAMPLE = int(os.environ.get("MEMSHRINK_RELIABILITY_SAMPLE", "40"))
+MODEL_SAMPLE = 4
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +29,7 @@ def node_cases() -> list[h.Case]:
 
 
 def _report(outcomes: list[h.Outcome]) -> str:
-    bad = [o for o in outcomes if o.status == "fail"]
+    bad = [o for o in outcomes if o.status == "fail"]  # "known-bug": see h.KNOWN_BUGS
     return "\n".join(f"{o.case} x {o.pass_name}: {o.reason}" for o in bad[:30])
 
 
@@ -111,7 +111,7 @@ class _LooseClaim(_NudgeWeight):
 
 
 def test_oracle_catches_a_one_ulp_change() -> None:
-    (case,) = [c for c in h.model_cases(["pytorch-operator"]) if c.name == "test_operator_mm"]
+    (case,) = [c for c in h.model_cases(["pytorch-operator"]) if c.name == "test_operator_conv"]
     good, nudged, loose = h.run_case(case, ["prune", _NudgeWeight(), _LooseClaim()])
     assert good.status == "pass", good.reason
     assert nudged.status == "fail" and "bit-identical" in nudged.reason
