@@ -28,7 +28,7 @@ def test_model_vs_its_partition_folder(tmp_path: Path, embed_mlp) -> None:  # ty
     src = embed_mlp(tmp_path / "m.onnx")
     folder = _partition(src, tmp_path / "parts", parts=2)
     assert (folder / "manifest.json").is_file()
-    report = verify(src, folder, backends=("cpu", "openvino"), dims={"batch": 2}, runs=2)
+    report = verify(src, folder, backends=("cpu",), dims={"batch": 2}, runs=2)
     assert report.exit_code == EXIT_OK, report.format_table()
     run = report.run("rewritten", "cpu")
     assert run is not None and run.child["runtime"]["name"].endswith("PartitionedSession")
