@@ -174,10 +174,12 @@ def build_many(
     out_dir: str | os.PathLike[str] | None = None,
     force: bool = False,
     log: bool = True,
+    keep_export: bool = False,
 ) -> list[tuple[str, Path, float, bool]]:
     """Build several models, grouped by source so each export runs once.
 
-    Returns ``(name, path, seconds, skipped)`` per model, in the order built.
+    Returns ``(name, path, seconds, skipped)`` per model, in the order built. The last
+    export is released at the end unless ``keep_export`` (for callers building one by one).
     """
     specs = [get_spec(n) for n in dict.fromkeys(names)]
     order: list[str] = []
@@ -200,7 +202,8 @@ def build_many(
                 file=sys.stderr,
             )
         results.append((spec.name, path, seconds, skipped))
-    forget_exports()
+    if not keep_export:
+        forget_exports()
     return results
 
 

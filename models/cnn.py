@@ -212,9 +212,10 @@ def multibranch(
     Each cell reads the two previous cell outputs (NASNet's h[i-1], h[i-2]) and runs four
     branches of different depth that each *expand* to ``expand`` x channels (a big tensor)
     and then *reduce* it, plus a pooling branch. ``forward`` computes every branch's big
-    tensor before reducing any — the order a naive topological sort (and the exported file)
-    has — so a runtime that follows file order holds all of them at once, while one that
-    interleaves branches holds one at a time.
+    tensor before reducing any, so the exported file lists all expansions first: an order
+    that follows the file holds them all at once, one that interleaves branches holds one.
+    Measured (docs/models.md): ORT's run peak differs between its DEFAULT and PRIORITY_BASED
+    orders on this net, so the schedule matters here.
     """
     nn = _nn()
     import torch

@@ -119,3 +119,19 @@ def test_half_written_build_does_not_count(tmp_path: Path) -> None:
 def test_out_dir_env_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MEMSHRINK_MODELS_DIR", os.fspath(tmp_path))
     assert models.model_path("bert-tiny") == tmp_path / "bert-tiny.onnx"
+
+
+def test_measure_row_from_a_real_profile(tmp_path: Path) -> None:
+    from models import measure
+
+    rows = measure.measure_many(["zoo-squeezenet"], tmp_path, runs=2, timeout=120)
+    assert len(rows) == 1
+    row = rows[0]
+    assert row["status"] == "ok", row.get("error")
+    sidecar = json.loads((tmp_path / "zoo-squeezenet.onnx.json").read_text())
+    assert row["weight_bytes"] == sidecar["weight_bytes"]
+    # Embedded weights are copied to the heap at session creation: at least the weights.
+    assert row["session_peak_delta"] >= sidecar["weight_bytes"]
+    assert row["steady_peak_delta"] >= row["session_after_delta"]
+    table = measure.markdown_table(rows)
+    assert "| zoo-squeezenet |" in table
