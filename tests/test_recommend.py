@@ -79,3 +79,15 @@ def test_recommended_options_lower_measured_steady_state(tmp_path):
     tuned = _steady_growth(profile(str(path), backends=("cpu",), runs=3, session_options=opts))
     # Memory figures are stable to about 2 MiB (MEASURING.md): atol 2 MiB, rtol 0.
     assert tuned <= default + 2 * MiB
+
+
+def test_accepts_an_in_memory_model(tmp_path):
+    from memshrink.model import load
+
+    path = tmp_path / "chain.onnx"
+    _chain(path)
+    by_path = recommend(str(path))
+    in_memory = recommend(load(str(path)))
+    assert [(r.key, r.value, r.saving) for r in in_memory] == [
+        (r.key, r.value, r.saving) for r in by_path
+    ]

@@ -33,9 +33,11 @@ PASSES = {
     "reorder": "reorder",
     "recompute": "recompute",
     "all3": "inplace,reorder,recompute",
+    "all": "all",  # the full preset: weight passes, these three, chunk, external-data
 }
 TOL = {"inplace": (0.0, 0.0), "reorder": (0.0, 0.0), "recompute": (1e-4, 1e-4)}
 TOL["all3"] = TOL["recompute"]
+TOL["all"] = (1e-4, 1e-4)
 MiB = 1 << 20
 DOC = ROOT / "docs" / "activation-passes.md"
 
@@ -103,7 +105,11 @@ def run_model(name: str, work: Path, openvino: bool, search_seconds: float) -> l
     for label, spec in PASSES.items():
         print(f"[{name}] {label}", file=sys.stderr, flush=True)
         t0 = time.perf_counter()
-        opts = {"reorder": {"search_seconds": search_seconds}} if "reorder" in spec else {}
+        opts = (
+            {"reorder": {"search_seconds": search_seconds}}
+            if "reorder" in spec or spec == "all"
+            else {}
+        )
         try:
             model, report = PassManager(spec, options=opts).run(load(str(src)), PassContext())
         except Exception as exc:  # noqa: BLE001 - a pass not built yet is a row, not a crash
@@ -161,8 +167,7 @@ def table(rows: list[dict]) -> str:
         o = orig.get(r["model"], {})
         if not r.get("modified") and r["variant"] != "original":
             lines.append(
-                f"| {r['model']} | {r['variant']} | no-op: {r.get('reason', '')[:90]} |"
-                + " |" * 11
+                f"| {r['model']} | {r['variant']} | no-op: {r.get('reason', '')[:90]} |" + " |" * 11
             )
             continue
         errs = ", ".join(f"{e[1]:.1e}" if e[1] is not None else "-" for e in r.get("errors", []))
@@ -198,9 +203,15 @@ def main() -> int:
     ap.add_argument("--no-openvino", action="store_true")
     ap.add_argument("--search-seconds", type=float, default=60.0)
     ap.add_argument("--json", help="also write the raw rows here")
+    ap.add_argument("--variants", help="comma list of variants (default: all of them)")
     ap.add_argument("--no-doc", action="store_true", help="do not update the docs page")
     args = ap.parse_args()
     names = args.models or (TINY if args.tiny else MODELS)
+    if args.variants:
+        keep = set(args.variants.split(","))
+        for k in list(PASSES):
+            if k not in keep:
+                del PASSES[k]
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="memshrink-actbench-") as tmp:
         for name in names:

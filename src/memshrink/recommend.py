@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import onnx_ir as ir
+
 from memshrink.units import format_bytes
 
 #: Settings tried for ONNX Runtime (CPU), with why each one can lower memory.
@@ -77,10 +79,16 @@ def recommend(
 
     ``backend``: ``ort`` (CPU; the settings are ``SessionOptions`` attributes) or ``openvino``
     (nothing to recommend: its CPU plugin plans activations itself and has no setting the
-    estimator models). Raises ``UnboundDimensionError`` when input dims are unbound.
+    estimator models). ``model``: a path, ``ModelProto`` or ``onnx_ir.Model`` (bindings then
+    default to its source model's sidecar). Raises ``UnboundDimensionError`` when input dims
+    are unbound.
     """
     if backend != "ort":
         return []
+    if shapes is None and dims is None and isinstance(model, ir.Model):
+        from memshrink.transforms.reorder import _sidecar_bindings
+
+        shapes = _sidecar_bindings(model)[0] or None  # the source model's sidecar
     base = _steady(model, backend, shapes, dims, {})
     chosen: dict[str, Any] = {}
     current = base
