@@ -28,7 +28,9 @@ from memshrink.transforms.chunking.specialize import specialize
 
 MODES = ("batch", "spatial")
 #: Band-size steps tried per mode (0 = equal chunks); see ``chunking.region.bands``.
-STAGGERS = {"batch": (0, 1), "spatial": (0, 4, 8, 16)}
+STAGGERS = {"batch": (0, 1), "spatial": (0, 4, 16)}
+#: Region cuts tried per mode (0 = the whole forward closure; t = outputs >= input extent / t).
+TRIMS = {"batch": (0,), "spatial": (0, 4, 8)}
 
 
 def _bindings(model: ir.Model, context: PassContext) -> dict[str, Any]:
@@ -97,14 +99,22 @@ def apply(
     count: int,
     axis: int,
     stagger: int = 0,
+    trim: int = 0,
 ) -> tuple[Region, RewriteStats]:
-    """Find the region of ``mode`` in ``model`` and rewrite it in ``count`` chunks (in place)."""
+    """Find the region of ``mode`` in ``model`` and rewrite it in ``count`` chunks (in place).
+
+    ``trim`` > 0 keeps only ops whose output extent is at least the input's / ``trim``: the
+    deep, low-resolution end of a CNN has halos as big as its maps, so chunking it costs
+    compute and saves nothing; the region then ends at the cut and is concatenated there.
+    """
     spec = specialize(model, shapes)
     entries = entries_for(model, shapes, mode, axis)
     if not entries:
         raise Refuse(f"no graph input to chunk along the {mode} axis")
+    extent = min(shapes[v.name or ""][a] for v, a in entries.items())  # type: ignore[index]
+    floor = max(count, extent // trim if trim else 0)
     region = discover_best(
-        model.graph, shapes, _opset(model), entries, f"{mode}{count}", min_extent=count
+        model.graph, shapes, _opset(model), entries, f"{mode}{count}", min_extent=floor
     )
     if not region.nodes:
         raise Refuse(f"no op can be chunked along the {mode} axis")
@@ -158,6 +168,7 @@ class ChunkPass(Pass):
             return PassResult(False, {"reason": f"estimator failed: {exc}"})
         shapes = _shapes(est)
         candidates: list[dict[str, Any]] = []
+        seen: set[tuple] = set()
         for mode in modes:
             entries = entries_for(model, shapes, mode, o.spatial_axis)
             if not entries:
@@ -165,17 +176,24 @@ class ChunkPass(Pass):
                 continue
             extent = min(shapes[v.name or ""][a] for v, a in entries.items())  # type: ignore[index]
             grid = [
-                (count, stagger)
+                (count, stagger, trim)
+                for trim in TRIMS[mode]
                 for count in chunk_counts(mode, extent, o.max_chunks, o.min_rows)
                 for stagger in STAGGERS[mode]
                 if stagger * (count - 1) < extent // count
             ]
-            for count, stagger in grid:
-                context.progress(f"chunk: trying {mode} x{count} (stagger {stagger})")
-                cand: dict[str, Any] = {"mode": mode, "chunks": count, "stagger": stagger}
+            for count, stagger, trim in grid:
+                context.progress(f"chunk: trying {mode} x{count} (stagger {stagger}, trim {trim})")
+                cand: dict[str, Any] = {
+                    "mode": mode, "chunks": count, "stagger": stagger, "trim": trim
+                }  # fmt: skip
                 trial = model.clone()
                 try:
-                    region, st = apply(trial, shapes, mode, count, o.spatial_axis, stagger)
+                    region, st = apply(trial, shapes, mode, count, o.spatial_axis, stagger, trim)
+                    key = (mode, count, stagger, st.nodes_before, tuple(st.outputs))
+                    if key in seen:  # a trim that cut nothing: same rewrite as before
+                        continue
+                    seen.add(key)
                     pred, _ = _predict(trial, context)
                 except Refuse as exc:
                     cand["refused"] = str(exc)
@@ -222,12 +240,14 @@ class ChunkPass(Pass):
             )
             return PassResult(False, stats)
         region, st = apply(
-            model, shapes, pick["mode"], pick["chunks"], o.spatial_axis, pick["stagger"]
-        )
+            model, shapes, pick["mode"], pick["chunks"], o.spatial_axis, pick["stagger"],
+            pick["trim"],
+        )  # fmt: skip
         stats.update(
             mode=pick["mode"],
             chunks=pick["chunks"],
             stagger=pick["stagger"],
+            trim=pick["trim"],
             predicted_activations_after=pick["predicted_activations"],
             extra_flops=round(st.extra_flops, 4),
             region_nodes=st.nodes_before,

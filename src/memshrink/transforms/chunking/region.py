@@ -107,7 +107,7 @@ def discover(
                 raise Refuse(f"{node.op_type} outputs chunked along different axes")
             ext = {f.out_shapes[i][oa[i]] for i in range(len(oa))}  # type: ignore[index]
             if len(ext) != 1 or min(ext) < min_extent:
-                raise Refuse(f"{node.op_type} output too small along the chunk axis")
+                raise Refuse(f"{node.op_type} output below the region's smallest extent")
         except Refuse as exc:
             stops[str(exc)] = stops.get(str(exc), 0) + 1
             continue
