@@ -44,6 +44,13 @@ def _steady(run: dict[str, Any]) -> int | None:
     return None
 
 
+def _abs_peak(run: dict[str, Any]) -> int | None:
+    """Run 3 (infer 3) peak over the empty process: weights and session state included."""
+    st = {s["name"]: s for s in run.get("stages", [])}
+    last = st.get("run3") or st.get("infer3")
+    return None if last is None else int(last["peak_delta"])
+
+
 def _last_seconds(run: dict[str, Any]) -> float | None:
     stages = run.get("stages", [])
     return float(stages[-1].get("seconds", 0.0)) if stages else None
@@ -61,7 +68,23 @@ def _predict(path: Path, backend: str, shapes: dict[str, list[int]] | None) -> i
     return int(stage.activations)
 
 
-def bench(name: str, workdir: Path, backends: tuple[str, ...], options: dict) -> dict[str, Any]:
+def _recommended(path: Path, shapes: dict[str, list[int]] | None) -> dict[str, Any]:
+    from memshrink.recommend import recommend, session_options
+
+    return session_options(recommend(str(path), backend="ort", shapes=shapes))
+
+
+def _profile_steady(path: Path, shapes: Any, session_options: dict[str, Any]) -> int | None:
+    from memshrink.verify import profile
+
+    rep = profile(str(path), backends=("cpu",), shapes=shapes, runs=3,
+                  session_options=session_options, timeout=1800)  # fmt: skip
+    return _steady(rep.runs[0].to_dict())
+
+
+def bench(
+    name: str, workdir: Path, backends: tuple[str, ...], options: dict, recommended: bool = False
+) -> dict[str, Any]:
     import models
     from memshrink.bindings import load_sidecar
     from memshrink.manager import PassContext, PassManager
@@ -102,12 +125,18 @@ def bench(name: str, workdir: Path, backends: tuple[str, ...], options: dict) ->
     for r in d["runs"]:
         key = f"{r['backend']}_{r['model']}"
         row[f"meas_{key}"] = _steady(r)
+        row[f"abs_{key}"] = _abs_peak(r)
         row[f"secs_{key}"] = _last_seconds(r)
         row[f"status_{key}"] = r["status"]
     for c in d["comparisons"]:
         errs = [o.get("max_abs") for o in c["outputs"] if o.get("max_abs") is not None]
         row[f"err_{c['backend']}"] = max(errs) if errs else None
         row[f"cmp_{c['backend']}"] = c["status"]
+    if recommended:  # ORT CPU under the session options the estimator recommends for each
+        for label, path in (("original", src), ("rewritten", out)):
+            opts = _recommended(path, shapes)
+            row[f"rec_opts_{label}"] = opts
+            row[f"meas_cpu-rec_{label}"] = _profile_steady(path, shapes, opts)
     return row
 
 
@@ -122,18 +151,20 @@ def _ratio(a: int | None, b: int | None) -> str:
 def table(rows: list[dict[str, Any]], backends: tuple[str, ...]) -> str:
     head = (
         "| model | chunking | extra FLOPs | backend | predicted before → after (MiB) | ratio "
-        "| measured before → after (MiB) | ratio | run 3 s before → after | max abs err |"
+        "| measured before → after (MiB) | ratio | whole-process run-3 peak (MiB) "
+        "| run 3 s before → after | max abs err |"
     )
-    lines = [head, "|" + "---|" * 10]
+    lines = [head, "|" + "---|" * 11]
     for r in rows:
         if not r.get("modified"):
-            lines.append(f"| {r['model']} | not chunked: {r.get('reason')} |" + " |" * 8)
+            lines.append(f"| {r['model']} | not chunked: {r.get('reason')} |" + " |" * 9)
             continue
         st = r["stats"]
         how = f"{st.get('mode')} ×{st.get('chunks')}" + (
             f" (stagger {st['stagger']})" if st.get("stagger") else ""
         )
-        for key in backends:
+        keys = list(backends) + (["cpu-rec"] if "meas_cpu-rec_original" in r else [])
+        for key in keys:
             pb, pa = r.get(f"pred_{key}_before"), r.get(f"pred_{key}_after")
             mb, ma = r.get(f"meas_{key}_original"), r.get(f"meas_{key}_rewritten")
             sb, sa = r.get(f"secs_{key}_original"), r.get(f"secs_{key}_rewritten")
@@ -142,7 +173,8 @@ def table(rows: list[dict[str, Any]], backends: tuple[str, ...]) -> str:
             lines.append(
                 f"| {r['model']} | {how} | {st.get('extra_flops', 0):.0%} | {key} "
                 f"| {_m(pb)} → {_m(pa)} | {_ratio(pb, pa)} | {_m(mb)} → {_m(ma)} "
-                f"| {_ratio(mb, ma)} | {secs} | {'-' if err is None else f'{err:.1e}'} "
+                f"| {_ratio(mb, ma)} | {_m(r.get(f'abs_{key}_original'))} → "
+                f"{_m(r.get(f'abs_{key}_rewritten'))} | {secs} | {'-' if err is None else f'{err:.1e}'} "
                 f"({r.get(f'cmp_{key}', '-')}) |"
             )
     return "\n".join(lines)
@@ -166,6 +198,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-O", dest="opts", action="append", default=[], help="chunk.OPT=VALUE")
     ap.add_argument("--json", help="also write the rows as JSON here")
     ap.add_argument("--no-doc", action="store_true", help="do not update docs/chunk.md")
+    ap.add_argument(
+        "--recommended",
+        action="store_true",
+        help="also measure ORT CPU under memshrink.recommend's session options",
+    )
+    ap.add_argument("--from-json", help="only print/write the table of an earlier --json run")
     a = ap.parse_args(argv)
     names = a.models or (TINY if a.tiny else MODELS)
     backends = ("cpu",) if a.no_openvino else ("cpu", "openvino")
@@ -173,11 +211,19 @@ def main(argv: list[str] | None = None) -> int:
     for o in a.opts:
         k, v = o.split("=", 1)
         options[k.removeprefix("chunk.")] = v
+    if a.from_json:
+        rows = json.loads(Path(a.from_json).read_text())
+        keys = ("cpu", "openvino")
+        text = table(rows, keys if not a.no_openvino else ("cpu",))
+        print(text)
+        if not a.no_doc:
+            write_doc(text)
+        return 0
     rows = []
     with tempfile.TemporaryDirectory(prefix="chunk-bench-", dir=ROOT / ".cache") as tmp:
         for name in names:
             print(f"== {name}", file=sys.stderr, flush=True)
-            rows.append(bench(name, Path(tmp), backends, options))
+            rows.append(bench(name, Path(tmp), backends, options, a.recommended))
             print(json.dumps(rows[-1], default=str)[:2000], file=sys.stderr, flush=True)
             if a.json:
                 Path(a.json).write_text(json.dumps(rows, indent=1, default=str))
