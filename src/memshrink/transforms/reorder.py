@@ -26,7 +26,6 @@ node order changes.
 
 from __future__ import annotations
 
-import copy
 import itertools
 import time
 from collections.abc import Callable, Sequence
@@ -37,7 +36,7 @@ import onnx_ir as ir
 
 from memshrink.errors import UnboundDimensionError
 from memshrink.estimate import ort as ortsim
-from memshrink.estimate.graph import GraphInfo, ModelView, build_view
+from memshrink.estimate.graph import GraphInfo, ModelView, NodeInfo, TensorInfo, build_view
 from memshrink.estimate.schedule import ort_default, ort_priority
 from memshrink.manager import Pass, PassContext, PassResult
 from memshrink.transforms import register
@@ -82,18 +81,21 @@ def _sidecar_bindings(model: ir.Model) -> tuple[dict[str, Any], dict[str, int]]:
 
 
 def permuted(g: GraphInfo, order: Sequence[int]) -> GraphInfo:
-    """``g`` with its nodes renumbered so that ``order`` is the file order."""
+    """``g`` with its nodes renumbered so that ``order`` is the file order (shallow copies)."""
     remap = {old: new for new, old in enumerate(order)}
     nodes = []
     for new, old in enumerate(order):
-        n = copy.copy(g.nodes[old])
-        n.index = new
+        n = object.__new__(NodeInfo)
+        n.__dict__ = {**g.nodes[old].__dict__, "index": new}
         nodes.append(n)
     tensors = {}
     for name, t in g.tensors.items():
-        t2 = copy.copy(t)
-        t2.producer = remap[t.producer] if t.producer is not None else None
-        t2.consumers = [remap[c] for c in t.consumers]
+        t2 = object.__new__(TensorInfo)
+        t2.__dict__ = {
+            **t.__dict__,
+            "producer": remap[t.producer] if t.producer is not None else None,
+            "consumers": [remap[c] for c in t.consumers],
+        }
         tensors[name] = t2
     return GraphInfo(nodes, tensors, g.inputs, g.outputs, g.initializers, g.unknown)
 
