@@ -327,3 +327,21 @@ def test_suite_unet_tiny(tmp_path: Path) -> None:
     feeds = _feeds(src)
     np.testing.assert_allclose(run_ort(out, feeds)[0], run_ort(src, feeds)[0], atol=1e-4, rtol=1e-4)
     assert st.nodes_before == 49
+
+
+def test_dead_branch_and_pad(tmp_path: Path) -> None:
+    """A dead op inside the region is skipped per chunk; Pad on other axes is chunked."""
+    nodes = [
+        helper.make_node("Pad", ["x", "pads"], ["p"]),
+        helper.make_node("Sigmoid", ["p"], ["dead"]),
+        helper.make_node("Relu", ["p"], ["y"]),
+    ]
+    src = _save(
+        _model(nodes, [_vi("x", [4, 3])], [_vi("y", [4, 5])], [_i64("pads", [0, 1, 0, 1])]),
+        tmp_path / "pad.onnx",
+    )
+    out, st = _chunk(src, tmp_path, "batch", 2)
+    assert st.nodes_before == 3 and st.outputs == ["y"]
+    assert not any(n.op_type == "Sigmoid" for n in onnx.load(out).graph.node)
+    feeds = _feeds(src)
+    assert np.array_equal(run_ort(src, feeds)[0], run_ort(out, feeds)[0])  # atol 0, rtol 0

@@ -249,8 +249,10 @@ def chunk_rows(region: Region, k: int, count: int, stagger: int = 0) -> ChunkRow
         for v in node.outputs:
             if v in want:
                 r = _hull(r, want[v])
-        if r is None or r[1] <= r[0]:
-            raise Refuse(f"chunk {k} needs nothing from {node.name}")
+        if r is None:
+            continue  # nothing in this chunk reads it (dead code): the chunk skips the node
+        if r[1] <= r[0]:
+            raise Refuse(f"chunk {k} needs no rows of {node.name}")
         f = region.facts[node]
         node_range[node] = r
         nd = rules.need(f, region.in_axes[node], region.out_axis[node], r)

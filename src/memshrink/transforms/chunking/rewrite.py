@@ -152,6 +152,8 @@ def rewrite(graph: ir.Graph, region: Region, count: int, stagger: int = 0) -> Re
                 local[v] = (b.slice(v, a, r, s, k), r)
             sig.append((r[1] - r[0],))
         for node in region.nodes:
+            if node not in rows.node_range:
+                continue
             f = region.facts[node]
             axes_in = region.in_axes[node]
             out_axis = region.out_axis[node]

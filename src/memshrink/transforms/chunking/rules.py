@@ -102,7 +102,7 @@ BROADCAST = {
 WINDOWED = {"Conv", "MaxPool", "AveragePool", "LpPool"}
 PER_SAMPLE = {
     "GlobalAveragePool", "GlobalMaxPool", "InstanceNormalization", "DepthToSpace",
-    "SpaceToDepth", "LpNormalization",
+    "SpaceToDepth",
 }  # fmt: skip
 RESHAPES = {"Reshape", "Flatten", "Squeeze", "Unsqueeze"}
 REDUCE = {
@@ -456,8 +456,13 @@ def _fwd_pad(f: NodeFacts, axes: list[int | None]) -> tuple[list[int], dict[int,
         mode = f.attr("mode", "constant")
         if mode != "constant":
             raise Refuse(f"Pad mode {mode}")
-        if len(f.node.inputs) > 1 and f.const_ints(1) is None:
+        pads = f.const_ints(1) if len(f.node.inputs) > 1 else None
+        if pads is None:
             raise Refuse("Pad amounts are not constant")
+        if len(f.node.inputs) > 3 and f.node.inputs[3] is not None:
+            raise Refuse("Pad with axes")
+        if pads[a] or pads[a + len(si)]:
+            raise Refuse("Pad along the chunked axis")
     return [a], {}
 
 
