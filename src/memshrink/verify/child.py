@@ -57,6 +57,13 @@ class Child:
             "stages": [],
             "gpu": None,
             "assumptions": {},
+            # Settings that change the measured memory (e.g. glibc's dynamic mmap threshold
+            # makes ORT CPU peaks bimodal; MALLOC_MMAP_THRESHOLD_ fixes it): say which were set.
+            "environment": {
+                k: v
+                for k, v in os.environ.items()
+                if k.startswith(("MALLOC_", "OMP_", "OV_", "ORT_", "CUDA_"))
+            },
         }
         self.meter: Meter | None = None
 

@@ -104,7 +104,7 @@ class RunResult:
             "seconds": round(self.seconds, 3),
             "python": self.python,
         }
-        for key in ("runtime", "baseline", "gpu", "assumptions"):
+        for key in ("runtime", "baseline", "gpu", "assumptions", "environment"):
             d[key] = self.child.get(key)
         base = self.baseline_rss or 0
         peak = self.peak()
