@@ -318,7 +318,13 @@ def exact_region_orders(
     deadline = time.monotonic() + seconds
     best = score_order(g, dfs_order(g, choose), "dfs")
     results = [best]
-    joins = [i for i in base if 1 < len(prods[i]) <= max_branches]
+
+    # Widest joins over the biggest inputs first: that is where the branch order matters.
+    def weight(i: int) -> tuple[int, int]:
+        nbytes = sum(_out_bytes(g, p) for p in prods[i])
+        return (-len(prods[i]), -nbytes)
+
+    joins = sorted((i for i in base if 1 < len(prods[i]) <= max_branches), key=weight)
     for j in joins:
         if time.monotonic() > deadline:
             break
