@@ -21,8 +21,7 @@ from memshrink.runtime.child_driver import run_partitioned
 from memshrink.verify.child import Child
 
 
-@pytest.mark.parametrize("backend", ["cpu", "openvino"])
-@pytest.mark.parametrize("mode", ["streamed", "resident"])
+@pytest.mark.parametrize(("backend", "mode"), [("cpu", "streamed"), ("openvino", "resident")])
 def test_child_driver_measures_stages_and_matches(tmp_path: Path, backend: str, mode: str) -> None:
     src = save(build_branchy(), tmp_path / "b.onnx")
     partition_to(src, tmp_path / "parts", parts=3)
