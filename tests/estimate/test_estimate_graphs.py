@@ -259,3 +259,34 @@ def test_outputs_table_json_plot(tmp_path):
     assert (tmp_path / "p.png").stat().st_size > 1000
     ov = estimate(chain(6), backend="openvino").stage_peaks()
     assert set(ov) == {"read_model", "compile_model", "run_1", "steady_state"}
+
+
+def test_arena_rules_match_measured_ort_micrographs():
+    # Measured on ORT 1.32 (docs/estimate.md): one 48 MiB MatMul output -> run 1 +48 MiB,
+    # steady +96 MiB (two generations); Add -> IsNaN -> Where adds two full-size scratch
+    # tensors in run 1 (+204 MiB planned+scratch). atol = 4 KiB (the tiny output's chunk).
+    mm = model(
+        HEAD
+        + """g (float[4,12,512,64] q, float[4,12,64,512] k) => (float[1,1,1,1] y) {
+            s = MatMul(q, k)
+            y = ReduceSum(s)
+        }"""
+    )
+    p = estimate(mm).prediction.planners
+    assert abs(p["ort_run_1"] - 48 * MB) <= 4096
+    assert abs(p["ort_steady_state"] - 96 * MB) <= 4096
+    wh = onnx.parser.parse_model(
+        HEAD
+        + """g (float[4,12,512,512] x) => (float[1,1,1,1] y) {
+            a = Add(x, x)
+            n = IsNaN(a)
+            zero = Constant<value = float {0.0}>()
+            w = Where(n, zero, a)
+            y = ReduceSum(w)
+        }"""
+    )
+    e = estimate(wh)
+    scratch = [b for b in e.prediction.details["plan"].buffers if b.scratch]
+    assert [b.size for b in scratch] == [48 * MB, 48 * MB]
+    # a 48 + n 12 + 2 x 48 scratch + w 48
+    assert abs(e.prediction.planners["ort_run_1"] - 204 * MB) <= 4096

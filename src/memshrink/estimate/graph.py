@@ -300,6 +300,14 @@ _CACHE: OrderedDict[tuple, tuple[onnx.ModelProto, dict[str, tuple[int, SymShape 
 _CACHE_SIZE = 8
 
 
+_OPAQUE_ATTRS = (
+    ir.AttributeType.GRAPH,
+    ir.AttributeType.GRAPHS,
+    ir.AttributeType.TENSOR,
+    ir.AttributeType.TENSORS,
+)
+
+
 def _fingerprint(model: ir.Model) -> int:
     """A cheap structural hash: the pass manager re-estimates after every pass, and shape
     inference (the slow part) only needs redoing when the structure changed."""
@@ -312,9 +320,8 @@ def _fingerprint(model: ir.Model) -> int:
                 tuple(v.name if v is not None else "" for v in node.inputs),
                 tuple(v.name for v in node.outputs),
                 tuple(
-                    (k, repr(a.value)[:64])
+                    (k, id(a.value) if a.type in _OPAQUE_ATTRS else repr(a.value))
                     for k, a in node.attributes.items()
-                    if a.type != ir.AttributeType.GRAPH
                 ),
             )
         )
@@ -415,9 +422,12 @@ def _collect_types(gp: onnx.GraphProto, out: dict[str, tuple[int, SymShape | Non
 
 
 def _concrete(shape: SymShape | None) -> tuple[int, ...] | None:
-    if shape is None or any(not isinstance(d, int) for d in shape):
+    if shape is None:
         return None
-    return tuple(int(d) for d in shape)  # type: ignore[arg-type]
+    for d in shape:
+        if type(d) is not int:
+            return None
+    return shape  # type: ignore[return-value]
 
 
 def _build_graph(
