@@ -242,6 +242,7 @@ def main() -> int:
                     "run1_peak_mib": st["run1"]["peak"] / MiB,
                     "steady_peak_mib": st[f"run{args.runs}"]["peak"] / MiB,
                     "whole_peak_mib": whole / MiB,
+                    "whole_anon_peak_mib": max(s["anon_peak"] for s in st.values()) / MiB,
                     "create_s": res["create_s"],
                     "run_s": res["run_s"][-1],
                     "max_abs_diff": diff,
