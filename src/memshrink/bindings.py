@@ -81,6 +81,8 @@ def _parse_dims(text: str, arg: str) -> tuple[int, ...]:
         raise UsageError(
             f"bad shape {arg!r}: dims must be integers, e.g. input=1,3,224,224"
         ) from None
+    if not dims:
+        raise UsageError(f"bad shape {arg!r}: no dims given, e.g. input=1,3,224,224")
     if any(d < 0 for d in dims):
         raise UsageError(f"bad shape {arg!r}: dims must be >= 0")
     return dims
@@ -145,7 +147,11 @@ def bind_input_shapes(
             resolved[name] = given
             continue
         side = sidecar.input(name) if sidecar else None
-        if side is not None and len(side.shape) == len(declared):
+        # Explicit --dim bindings of every symbol of this input beat the sidecar.
+        covered = any(isinstance(d, str) for d in declared) and all(
+            not isinstance(d, str) or d in dims for d in declared
+        )
+        if side is not None and len(side.shape) == len(declared) and not covered:
             resolved[name] = side.shape
             continue
         out: list[int] = []

@@ -163,7 +163,8 @@ def _format_optimize(result: dict[str, Any]) -> str:
         est = p.get("estimate") or {}
         if est.get("stage_peaks"):
             peaks = ", ".join(f"{k} {format_bytes(v)}" for k, v in est["stage_peaks"].items())
-            lines.append(f"{'':<18} predicted ({est.get('backend')}): {peaks}")
+            partial = ", partial: some shapes unknown" if est.get("partial") else ""
+            lines.append(f"{'':<18} predicted ({est.get('backend')}{partial}): {peaks}")
     save = result["save"]
     where = f"{save['path']}" + (f" + {save['data_path']}" if save["data_path"] else "")
     lines.append(
@@ -292,7 +293,9 @@ def register_builtin(sub: argparse._SubParsersAction) -> None:
         help="with --verify: also verify after every modifying pass",
     )
     p.add_argument(
-        "--fsync", action="store_true", help="flush the output to disk before committing it (survives power loss)"
+        "--fsync",
+        action="store_true",
+        help="flush the output to disk before committing it (survives power loss)",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress or tables")
     _add_shape_args(p)

@@ -29,12 +29,14 @@ def _estimate_summary(model: ir.Model, context: PassContext) -> dict[str, Any]:
             shapes=context.shapes,
             dims=context.dims,
             embedded=not decide_external(model),  # predict for the file the save will write
+            allow_partial=True,
         )
     except MemshrinkError as exc:
         return {"error": str(exc)}
     summary: dict[str, Any] = {"backend": context.backend, "stage_peaks": est.stage_peaks()}
     if getattr(est, "partial", False):
         summary["partial"] = True
+        summary["unknowns"] = list(getattr(est, "unknowns", []))[:20]
     return summary
 
 

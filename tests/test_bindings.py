@@ -1,0 +1,65 @@
+"""Shape bindings: --shape > --dim > sidecar, and unbound dims named, never guessed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from memshrink.bindings import bind_input_shapes, load_sidecar, parse_dim_args, parse_shape_args
+from memshrink.errors import UnboundDimensionError, UsageError
+
+INPUTS = [("ids", ["batch", "seq"]), ("image", [1, 3, 8, 8])]
+
+
+def _sidecar(tmp_path: Path):  # noqa: ANN202
+    model = tmp_path / "m.onnx"
+    Path(str(model) + ".json").write_text(
+        json.dumps(
+            {"inputs": [{"name": "ids", "shape": [1, 128], "dtype": "int64", "range": [0, 10]}]}
+        )
+    )
+    return load_sidecar(model)
+
+
+def test_parse_args() -> None:
+    assert parse_shape_args(["a=1,3,224,224", "b=1x128"]) == {"a": (1, 3, 224, 224), "b": (1, 128)}
+    assert parse_dim_args(["batch=4"]) == {"batch": 4}
+    for bad in (["a"], ["=1"], ["a=x"], ["a=-1"]):
+        with pytest.raises(UsageError):
+            parse_shape_args(bad)
+    with pytest.raises(UsageError):
+        parse_dim_args(["batch=four"])
+
+
+def test_unbound_dims_are_all_named() -> None:
+    with pytest.raises(UnboundDimensionError, match=r"ids\[0\] \('batch'\), ids\[1\] \('seq'\)"):
+        bind_input_shapes(INPUTS)
+
+
+def test_precedence_shape_dim_sidecar(tmp_path: Path) -> None:
+    side = _sidecar(tmp_path)
+    assert side is not None and side.input("ids").range == (0, 10)
+    assert bind_input_shapes(INPUTS, sidecar=side)["ids"] == (1, 128)
+    assert bind_input_shapes(INPUTS, dims={"batch": 4, "seq": 512}, sidecar=side)["ids"] == (4, 512)
+    assert bind_input_shapes(
+        INPUTS, shapes={"ids": [2, 8]}, dims={"batch": 4, "seq": 512}, sidecar=side
+    )["ids"] == (2, 8)
+    assert bind_input_shapes(INPUTS, dims={"batch": 4, "seq": 512})["image"] == (1, 3, 8, 8)
+
+
+def test_shape_errors() -> None:
+    with pytest.raises(UsageError, match="unknown input"):
+        bind_input_shapes(INPUTS, shapes={"nope": [1]}, dims={"batch": 1, "seq": 1})
+    with pytest.raises(UsageError, match="rank"):
+        bind_input_shapes(INPUTS, shapes={"ids": [1]})
+    with pytest.raises(UsageError, match="fixed to 3"):
+        bind_input_shapes(INPUTS, shapes={"image": [1, 4, 8, 8]}, dims={"batch": 1, "seq": 1})
+
+
+def test_malformed_sidecar(tmp_path: Path) -> None:
+    model = tmp_path / "m.onnx"
+    Path(str(model) + ".json").write_text("{not json")
+    with pytest.raises(UsageError, match="malformed sidecar"):
+        load_sidecar(model)
