@@ -1,0 +1,76 @@
+"""``estimate()``: the estimator's entry point (re-exported lazily by ``memshrink.estimate``).
+
+``estimate(model, backend="ort")`` binds input shapes, emulates the runtime's execution order,
+computes tensor lifetimes, plans them with the runtime's own rules (and with generic planners
+for comparison), and predicts each stage's peak split into weights, activations and overhead.
+It never reads weight values and never mutates the model it is given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from memshrink.errors import UsageError
+from memshrink.estimate.backends import DEFAULT_SCHEDULE, PREDICTORS
+from memshrink.estimate.graph import build_view
+from memshrink.estimate.result import Estimate
+from memshrink.estimate.schedule import SCHEDULES
+from memshrink.estimate.schedule import schedule as make_schedule
+
+__all__ = ["Estimate", "estimate", "SCHEDULES", "BACKENDS"]
+
+BACKENDS = tuple(PREDICTORS)
+
+
+def estimate(
+    model: Any,
+    *,
+    backend: str = "ort",
+    shapes: Mapping[str, Sequence[int]] | None = None,
+    dims: Mapping[str, int] | None = None,
+    session_options: Mapping[str, Any] | None = None,
+    schedule: str | None = None,
+    embedded: bool | None = None,
+    allow_partial: bool = False,
+) -> Estimate:
+    """Predict per-stage memory of ``model`` on ``backend`` (``ort`` | ``openvino`` | ``cuda``).
+
+    ``model``: a path, ``onnx.ModelProto`` or ``onnx_ir.Model`` (not modified, weights not read).
+    ``shapes``/``dims`` bind symbolic input dims (else the model's sidecar; else
+    ``UnboundDimensionError``, or with ``allow_partial`` a result with ``partial=True``).
+    ``session_options``: ORT settings that change memory (``execution_order``,
+    ``enable_mem_pattern``, ``enable_cpu_mem_arena``, ``enable_mem_reuse``).
+    ``schedule``: override the runtime's order (``file``, ``ort_default``, ``ort_priority``,
+    ``openvino``). ``embedded``: how the *saved* file stores weights (None: as loaded).
+    """
+    if backend not in PREDICTORS:
+        raise UsageError(f"unknown backend {backend!r}; choose one of {', '.join(PREDICTORS)}")
+    opts = dict(session_options or {})
+    view = build_view(
+        model, shapes=shapes, dims=dims, embedded=embedded, allow_partial=allow_partial
+    )
+    sched = schedule
+    if sched is None:
+        sched = DEFAULT_SCHEDULE[backend]
+        if (
+            backend in ("ort", "cuda")
+            and "PRIORITY" in str(opts.get("execution_order", "")).upper()
+        ):
+            sched = "ort_priority"
+    if sched not in SCHEDULES:
+        raise UsageError(f"unknown schedule {sched!r}; choose one of {', '.join(SCHEDULES)}")
+    order = make_schedule(view.graph, sched)
+    pred = PREDICTORS[backend](view, order, opts, sched)
+    assumptions = [
+        f"execution order: {sched}",
+        f"input bindings: { {k: list(v) for k, v in view.bindings.items()} }",
+        "weights stored "
+        + (
+            "embedded in the .onnx (heap copies)"
+            if view.embedded
+            else "in an external file (memory-mapped)"
+        ),
+        "graph as written: runtime graph optimizations (fusions, constant folding) not emulated",
+    ]
+    return Estimate(view=view, prediction=pred, assumptions=assumptions)
