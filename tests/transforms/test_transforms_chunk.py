@@ -15,6 +15,8 @@ import onnx
 import onnx_ir as ir
 import pytest
 from fixtures_onnx import run_ort
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 from memshrink.checks import check_model
@@ -345,3 +347,72 @@ def test_dead_branch_and_pad(tmp_path: Path) -> None:
     assert not any(n.op_type == "Sigmoid" for n in onnx.load(out).graph.node)
     feeds = _feeds(src)
     assert np.array_equal(run_ort(src, feeds)[0], run_ort(out, feeds)[0])  # atol 0, rtol 0
+
+
+_LAYER = st.tuples(
+    st.sampled_from(["Conv", "MaxPool", "AveragePool", "ConvTranspose", "Relu"]),
+    st.integers(1, 4),  # kernel
+    st.integers(1, 3),  # stride
+    st.integers(1, 2),  # dilation
+    st.integers(0, 2),  # pad begin
+    st.integers(0, 2),  # pad end
+)
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    layers=st.lists(_LAYER, min_size=1, max_size=5),
+    height=st.integers(8, 40),
+    count=st.integers(2, 5),
+    stagger=st.sampled_from([0, 1, 3]),
+)
+def test_random_halo_chains_match(tmp_path: Path, layers, height, count, stagger) -> None:  # noqa: ANN001
+    """Random conv/pool/deconv chains: every spatial chunking the pass can write is exact
+    (compared at atol 1e-5, rtol 1e-5)."""
+    nodes, inits, h, cur, ch = [], [], height, "x", 2
+    for i, (op, k, s, d, pb, pe) in enumerate(layers):
+        out = f"t{i}"
+        if op == "Relu":
+            nodes.append(helper.make_node("Relu", [cur], [out]))
+        elif op == "ConvTranspose":
+            if (k - 1) * d + 1 < s or pb + pe >= (h - 1) * s + (k - 1) * d + 1:
+                continue
+            inits.append(_w(f"w{i}", ch, 2, k, 1))
+            nodes.append(helper.make_node(
+                "ConvTranspose", [cur, f"w{i}"], [out], kernel_shape=[k, 1], strides=[s, 1],
+                dilations=[d, 1], pads=[pb, 0, pe, 0]))  # fmt: skip
+            h = (h - 1) * s + (k - 1) * d + 1 - pb - pe
+            ch = 2
+        else:
+            ek = (k - 1) * d + 1 if op == "Conv" else k
+            if pb >= k or pe >= k or h + pb + pe < ek:
+                continue
+            attrs = {"kernel_shape": [k, 1], "strides": [s, 1], "pads": [pb, 0, pe, 0]}
+            ins = [cur]
+            if op == "Conv":
+                attrs["dilations"] = [d, 1]
+                inits.append(_w(f"w{i}", 2, ch, k, 1))
+                ins.append(f"w{i}")
+                ch = 2
+            if op == "AveragePool":
+                attrs["count_include_pad"] = int(d == 2)
+            nodes.append(helper.make_node(op, ins, [out], **attrs))
+            h = (h + pb + pe - ek) // s + 1
+        cur = out
+    assume(nodes and h >= count)
+    nodes.append(helper.make_node("Identity", [cur], ["y"]))
+    proto = _model(nodes, [_vi("x", [1, 2, height, 3])], [_vi("y", [1, ch, h, 3])], inits)
+    src = _save(proto, tmp_path / f"chain_{abs(hash(str(layers))) % 10**8}.onnx")
+    from memshrink.transforms.chunking.rules import Refuse
+
+    try:
+        out_path, _ = _chunk(src, tmp_path, "spatial", count, stagger)
+    except Refuse as exc:  # only the documented refusals are acceptable
+        assert any(w in str(exc) for w in ("empty", "no rows", "merged row")), str(exc)
+        return
+    feeds = _feeds(src)
+    np.testing.assert_allclose(
+        run_ort(out_path, feeds)[0], run_ort(src, feeds)[0], atol=1e-5, rtol=1e-5
+    )
