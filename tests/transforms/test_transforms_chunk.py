@@ -264,7 +264,9 @@ def test_pass_chooses_k_and_lowers_the_prediction(tmp_path: Path) -> None:
 def test_activation_budget_picks_the_cheapest_fit(tmp_path: Path) -> None:
     src = _save(cnn(batch=8, hw=64), tmp_path / "cnn8.onnx")
     free = PassManager(["chunk"]).run(src)[1].passes[0].stats
-    fits = [c for c in free["candidates"] if "predicted_activations" in c and "refused" not in c]
+    base = free["predicted_activations_before"]
+    fits = [c for c in free["candidates"]
+            if "refused" not in c and c.get("predicted_activations", base) < base]  # fmt: skip
     budget = max(c["predicted_activations"] for c in fits)
     opts = {"chunk": {"activation_budget": budget, "min_gain": -1.0}}
     st = PassManager(["chunk"], options=opts).run(src)[1]
@@ -416,3 +418,9 @@ def test_random_halo_chains_match(tmp_path: Path, layers, height, count, stagger
     np.testing.assert_allclose(
         run_ort(out_path, feeds)[0], run_ort(src, feeds)[0], atol=1e-5, rtol=1e-5
     )
+
+
+def test_budget_already_met_is_a_noop(tmp_path: Path) -> None:
+    src = _save(cnn(batch=8, hw=64), tmp_path / "cnn8.onnx")
+    res = ChunkPass(activation_budget=1 << 40).run(load(src), PassContext())
+    assert not res.modified and "already within" in res.stats["reason"]

@@ -167,6 +167,12 @@ class ChunkPass(Pass):
         except Exception as exc:  # noqa: BLE001 - no estimate, no decision
             return PassResult(False, {"reason": f"estimator failed: {exc}"})
         shapes = _shapes(est)
+        if o.activation_budget and base <= o.activation_budget:
+            return PassResult(
+                False,
+                {"reason": "predicted activations already within activation_budget",
+                 "predicted_activations_before": base},
+            )  # fmt: skip
         candidates: list[dict[str, Any]] = []
         seen: set[tuple] = set()
         for mode in modes:
