@@ -15,6 +15,7 @@ import numpy as np
 import onnx_ir as ir
 import pytest
 import reliability_harness as h
+from fixtures_onnx import build_mlp, mlp_feeds
 
 from memshrink.manager import Pass, PassContext, PassResult
 
@@ -60,11 +61,12 @@ def test_model_suite_sample_every_pass() -> None:
     _assert_sweep(outcomes, len(sample))
 
 
-def test_light_model_case_all_passes() -> None:
-    """One real CNN of the suite (SqueezeNet, weights generated in-graph) through ``all``."""
+def test_light_model_case_every_pass() -> None:
+    """One real CNN of the suite (SqueezeNet, opset 9, weights generated in-graph)."""
     (case,) = [c for c in h.model_cases(["light"]) if c.name == "light_squeezenet"]
-    (outcome,) = h.run_case(case, [h.ALL])
-    assert outcome.status == "pass", outcome.reason
+    outcomes = h.run_case(case)
+    assert not [o for o in outcomes if o.status == "fail"], _report(outcomes)
+    assert sum(o.status == "pass" for o in outcomes) >= len(outcomes) // 2
 
 
 # ------------------------------------------------------------- the oracle can fail
@@ -76,7 +78,12 @@ class _NoOptions:
 
 
 class _NudgeWeight(Pass):
-    """Broken on purpose: claims bit-exactness, moves one float weight by one ulp."""
+    """Broken on purpose: claims bit-exactness, adds 1e-3 to one element of the last weight.
+
+    Small enough that the outputs stay within the suite's rtol 1e-3, so only the bit-exact
+    comparison against the original can catch it. (One ulp is not always enough: it can
+    vanish in the rounding of a long dot product and leave the outputs bit-identical.)
+    """
 
     name = "test-nudge-weight"
     summary = "test only"
@@ -85,11 +92,11 @@ class _NudgeWeight(Pass):
     Options = _NoOptions
 
     def run(self, model: ir.Model, context: PassContext) -> PassResult:
-        for value in model.graph.initializers.values():
+        for value in reversed(list(model.graph.initializers.values())):
             t = value.const_value
             if t is not None and t.dtype == ir.DataType.FLOAT and t.size:
                 arr = t.numpy().copy()
-                arr.flat[0] = np.nextafter(arr.flat[0], np.float32(np.inf))
+                arr.flat[0] += np.float32(1e-3)
                 value.const_value = ir.Tensor(arr, name=value.name)
                 return PassResult(True)
         return PassResult(False, {"reason": "no float weight"})
@@ -110,11 +117,15 @@ class _LooseClaim(_NudgeWeight):
         return PassResult(False, {"reason": "no float weight"})
 
 
-def test_oracle_catches_a_one_ulp_change() -> None:
-    (case,) = [c for c in h.model_cases(["pytorch-operator"]) if c.name == "test_operator_conv"]
+def test_oracle_catches_a_change_within_the_suite_tolerance() -> None:
+    # not a suite case: IR < 4 suite models feed their weights as inputs, which would hide it
+    model = build_mlp(extras=False)
+    feeds = [mlp_feeds()["x"]]
+    case = h.Case("mlp", "fixture", 1e-3, 1e-7, model=model, data_sets=[(feeds, [])])
+    case.data_sets = [(feeds, h.run_ort_proto(model, case.data_sets)[0])]
     good, nudged, loose = h.run_case(case, ["prune", _NudgeWeight(), _LooseClaim()])
     assert good.status == "pass", good.reason
-    assert nudged.status == "fail" and "bit-identical" in nudged.reason
+    assert nudged.status == "fail" and "bit-identical" in nudged.reason, nudged.reason
     assert loose.status == "fail" and "rtol=0.0001" in loose.reason
 
 
