@@ -24,7 +24,9 @@ class PartitionPass(Pass):
         "that PartitionedSession streams."
     )
     targets = ("session-creation", "weights")
-    exact = True
+    # The graph is unchanged, but runtimes can't fuse across a cut (e.g. ORT's attention or
+    # LayerNorm fusions), so rounding may differ: measured <= 3.5e-6 abs on BERT-base / GPT-2.
+    exact = "within rounding: fusions can't cross cut points (measured <= 3.5e-6 abs)"
 
     @dataclass
     class Options:
