@@ -2,8 +2,9 @@
 
 torch 2.13's default exporter is the dynamo one (torch.export + onnxscript, with its graph
 optimizer on). We only pin the opset (18) and name inputs, outputs and dynamic dims. Its
-output was checked to be byte-identical across processes for the same seed, so nothing
-needs normalising; ``tests/models`` keeps checking that.
+output is byte-identical across processes for the same seed except for one thing we
+normalise: per-node source stack traces (absolute paths, line numbers). ``tests/models``
+keeps checking determinism.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ OPSET = 18
 
 # Bump when a change here alters any built file's bytes: cached builds of older versions
 # are then rebuilt (the version is part of the sidecar's fingerprint).
-BUILD_VERSION = 1
+BUILD_VERSION = 2  # 2: source stack traces stripped from node metadata
 
 
 def seeded(seed: int, factory: Callable[[], Any]) -> Any:
@@ -76,4 +77,26 @@ def torch_export(
             verbose=False,
         )
     assert program is not None
-    return program.model
+    return _strip_source_locations(program.model)
+
+
+# The exporter records each node's Python stack trace (absolute file paths and line numbers
+# of the builder and of site-packages): bytes would change with the checkout folder or any
+# edit that shifts a line. Everything else it records (module names, fx nodes) is stable.
+_UNSTABLE_KEYS = ("pkg.torch.onnx.stack_trace",)
+
+
+def _strip_source_locations(model: Any) -> Any:
+    import onnx_ir as ir
+
+    def clean(props: dict[str, str]) -> None:
+        for key in _UNSTABLE_KEYS:
+            props.pop(key, None)
+
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        clean(node.metadata_props)
+        for value in node.outputs:
+            clean(value.metadata_props)
+    for value in (*model.graph.inputs, *model.graph.initializers.values()):
+        clean(value.metadata_props)
+    return model

@@ -117,6 +117,14 @@ def test_multibranch_file_order_puts_all_expansions_first(tiny_dir: Path) -> Non
     assert groups[:first_dw].count(1) >= 4 + 2  # stem + 2 preprocessing convs + 4 expansions
 
 
+@pytest.mark.parametrize("name", ["bert-tiny", "resnet50-tiny"])
+def test_no_source_paths_in_built_files(name: str, tiny_dir: Path) -> None:
+    """Stack traces with absolute paths would make bytes depend on the checkout folder."""
+    data = (tiny_dir / f"{name}.onnx").read_bytes()
+    assert str(REPO).encode() not in data
+    assert b"site-packages" not in data
+
+
 def test_builds_are_byte_identical_across_processes(tiny_dir: Path, rebuild) -> None:
     proc, tmp_path = rebuild
     _, err = proc.communicate(timeout=300)
