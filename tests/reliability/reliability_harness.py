@@ -52,12 +52,13 @@ KNOWN_SKIPS: dict[tuple[str, str], str] = {}
 #: that says to delete the entry.
 KNOWN_BUGS: dict[tuple[str, str], str] = {
     ("*", r".*Bitwidth not available for ONNX data type: STRING.*"): "strings-itemsize",
-    ("reorder", r".*is not topologically sorted: node .* reads .* before it is produced.*"): (
-        "reorder-order"
-    ),
+    ("reorder", r".*is not topologically sorted: node .* reads .*"): "reorder-order",
     ("inplace", r".*KeyError: ''.*"): "empty-names",
     ("recompute", r".*KeyError: ''.*"): "empty-names",
     ("chunk", r".*pass 'chunk' failed: RuntimeError: In clone_graph.*"): "chunk-clone",
+    ("partition", r".*cannot partition: the element type of .* is unknown.*"): (
+        "partition-sequences"
+    ),
     ("chunk", r".*with schema\(::Slice:1\) has input size 4 not in range.*"): "chunk-old-models",
     ("chunk", r".*in initializer but not in graph input.*"): "chunk-old-models",
 }

@@ -12,9 +12,10 @@ import reliability_repros as repros
 from fixtures_onnx import build_mlp
 
 from memshrink.checks import check_model
-from memshrink.errors import PassError
+from memshrink.errors import ModelSaveError, PassError
 from memshrink.manager import PassContext, PassManager
 from memshrink.model import load
+from memshrink.writer import save_model
 
 
 def test_check_model_ir3_initializers_listed_as_inputs(tmp_path: Path) -> None:
@@ -85,3 +86,19 @@ def test_known_bug_chunk_after_the_other_passes() -> None:
 def test_known_bug_chunk_on_ir3_opset9_models() -> None:
     light = Path(onnx.__file__).parent / "backend/test/data/light/light_squeezenet.onnx"
     _run_and_check("chunk", light)  # initializer not in graph input / Slice-1 with 4 inputs
+
+
+@pytest.mark.xfail(
+    strict=True, raises=ModelSaveError, reason="known bug, docs/reliability.md#partition-sequences"
+)
+def test_known_bug_partition_sequence_outputs(tmp_path: Path) -> None:
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("SplitToSequence", ["x"], ["seq"], axis=0)],
+        "sequences",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [4, 2])],
+        [onnx.helper.make_tensor_sequence_value_info("seq", onnx.TensorProto.FLOAT, None)],
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    rewritten, _ = PassManager("partition").run(load(model), PassContext())
+    save_model(rewritten, tmp_path / "parts")  # "the element type of 'seq' ... is unknown"
