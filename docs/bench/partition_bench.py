@@ -16,6 +16,7 @@ same backend (atol 1e-5, rtol 0) and the max abs difference is printed.
     python docs/bench/partition_bench.py                       # bert-base, gpt2; all backends
     python docs/bench/partition_bench.py --models bert-base --backends cpu --budget 48MiB
     python docs/bench/partition_bench.py --models gpt2-large-ext --backends cpu
+    python docs/bench/partition_bench.py --models path/to/model.onnx   # sidecar model.onnx.json
 """
 
 from __future__ import annotations
@@ -186,8 +187,10 @@ def main() -> int:
 
     rows = []
     work = Path(tempfile.mkdtemp(prefix="memshrink-partbench-"))
-    for name in args.models.split(","):
-        src = models.build(name)
+    for item in args.models.split(","):
+        # a suite name (built on demand) or a path to an .onnx with a sidecar next to it
+        src = Path(item) if item.endswith(".onnx") else models.build(item)
+        name = src.stem
         feeds = make_feeds(src)
         feeds_path = work / f"{name}.feeds.npz"
         np.savez(feeds_path, **feeds)
