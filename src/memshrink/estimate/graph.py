@@ -541,7 +541,10 @@ def build_view(
     declared = [
         (v.name or "", _dims_of(v.shape) or ()) for v in g.inputs if v.name not in g.initializers
     ]
-    sidecar = load_sidecar(path) if path else None
+    # An in-memory model loaded from a file keeps using that file's sidecar.
+    source = irm.meta.get("memshrink.source") if path is None else None
+    side_path = path or (source.get("path") if isinstance(source, dict) else None)
+    sidecar = load_sidecar(side_path) if side_path else None
     if sidecar is not None and dims:
         # Explicit symbol bindings beat the sidecar's default feed for the inputs they cover.
         covered = {
