@@ -15,8 +15,8 @@ examples:
   python -m models list                      # every model, its tags and whether it is built
   python -m models list --tag tiny           # the fast variants tests use
   python -m models build bert-tiny resnet50  # build two models into .cache/models/
-  python -m models build --all               # everything except the >2 GB model (~10 min)
-  python -m models build gpt2-large          # the >2 GB model, only when named (or --big)
+  python -m models build --all               # everything but the >2 GB model (~5 CPU-min)
+  python -m models build gpt2-large-ext      # the >2 GB model, only when named (or --big)
   python -m models build --tag ci --out /tmp/suite
   python -m models measure --all --out docs/models-measured.json
 """
