@@ -185,3 +185,43 @@ def test_runtime_imports_no_onnx() -> None:
     code = "import sys, memshrink.runtime; print([m for m in sys.modules if m.split('.')[0] in ('onnx', 'onnx_ir')])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_sequence_values_cross_cuts_and_outputs(tmp_path: Path) -> None:
+    """Sequence-typed values (SplitToSequence) are declared with their full type in the parts."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), n)
+        for n in ("W1", "W2")
+    ]
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "W1"], ["h"]),
+            helper.make_node("SplitToSequence", ["h"], ["seq"], axis=0),
+            helper.make_node("ConcatFromSequence", ["seq"], ["cat"], axis=0),
+            helper.make_node("MatMul", ["cat", "W2"], ["y"]),
+        ],
+        "sequences",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 64])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 64]),
+            helper.make_tensor_sequence_value_info("seq", TensorProto.FLOAT, None),
+        ],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    src = tmp_path / "s.onnx"
+    onnx.save_model(model, src)
+    partition_to(src, tmp_path / "parts", parts=2)
+    sess = PartitionedSession(tmp_path / "parts", "cpu", "streamed")
+    assert len(sess.manifest.parts) == 2
+    assert [o.type for o in sess.get_outputs()] == ["tensor(float)", "seq(tensor(float))"]
+    feeds = {"x": rng.standard_normal((4, 64)).astype(np.float32)}
+    ref = run_original(src, feeds)
+    got = sess.run(None, feeds)
+    assert_close([ref[0]], [got[0]], atol=ATOL)
+    assert_close(list(ref[1]), list(got[1]), atol=ATOL)

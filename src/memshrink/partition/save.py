@@ -105,48 +105,79 @@ def _parts_of(plan: PartitionPlan, facts: GraphFacts) -> list[_Part]:
     return parts
 
 
-def _type_map(proto: onnx.ModelProto) -> dict[str, tuple[int, list[Any] | None]]:
-    """name -> (elem_type, dims) from ONNX shape inference on the weight-free proto."""
+Types = dict[str, onnx.TypeProto]
+
+
+def _dims(tt: Any) -> list[Any] | None:
+    if not tt.HasField("shape"):
+        return None
+    dims: list[Any] = []
+    for d in tt.shape.dim:
+        if d.HasField("dim_value"):
+            dims.append(int(d.dim_value))
+        elif d.HasField("dim_param"):
+            dims.append(d.dim_param)
+        else:
+            dims.append(None)
+    return dims
+
+
+def _known(tp: onnx.TypeProto) -> bool:
+    """True when the type says enough to declare a graph input/output (element type known)."""
+    kind = tp.WhichOneof("value")
+    if kind == "tensor_type":
+        return bool(tp.tensor_type.elem_type)
+    if kind in ("sequence_type", "optional_type"):
+        inner = getattr(tp, kind).elem_type
+        return inner.WhichOneof("value") is not None and _known(inner)
+    return kind is not None
+
+
+def _type_map(proto: onnx.ModelProto) -> Types:
+    """name -> TypeProto (tensors, sequences, optionals...) from ONNX shape inference on the
+    weight-free proto, falling back to what the file declares."""
     try:
         inferred = onnx.shape_inference.infer_shapes(proto, data_prop=True)
     except Exception:  # noqa: BLE001 - fall back to what the file declares
         inferred = proto
-    out: dict[str, tuple[int, list[Any] | None]] = {}
-    g = inferred.graph
-    for vi in list(g.value_info) + list(g.input) + list(g.output):
-        tt = vi.type.tensor_type
-        if not vi.type.HasField("tensor_type"):
-            continue
-        dims: list[Any] | None = None
-        if tt.HasField("shape"):
-            dims = []
-            for d in tt.shape.dim:
-                if d.HasField("dim_value"):
-                    dims.append(int(d.dim_value))
-                elif d.HasField("dim_param"):
-                    dims.append(d.dim_param)
-                else:
-                    dims.append(None)
-        if tt.elem_type or vi.name not in out:
-            out[vi.name] = (tt.elem_type, dims)
-    for init in g.initializer:
-        out.setdefault(init.name, (init.data_type, list(init.dims)))
+    out: Types = {}
+    for g in (inferred.graph, proto.graph):
+        for vi in list(g.value_info) + list(g.input) + list(g.output):
+            if _known(vi.type) and vi.name not in out:
+                out[vi.name] = vi.type
+    for init in proto.graph.initializer:
+        if init.name not in out:
+            out[init.name] = onnx.helper.make_tensor_type_proto(init.data_type, list(init.dims))
     return out
 
 
-def _value_info(name: str, types: dict[str, tuple[int, list[Any] | None]], where: str):
-    elem, dims = types.get(name, (0, None))
-    if not elem:
+def _value_info(name: str, types: Types, where: str) -> onnx.ValueInfoProto:
+    tp = types.get(name)
+    if tp is None:
         raise ModelSaveError(
-            f"cannot partition: the element type of {name!r} ({where}) is unknown; "
+            f"cannot partition: the type of {name!r} ({where}) is unknown; "
             "declare it (value_info) or run shape inference first"
         )
-    return onnx.helper.make_tensor_value_info(name, elem, dims)
+    vi = onnx.ValueInfoProto()
+    vi.name = name
+    vi.type.CopyFrom(tp)
+    return vi
 
 
-def _tensor_spec(name: str, types: dict, **extra: Any) -> TensorSpec:
-    elem, dims = types.get(name, (0, None))
-    return TensorSpec(name=name, dtype=dtype_name(elem), shape=dims, **extra)
+def _tensor_spec(name: str, types: Types, **extra: Any) -> TensorSpec:
+    tp = types.get(name)
+    kind = tp.WhichOneof("value") if tp is not None else None
+    if tp is not None and kind == "tensor_type":
+        return TensorSpec(
+            name, dtype_name(tp.tensor_type.elem_type), _dims(tp.tensor_type), **extra
+        )
+    if tp is not None and kind == "sequence_type":
+        inner = tp.sequence_type.elem_type
+        if inner.WhichOneof("value") == "tensor_type":
+            return TensorSpec(
+                name, f"seq({dtype_name(inner.tensor_type.elem_type)})", None, **extra
+            )
+    return TensorSpec(name, kind or "unknown", None, **extra)
 
 
 def _check_target(model: ir.Model, final: Path) -> None:

@@ -102,11 +102,15 @@ class RunStats:
         }
 
 
+def _ort_type(dtype: str) -> str:
+    """ORT's type string: ``tensor(float)``, ``seq(tensor(int64))``."""
+    if dtype.startswith("seq(") and dtype.endswith(")"):
+        return f"seq({_ort_type(dtype[4:-1])})"
+    return f"tensor({_ORT_TYPES.get(dtype, dtype)})"
+
+
 def _io(specs: Sequence[Any]) -> list[IOInfo]:
-    return [
-        IOInfo(t.name, list(t.shape or []), f"tensor({_ORT_TYPES.get(t.dtype, t.dtype)})", t.dtype)
-        for t in specs
-    ]
+    return [IOInfo(t.name, list(t.shape or []), _ort_type(t.dtype), t.dtype) for t in specs]
 
 
 def _prefetch(folder: Path, manifest: Manifest, index: int) -> None:
