@@ -348,9 +348,7 @@ def _cached_infer(
     _collect_types(inferred.graph, types)
     if symbolic_tool and _has_unknown(inferred.graph, types):
         try:
-            ssi = _symbolic_shape_inference().infer_shapes(
-                proto, auto_merge=True, guess_output_rank=False
-            )
+            ssi = _run_symbolic_tool(proto)
             if ssi is not None:
                 more: dict[str, tuple[int, SymShape | None]] = {}
                 _collect_types(ssi.graph, more)
