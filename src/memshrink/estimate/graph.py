@@ -364,6 +364,23 @@ def _cached_infer(
     return inferred, types
 
 
+def _run_symbolic_tool(proto: onnx.ModelProto) -> Any:
+    """Run ORT's tool inside a temp folder: when it can't finish it writes
+    ``sym_shape_infer_temp.onnx`` into the current directory, i.e. the user's."""
+    import os
+    import tempfile
+
+    cwd = os.getcwd()
+    with tempfile.TemporaryDirectory(prefix="memshrink-ssi-") as tmp:
+        os.chdir(tmp)
+        try:
+            return _symbolic_shape_inference().infer_shapes(
+                proto, auto_merge=True, guess_output_rank=False
+            )
+        finally:
+            os.chdir(cwd)
+
+
 def _symbolic_shape_inference() -> Any:
     """ORT's ``SymbolicShapeInference``, loaded from its file: importing the
     ``onnxruntime.tools`` package would import torch (seconds) for an unrelated helper."""
