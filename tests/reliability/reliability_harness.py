@@ -264,7 +264,8 @@ def compare(ref: Any, out: Any, *, rtol: float, atol: float, exact: bool = False
     if ok.all():
         return None
     bad = ~ok
-    err = np.abs(o - r)[bad]
+    with np.errstate(invalid="ignore", over="ignore"):
+        err = np.abs(o - r)[bad]
     return (
         f"{int(bad.sum())}/{ok.size} element(s) outside atol={atol:g} rtol={rtol:g} "
         f"(max abs err {np.nanmax(err) if err.size else float('nan'):.3g})"

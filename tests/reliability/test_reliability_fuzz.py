@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
-MAX_EXAMPLES = int(os.environ.get("MEMSHRINK_FUZZ_EXAMPLES", "8"))
+MAX_EXAMPLES = int(os.environ.get("MEMSHRINK_FUZZ_EXAMPLES", "6"))
 MAX_ELEMENTS = 2048
 OPS = (
     "unary",

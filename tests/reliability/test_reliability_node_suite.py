@@ -20,7 +20,7 @@ from fixtures_onnx import build_mlp, mlp_feeds
 from memshrink.manager import Pass, PassContext, PassResult
 
 SEED = int(os.environ.get("MEMSHRINK_RELIABILITY_SEED", "20261126"))
-NODE_SAMPLE = int(os.environ.get("MEMSHRINK_RELIABILITY_SAMPLE", "40"))
+NODE_SAMPLE = int(os.environ.get("MEMSHRINK_RELIABILITY_SAMPLE", "30"))
 MODEL_SAMPLE = 4
 
 
