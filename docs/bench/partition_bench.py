@@ -138,7 +138,8 @@ def run_child(python: str, spec: dict, work: Path, tag: str) -> dict:
     spec = dict(spec, result=str(work / f"{tag}.json"), out=str(work / f"{tag}.npz"))
     spec_path = work / f"{tag}.spec.json"
     spec_path.write_text(json.dumps(spec))
-    env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
+    path = os.environ.get("PYTHONPATH")
+    env = dict(os.environ, PYTHONPATH=str(REPO / "src") + (os.pathsep + path if path else ""))
     proc = subprocess.run(
         [python, __file__, "--child", str(spec_path)],
         capture_output=True,

@@ -142,7 +142,7 @@ def _copy_sidecar(src: Path, dst: Path) -> None:
     from memshrink.bindings import sidecar_path
 
     side = sidecar_path(src)
-    if side.is_file() and dst.is_file():
+    if side.is_file() and dst.exists():  # a file, or a partition folder
         target = sidecar_path(dst)
         tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
         tmp.write_bytes(side.read_bytes())
