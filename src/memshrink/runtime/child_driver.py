@@ -20,14 +20,17 @@ def run_partitioned(child: Any) -> list[Any]:
     """Run ``child.spec`` (kind ``partition``) and return the last run's outputs."""
     from memshrink.runtime.backends import BackendUnavailable
     from memshrink.runtime.session import PartitionedSession
-    from memshrink.verify.child import Unsupported, _load_feeds
+    from memshrink.verify.child import Unsupported, _load_feeds, cuda_gpu_probe
 
     spec = child.spec
     backend = spec["backend"]
     mode = spec.get("partition_mode") or spec["model"].get("mode") or "streamed"
     feeds = _load_feeds(spec)
     child.result["runtime"] = {"name": "memshrink.runtime.PartitionedSession", "mode": mode}
-    child.start_meter()
+    child.result.setdefault("assumptions", {})
+    popts = {k: str(v) for k, v in (spec.get("provider_options") or {}).items()}
+    gpu_probe, _ = cuda_gpu_probe(child, backend, popts)
+    child.start_meter(gpu_probe)
     try:
         with child.stage("session"):
             sess = PartitionedSession(
@@ -46,12 +49,14 @@ def run_partitioned(child: Any) -> list[Any]:
     except BackendUnavailable as exc:
         raise Unsupported(str(exc)) from exc
     child.result["runtime"]["providers"] = sess.get_providers()
-    child.result["assumptions"] = {
-        "partition_mode": mode,
-        "parts": len(sess.manifest.parts),
-        "session_options": spec.get("session_options") or {},
-        "provider_options": spec.get("provider_options") or {},
-        "loaded_by": "path (each part)",
-        "last_run": sess.last_run.to_dict(),
-    }
+    child.result["assumptions"].update(
+        {
+            "partition_mode": mode,
+            "parts": len(sess.manifest.parts),
+            "session_options": spec.get("session_options") or {},
+            "provider_options": spec.get("provider_options") or {},
+            "loaded_by": "path (each part)",
+            "last_run": sess.last_run.to_dict(),
+        }
+    )
     return outs

@@ -202,6 +202,31 @@ def _nvml_probe(device_id: int) -> tuple[Callable[[], int | None], Callable[[], 
     return process_used, device_used, pynvml.nvmlSystemGetDriverVersion()
 
 
+def cuda_gpu_probe(
+    child: Child, backend: str, popts: dict[str, Any]
+) -> tuple[Callable[[], int | None] | None, Callable[[], int] | None]:
+    """For CUDA: record how GPU memory is measured; return the NVML per-process probe and
+    the device-wide reading (both None on other backends)."""
+    if backend != "cuda":
+        return None, None
+    process_used, device_used, driver = _nvml_probe(int(popts.get("device_id", "0")))
+    child.result["assumptions"]["CUDA_MODULE_LOADING"] = os.environ.get(
+        "CUDA_MODULE_LOADING", "(unset: lazy by default)"
+    )
+    child.result["gpu"] = {
+        "method": "NVML per-process used memory (nvmlDeviceGetComputeRunningProcesses), "
+        "polled every 1 ms, counted from before CUDA init; device-wide NVML used memory "
+        "after each run stage; the empty-session baseline is measured by the parent in a "
+        "separate process (one Identity-node session)",
+        "before_cuda_init": process_used(),
+        "device_used_before": device_used(),
+        "driver": driver,
+        "arena": {k: popts[k] for k in popts if "arena" in k or "mem_limit" in k}
+        or "ORT defaults (kNextPowerOfTwo, no gpu_mem_limit)",
+    }
+    return process_used, device_used
+
+
 def run_ort(child: Child) -> list[Any]:
     spec = child.spec
     backend = spec["backend"]
@@ -226,24 +251,7 @@ def run_ort(child: Child) -> list[Any]:
         "loaded_by": "path",
     }
 
-    gpu_probe = None
-    if backend == "cuda":
-        process_used, device_used, driver = _nvml_probe(int(popts.get("device_id", "0")))
-        gpu_probe = process_used
-        child.result["assumptions"]["CUDA_MODULE_LOADING"] = os.environ.get(
-            "CUDA_MODULE_LOADING", "(unset: lazy by default)"
-        )
-        child.result["gpu"] = {
-            "method": "NVML per-process used memory (nvmlDeviceGetComputeRunningProcesses), "
-            "polled every 1 ms, counted from before CUDA init; device-wide NVML used memory "
-            "after each run stage; the empty-session baseline is measured by the parent in a "
-            "separate process (one Identity-node session)",
-            "before_cuda_init": process_used(),
-            "device_used_before": device_used(),
-            "driver": driver,
-            "arena": {k: popts[k] for k in popts if "arena" in k or "mem_limit" in k}
-            or "ORT defaults (kNextPowerOfTwo, no gpu_mem_limit)",
-        }
+    gpu_probe, device_used = cuda_gpu_probe(child, backend, popts)
     so = _ort_session_options(ort, spec.get("session_options") or {})
     child.start_meter(gpu_probe)
     with child.stage("session"):
@@ -260,7 +268,7 @@ def run_ort(child: Child) -> list[Any]:
     for r in range(1, int(spec["runs"]) + 1):
         with child.stage(f"run{r}"):
             outs = sess.run(names, feeds)
-        if backend == "cuda" and child.meter is not None:
+        if device_used is not None and child.meter is not None:
             child.meter.stages[-1].extra["device_used_after"] = device_used()
     return outs
 
