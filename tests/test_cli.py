@@ -25,7 +25,7 @@ def test_optimize_writes_report_and_equal_outputs(mlp_path: Path, tmp_path: Path
     code = main(["optimize", str(mlp_path), str(out), "--passes", "safe", "--check", "--json", str(report), "-q"])
     assert code == 0
     data = json.loads(report.read_text())
-    assert data["pipeline"] == ["prune", "dedup-weights", "external-data"]
+    assert data["pipeline"] == ["prune", "dedup-weights", "inplace", "reorder", "external-data"]
     assert data["weights_after"] < data["weights_before"]
     assert data["save"]["data_path"] == str(out) + ".data"
     assert all(p["stats"].get("checked") for p in data["passes"] if p["modified"])

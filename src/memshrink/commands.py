@@ -117,9 +117,12 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         "save": info.to_dict(),
         **report.to_dict(),
     }
+    recommendations = _add_recommendations(result, model, args.backend, shapes, dims)
     exit_code = 0
     if not quiet:
         print(_format_optimize(result))
+        if recommendations:
+            print(recommendations)
     if backends:
         from memshrink.verify import verify
 
@@ -135,6 +138,25 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 
         write_json(result, args.json)
     return exit_code
+
+
+def _add_recommendations(
+    result: dict[str, Any], model: Any, backend: str, shapes: dict, dims: dict
+) -> str | None:
+    """Runtime settings matter as much as the graph: record which ones to use and why;
+    return the console text."""
+    if backend != "ort":
+        return None
+    from memshrink.errors import MemshrinkError
+    from memshrink.recommend import format_recommendations, recommend
+
+    try:
+        recs = recommend(model, backend="ort", shapes=shapes or None, dims=dims or None)
+    except MemshrinkError as exc:  # e.g. unbound dims: nothing to predict with
+        result["recommended_session_options"] = {"error": str(exc)}
+        return None
+    result["recommended_session_options"] = [r.to_dict() for r in recs]
+    return format_recommendations(recs)
 
 
 def _copy_sidecar(src: Path, dst: Path) -> None:
