@@ -319,6 +319,11 @@ def _fingerprint(model: ir.Model) -> int:
                 node.domain,
                 tuple(v.name if v is not None else "" for v in node.inputs),
                 tuple(v.name for v in node.outputs),
+                # declared shapes count: a pass (inplace) may complete them
+                tuple(
+                    None if v.shape is None else tuple(str(d) for d in v.shape)
+                    for v in node.outputs
+                ),
                 tuple(
                     (k, id(a.value) if a.type in _OPAQUE_ATTRS else repr(a.value))
                     for k, a in node.attributes.items()
@@ -328,6 +333,12 @@ def _fingerprint(model: ir.Model) -> int:
     for name, v in model.graph.initializers.items():
         parts.append((name, None if v.shape is None else tuple(str(d) for d in v.shape), v.dtype))
     parts.append(tuple(v.name for v in model.graph.outputs))
+    parts.append(
+        tuple(
+            (v.name, None if v.shape is None else tuple(str(d) for d in v.shape))
+            for v in model.graph.inputs
+        )
+    )
     return hash(tuple(parts))
 
 
