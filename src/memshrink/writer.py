@@ -113,6 +113,20 @@ def _copy_range(src_path: str, offset: int, length: int, dst_fd: int, dst_offset
             done += copied
 
 
+def write_tensor_at(fd: int, tensor: ir.TensorProtocol, offset: int) -> int:
+    """Write one tensor's bytes at ``offset`` of ``fd``; returns its length.
+
+    File-backed tensors are copied kernel-side; in-memory ones are written from memory.
+    """
+    length = tensor.nbytes
+    if isinstance(tensor, ir.ExternalTensor):
+        _copy_range(tensor.path, tensor.offset or 0, length, fd, offset)
+    else:
+        data = tensor.tobytes()
+        os.pwrite(fd, data, offset)
+    return length
+
+
 def save_model(
     model: ir.Model,
     path: str | os.PathLike,
@@ -181,13 +195,7 @@ def save_model(
                     offset = 0
                     for tensor, setter in to_external:
                         offset = _align(offset, alignment)
-                        length = tensor.nbytes
-                        if isinstance(tensor, ir.ExternalTensor):
-                            _copy_range(tensor.path, tensor.offset or 0, length, fd, offset)
-                        else:
-                            data = tensor.tobytes()
-                            os.pwrite(fd, data, offset)
-                            del data
+                        length = write_tensor_at(fd, tensor, offset)
                         originals.append((tensor, setter))
                         setter(
                             ir.ExternalTensor(

@@ -41,7 +41,7 @@ from memshrink.partition.manifest import (
     write_manifest,
 )
 from memshrink.partition.plan import GraphFacts, PartitionPlan, graph_facts, plan_partition
-from memshrink.writer import DEFAULT_ALIGNMENT, DEFAULT_THRESHOLD, SaveInfo, _align, _copy_range
+from memshrink.writer import DEFAULT_ALIGNMENT, DEFAULT_THRESHOLD, SaveInfo, _align, write_tensor_at
 
 Progress = Callable[[int, int], None]
 
@@ -263,13 +263,7 @@ def save_partitioned(
                     for tid in todo:
                         tensor = slots[tid][0]
                         offset = _align(offset, alignment)
-                        length = tensor.nbytes
-                        if isinstance(tensor, ir.ExternalTensor):
-                            _copy_range(tensor.path, tensor.offset or 0, length, fd, offset)
-                        else:
-                            data = tensor.tobytes()
-                            os.pwrite(fd, data, offset)
-                            del data
+                        length = write_tensor_at(fd, tensor, offset)
                         owner[tid] = (part.index, offset, length)
                         offset += length
                         external_count += 1
