@@ -65,7 +65,9 @@ def worker(args: argparse.Namespace) -> int:
 
 
 def _read_log(path: Path) -> tuple[list[dict], set[str], dict | None]:
-    outcomes, ended, started = [], set(), None
+    outcomes: list[dict] = []
+    ended: set[str] = set()
+    started: dict | None = None
     if not path.exists():
         return outcomes, ended, None
     for line in path.read_text().splitlines():

@@ -56,9 +56,6 @@ KNOWN_BUGS: dict[tuple[str, str], str] = {
     ("inplace", r".*KeyError: ''.*"): "empty-names",
     ("recompute", r".*KeyError: ''.*"): "empty-names",
     ("chunk", r".*pass 'chunk' failed: RuntimeError: In clone_graph.*"): "chunk-clone",
-    ("partition", r".*cannot partition: the element type of .* is unknown.*"): (
-        "partition-sequences"
-    ),
     ("chunk", r".*with schema\(::Slice:1\) has input size 4 not in range.*"): "chunk-old-models",
     ("chunk", r".*in initializer but not in graph input.*"): "chunk-old-models",
 }

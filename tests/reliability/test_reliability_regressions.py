@@ -12,7 +12,7 @@ import reliability_repros as repros
 from fixtures_onnx import build_mlp
 
 from memshrink.checks import check_model
-from memshrink.errors import ModelSaveError, PassError
+from memshrink.errors import PassError
 from memshrink.manager import PassContext, PassManager
 from memshrink.model import load
 from memshrink.writer import save_model
@@ -88,10 +88,9 @@ def test_known_bug_chunk_on_ir3_opset9_models() -> None:
     _run_and_check("chunk", light)  # initializer not in graph input / Slice-1 with 4 inputs
 
 
-@pytest.mark.xfail(
-    strict=True, raises=ModelSaveError, reason="known bug, docs/reliability.md#partition-sequences"
-)
-def test_known_bug_partition_sequence_outputs(tmp_path: Path) -> None:
+def test_partition_saves_sequence_outputs(tmp_path: Path) -> None:
+    """Was a known bug (the sweep's test_split_to_sequence_*, test_sequence_map_*): the writer
+    refused a declared sequence output as "element type unknown"; fixed in d782e31."""
     graph = onnx.helper.make_graph(
         [onnx.helper.make_node("SplitToSequence", ["x"], ["seq"], axis=0)],
         "sequences",
@@ -101,4 +100,4 @@ def test_known_bug_partition_sequence_outputs(tmp_path: Path) -> None:
     model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 18)])
     model.ir_version = 8
     rewritten, _ = PassManager("partition").run(load(model), PassContext())
-    save_model(rewritten, tmp_path / "parts")  # "the element type of 'seq' ... is unknown"
+    save_model(rewritten, tmp_path / "parts")
