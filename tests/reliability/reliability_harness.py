@@ -50,15 +50,9 @@ KNOWN_SKIPS: dict[tuple[str, str], str] = {}
 #: failure of that pass, or of ``all``, is counted as "known-bug", not "fail". Each entry has
 #: a strict xfail in test_reliability_regressions.py: fixing the bug turns it into an error
 #: that says to delete the entry.
-KNOWN_BUGS: dict[tuple[str, str], str] = {
-    ("*", r".*Bitwidth not available for ONNX data type: STRING.*"): "strings-itemsize",
-    ("reorder", r".*is not topologically sorted: node .* reads .*"): "reorder-order",
-    ("inplace", r".*KeyError: ''.*"): "empty-names",
-    ("recompute", r".*KeyError: ''.*"): "empty-names",
-    ("chunk", r".*pass 'chunk' failed: RuntimeError: In clone_graph.*"): "chunk-clone",
-    ("chunk", r".*with schema\(::Slice:1\) has input size 4 not in range.*"): "chunk-old-models",
-    ("chunk", r".*in initializer but not in graph input.*"): "chunk-old-models",
-}
+# Known bugs: (pass, error pattern) -> anchor in docs/reliability.md. All found so far are
+# fixed and pinned by tests in test_reliability_regressions.py; add new ones here.
+KNOWN_BUGS: dict[tuple[str, str], str] = {}
 
 
 def known_bug(pass_name: str, reason: str) -> str | None:

@@ -12,7 +12,6 @@ import reliability_repros as repros
 from fixtures_onnx import build_mlp
 
 from memshrink.checks import check_model
-from memshrink.errors import PassError
 from memshrink.manager import PassContext, PassManager
 from memshrink.model import load
 from memshrink.writer import save_model
@@ -51,39 +50,28 @@ def _run_and_check(pipeline: str, model: Any) -> None:
     check_model(rewritten)
 
 
-def _known(anchor: str) -> pytest.MarkDecorator:
-    return pytest.mark.xfail(
-        strict=True, raises=PassError, reason=f"known bug, docs/reliability.md#{anchor}"
-    )
-
-
-@_known("reorder-order")
-def test_known_bug_reorder_keeps_producers_before_consumers() -> None:
+def test_fixed_reorder_keeps_producers_before_consumers() -> None:
     # fails: "node 'Add' reads 'const7' before it is produced"
     _run_and_check("reorder", onnx.parser.parse_model(repros.REORDER_CONSTANTS))
 
 
-@_known("strings-itemsize")
 @pytest.mark.parametrize("pass_name", ["partition", "inplace", "recompute", "reorder"])
-def test_known_bug_string_tensors(pass_name: str) -> None:
+def test_fixed_string_tensors(pass_name: str) -> None:
     _run_and_check(pass_name, _strings_model())  # TypeError: Bitwidth ... STRING
 
 
-@_known("empty-names")
 @pytest.mark.parametrize("pass_name", ["inplace", "recompute"])
-def test_known_bug_empty_output_names(pass_name: str) -> None:
+def test_fixed_empty_output_names(pass_name: str) -> None:
     _run_and_check(
         pass_name, onnx.parser.parse_model(repros.ATTENTION_EMPTY_OUTPUTS)
     )  # KeyError ''
 
 
-@_known("chunk-clone")
-def test_known_bug_chunk_after_the_other_passes() -> None:
+def test_fixed_chunk_after_the_other_passes() -> None:
     _run_and_check("all", onnx.parser.parse_model(repros.ATTENTION_EXPANDED))  # clone_graph
 
 
-@_known("chunk-old-models")
-def test_known_bug_chunk_on_ir3_opset9_models() -> None:
+def test_fixed_chunk_on_ir3_opset9_models() -> None:
     light = Path(onnx.__file__).parent / "backend/test/data/light/light_squeezenet.onnx"
     _run_and_check("chunk", light)  # initializer not in graph input / Slice-1 with 4 inputs
 

@@ -79,7 +79,7 @@ def _itemsize(elem_type: int) -> float | None:
         return None
     try:
         return float(ir.DataType(elem_type).itemsize)
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, TypeError):  # STRING has no fixed size
         return None
 
 

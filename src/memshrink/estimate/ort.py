@@ -247,7 +247,9 @@ def plan(
             if count[o] == 0:
                 release(o, step)
         for name in node.outputs:
-            o = owner.get(name) if name else None
+            if not name:  # an omitted optional output ("" in the output list)
+                continue
+            o = owner.get(name)
             unused = uses.get(name, 0) == 0 and not g.tensors[name].is_output
             if o is not None and o in buf_of and count[o] == 0 and unused:
                 release(o, step)

@@ -162,7 +162,7 @@ def _static_bytes(v: ir.Value) -> int | None:
         n *= d
     try:
         return int(math.ceil(n * v.dtype.itemsize))
-    except (AttributeError, ValueError):
+    except (AttributeError, ValueError, TypeError):  # STRING has no fixed size
         return None
 
 

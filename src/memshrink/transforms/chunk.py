@@ -150,6 +150,16 @@ class ChunkPass(Pass):
         bad = [m for m in modes if m not in MODES]
         if bad:
             return PassResult(False, {"reason": f"unknown mode(s) {', '.join(bad)}"})
+        opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx", 0))
+        if model.ir_version < 4 or opset < 13:
+            # The rewrite emits Slice/Split with tensor inputs and initializers that aren't
+            # graph inputs: forms older IR/opsets reject.
+            return PassResult(
+                False,
+                {
+                    "reason": f"IR {model.ir_version} / opset {opset}: chunking needs IR >= 4 and opset >= 13"
+                },
+            )
         symbolic = any(
             not isinstance(d, int)
             for v in model.graph.inputs

@@ -367,12 +367,60 @@ def choose_order(
 # --------------------------------------------------------------------------- the pass
 
 
+def _ir_dependencies(nodes: Sequence[ir.Node]) -> list[set[int]]:
+    """Producers of each node's inputs, read from the IR itself (including values captured
+    by subgraphs), so the estimator's view — which folds weight-only nodes away — can never
+    drop a real dependency."""
+    produced_by = {id(out): i for i, n in enumerate(nodes) for out in n.outputs}
+    deps: list[set[int]] = []
+    for n in nodes:
+        values = [v for v in n.inputs if v is not None]
+        for attr in n.attributes.values():
+            graphs = (
+                [attr.as_graph()]
+                if attr.type == ir.AttributeType.GRAPH
+                else list(attr.as_graphs())
+                if attr.type == ir.AttributeType.GRAPHS
+                else []
+            )
+            for sub in graphs:
+                for inner in ir.traversal.RecursiveGraphIterator(sub):
+                    values.extend(v for v in inner.inputs if v is not None)
+        deps.append({produced_by[id(v)] for v in values if id(v) in produced_by})
+    return deps
+
+
 def apply_order(model: ir.Model, order: Sequence[int]) -> None:
-    """Rewrite the main graph's node list in ``order`` (indices of the current node list)."""
+    """Rewrite the main graph's node list in ``order`` (indices of the current node list).
+
+    The order is followed as closely as the real dependencies allow: a node is placed only
+    after everything it reads (Kahn's algorithm, ties broken by the requested position).
+    """
+    import heapq
+
     graph = model.graph
     nodes = list(graph)
+    rank = {idx: r for r, idx in enumerate(order)}
+    deps = _ir_dependencies(nodes)
+    waiting = [len(d) for d in deps]
+    users: list[list[int]] = [[] for _ in nodes]
+    for i, d in enumerate(deps):
+        for p in d:
+            users[p].append(i)
+    ready = [(rank.get(i, len(nodes) + i), i) for i, w in enumerate(waiting) if w == 0]
+    heapq.heapify(ready)
+    final: list[int] = []
+    while ready:
+        _, i = heapq.heappop(ready)
+        final.append(i)
+        for u in users[i]:
+            waiting[u] -= 1
+            if waiting[u] == 0:
+                heapq.heappush(ready, (rank.get(u, len(nodes) + u), u))
+    if len(final) != len(nodes):  # a cycle can't come from a valid graph; keep it as it was
+        return
     graph.remove(nodes, safe=False)
-    graph.extend(nodes[i] for i in order)
+    graph.extend(nodes[i] for i in final)
 
 
 @register
