@@ -22,7 +22,19 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 def test_optimize_writes_report_and_equal_outputs(mlp_path: Path, tmp_path: Path, capsys) -> None:  # noqa: ANN001
     out, report = tmp_path / "o.onnx", tmp_path / "r.json"
-    code = main(["optimize", str(mlp_path), str(out), "--passes", "safe", "--check", "--json", str(report), "-q"])
+    code = main(
+        [
+            "optimize",
+            str(mlp_path),
+            str(out),
+            "--passes",
+            "safe",
+            "--check",
+            "--json",
+            str(report),
+            "-q",
+        ]
+    )
     assert code == 0
     data = json.loads(report.read_text())
     assert data["pipeline"] == ["prune", "dedup-weights", "inplace", "reorder", "external-data"]
@@ -33,7 +45,19 @@ def test_optimize_writes_report_and_equal_outputs(mlp_path: Path, tmp_path: Path
 
 
 def test_optimize_prints_table(mlp_path: Path, tmp_path: Path, capsys) -> None:  # noqa: ANN001
-    assert main(["optimize", str(mlp_path), str(tmp_path / "o.onnx"), "--passes", "prune", "--no-estimate"]) == 0
+    assert (
+        main(
+            [
+                "optimize",
+                str(mlp_path),
+                str(tmp_path / "o.onnx"),
+                "--passes",
+                "prune",
+                "--no-estimate",
+            ]
+        )
+        == 0
+    )
     captured = capsys.readouterr()
     assert "prune" in captured.out and "nodes_removed=2" in captured.out
     assert "[1/1] prune" in captured.err
@@ -47,7 +71,19 @@ def test_optimize_prints_table(mlp_path: Path, tmp_path: Path, capsys) -> None: 
         (["optimize", "{tmp}/missing.onnx", "{tmp}/o.onnx"], 6, "no such file"),
         (["optimize", "{in}", "{tmp}/nodir/o.onnx"], 7, "does not exist"),
         (["optimize", "{in}", "{tmp}/o.onnx", "-O", "prune"], 2, "bad -O"),
-        (["optimize", "{in}", "{tmp}/o.onnx", "--passes", "safe", "-O", "external-data.threshold=big"], 2, "expected int"),
+        (
+            [
+                "optimize",
+                "{in}",
+                "{tmp}/o.onnx",
+                "--passes",
+                "safe",
+                "-O",
+                "external-data.threshold=big",
+            ],
+            2,
+            "expected int",
+        ),
     ],
 )
 def test_errors_are_one_line_with_exit_codes(

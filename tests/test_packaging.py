@@ -16,7 +16,17 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_wheel_contains_presets(tmp_path: Path) -> None:
     pytest.importorskip("hatchling")
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path), str(ROOT)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
         capture_output=True,
         text=True,
         timeout=300,

@@ -437,7 +437,9 @@ class ReorderPass(Pass):
     class Options:
         lookahead: int = 8  # greedy: nodes followed down a chain before judging a choice
         exact_branches: int = 5  # joins with at most this many branches are searched exactly
-        search_seconds: float = 2.0  # time for the exact search over parallel regions (raise for better orders)
+        search_seconds: float = (
+            2.0  # time for the exact search over parallel regions (raise for better orders)
+        )
         min_gain: float = 0.01  # rewrite only when the worse ORT order's peak drops this much
 
     def run(self, model: ir.Model, context: PassContext) -> PassResult:
