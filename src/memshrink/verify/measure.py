@@ -121,9 +121,11 @@ class Meter:
     @contextmanager
     def stage(self, name: str) -> Iterator[StageMeasure | None]:
         """Measure the body as stage ``name``; the record is appended when the body ends."""
+        # Reset first, then read "before": the high-water mark can then never be below it
+        # (memory freed between a read and a later reset made peak < before).
+        exact = reset_peak()
         before = read_status()
         gpu_before = self.gpu_probe() if self.gpu_probe else None
-        exact = reset_peak()
         sampler = _Sampler(self.gpu_probe, self.interval)
         sampler.sample()
         sampler.start()
