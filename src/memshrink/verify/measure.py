@@ -151,7 +151,9 @@ class Meter:
                     name=name,
                     seconds=seconds,
                     before=before["VmRSS"],
-                    peak=max(peak, after["VmRSS"]),
+                    # The kernel's RSS counters lag by a few pages per thread, so the
+                    # high-water mark can read just below a neighbouring VmRSS reading.
+                    peak=max(peak, before["VmRSS"], after["VmRSS"]),
                     after=after["VmRSS"],
                     anon_before=before["RssAnon"],
                     anon_peak=max(sampler.anon_peak, after["RssAnon"]),
