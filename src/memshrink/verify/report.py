@@ -8,7 +8,6 @@ wins: a wrong output is the strongest finding, and a budget cannot be judged on 
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -194,12 +193,9 @@ class VerifyReport:
         }
 
     def write_json(self, path: str | os.PathLike) -> None:
-        text = json.dumps(self.to_dict(), indent=2, default=str)
-        if os.fspath(path) == "-":
-            print(text)
-        else:
-            with open(path, "w") as f:
-                f.write(text + "\n")
+        from memshrink.cli import write_json
+
+        write_json(self.to_dict(), os.fspath(path))
 
     def format_table(self) -> str:
         s = self.settings
@@ -318,12 +314,9 @@ class ProfileReport:
         }
 
     def write_json(self, path: str | os.PathLike) -> None:
-        text = json.dumps(self.to_dict(), indent=2, default=str)
-        if os.fspath(path) == "-":
-            print(text)
-        else:
-            with open(path, "w") as f:
-                f.write(text + "\n")
+        from memshrink.cli import write_json
+
+        write_json(self.to_dict(), os.fspath(path))
 
     def format_table(self) -> str:
         lines = [
