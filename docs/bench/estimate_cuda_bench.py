@@ -105,7 +105,30 @@ def synthetic_models(out: Path) -> dict[str, Path]:
         [helper.make_tensor_value_info("y", f, [])],
         [wa],
     )
-    return {"synth-matmul": mm, "synth-conv": cv, "synth-add64m": ad}
+    out_ = {"synth-matmul": mm, "synth-conv": cv, "synth-add64m": ad}
+    # MatMul chains with external weights: k layers of d x d (how the host stages weights).
+    for k, d in ((4, 2048), (16, 1024), (4, 4096), (1, 4096)):
+        name = f"synth-ext-{k}x{d * d * 4 >> 20}m"
+        nodes, inits, prev = [], [], "x"
+        for i in range(k):
+            inits.append(
+                numpy_helper.from_array(rng.standard_normal((d, d), dtype=np.float32), f"w{i}")
+            )
+            nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [f"m{i}"]))
+            prev = f"m{i}"
+        g = helper.make_graph(
+            nodes,
+            name,
+            [helper.make_tensor_value_info("x", f, [64, d])],
+            [helper.make_tensor_value_info(prev, f, [64, d])],
+            inits,
+        )
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+        m.ir_version = 8
+        p = out / f"{name}.onnx"
+        onnx.save_model(m, p, save_as_external_data=True, location=f"{name}.onnx.data")
+        out_[name] = p
+    return out_
 
 
 # ------------------------------------------------------------------ diagnostic child
@@ -212,6 +235,8 @@ def profile_row(path: str, dims: dict[str, int]) -> dict[str, Any]:
             "host_peak": s["peak"],
             "host_after": s["after"],
             "host_before": s["before"],
+            "anon_before": s["anon_before"],
+            "file_before": s["file_before"],
             "anon_peak": s["anon_peak"],
             "file_peak": s["file_peak"],
             "anon_after": s["anon_after"],
@@ -258,6 +283,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
         ("diag_heuristic", {"cudnn_conv_algo_search": "HEURISTIC"}),
         ("diag_same_as_requested", {"arena_extend_strategy": "kSameAsRequested"}),
     ]
+    passes = [p for p in passes if p[0] in args.passes]
     for label, popts in passes:
         for name, path, dims in jobs:
             row = rows.setdefault(name, {"path": path, "dims": dims})
@@ -354,6 +380,11 @@ def main() -> int:
     m.add_argument("--synth-dir", default="/tmp/memshrink-cuda-synth")
     m.add_argument("--synth-first", nargs="*", default=["synth-matmul", "synth-conv"])
     m.add_argument("--budget-s", type=float, default=420)
+    m.add_argument(
+        "--passes",
+        nargs="*",
+        default=["profile", "diag_default", "diag_heuristic", "diag_same_as_requested"],
+    )
     ap.add_argument(
         "--results", default=str(Path(__file__).with_name("estimate_cuda_results.json"))
     )

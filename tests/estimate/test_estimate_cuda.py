@@ -134,10 +134,16 @@ def test_host_embedded_stages_the_model_proto(tmp_path: Path):
     onnx.save_model(m, ext, save_as_external_data=True, location="ext.onnx.data", size_threshold=0)
     h_emb = estimate(str(emb), backend="cuda").prediction.details["host"]
     h_ext = estimate(str(ext), backend="cuda").prediction.details["host"]
-    # Embedded: the ModelProto's weights are on the host while the copies are made.
-    assert h_emb["session_creation"] - h_ext["session_creation"] == 4 * MiB
-    assert h_ext["session_creation"] == int(cuda.CUDA_CALIBRATION["cuda_host_session"]) + 4 * MiB
-    assert h_emb["steady_state"] >= h_ext["steady_state"]
+    # Embedded: the ModelProto's weights are on the host while the copies are made; external
+    # weights cost the measured constant staging instead (6 models, 64-474 MiB: 128 +- 2 MiB).
+    c = cuda.CUDA_CALIBRATION
+    assert h_emb["session_creation"] == int(c["cuda_host_session"]) + 4 * MiB
+    assert h_ext["session_creation"] == int(
+        c["cuda_host_session"] + c["cuda_host_external_staging"]
+    )
+    assert h_emb["steady_state"] - h_ext["steady_state"] == int(
+        c["cuda_host_embedded_retained"] * 4 * MiB
+    )
 
 
 # ----------------------------------------------------------------------------- real GPU
