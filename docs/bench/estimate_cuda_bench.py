@@ -311,7 +311,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
 
 
 def _pct(p: float, m: float) -> str:
-    return f"{100 * (p - m) / m:+.1f}%" if m else "n/a"
+    return f"{100 * (p - m) / abs(m):+.1f}%" if m else "n/a"
 
 
 def table_rows(results: dict[str, Any], names: list[str] | None) -> list[dict[str, Any]]:
@@ -336,16 +336,23 @@ def table_rows(results: dict[str, Any], names: list[str] | None) -> list[dict[st
         dev = est.prediction.details["device"]
         host = est.prediction.details["host"]
         base = prof["gpu_empty_session"]
+        profs = [prof, *results.get("repeats", {}).get(name, [])]
         for stage, key in zip(STAGES, ("session_creation", "run_1", "steady_state"), strict=True):
             s = prof["stages"].get(stage)
             if s is None:
                 continue
+            seen = [
+                (p["stages"][stage]["gpu_peak"] - p["gpu_empty_session"]) / MiB
+                for p in profs
+                if p.get("status") == "ok" and stage in p["stages"]
+            ]
             rows.append(
                 {
                     "model": name,
                     "stage": key,
                     "gpu_pred": dev[key] / MiB,
                     "gpu_meas": (s["gpu_peak"] - base) / MiB,
+                    "gpu_spread": (min(seen), max(seen), len(seen)),
                     "host_pred": host[key] / MiB,
                     "host_meas": (s["host_peak"] - prof["host_baseline"]) / MiB,
                 }
@@ -359,13 +366,16 @@ def cmd_table(args: argparse.Namespace) -> int:
         f"GPU: {results.get('gpu')}, driver {results.get('driver')}, onnxruntime-gpu "
         f"{results.get('onnxruntime')}, measured {results.get('when')}"
     )
-    print("| model | stage | GPU pred/meas MiB | err | host pred/meas MiB | err |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print(
+        "| model | stage | GPU pred/meas MiB | err | GPU meas min..max (n) | host pred/meas MiB | err |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in table_rows(results, args.models):
+        lo, hi, n = r["gpu_spread"]
         print(
             f"| {r['model']} | {r['stage']} | {r['gpu_pred']:.0f}/{r['gpu_meas']:.0f} | "
-            f"{_pct(r['gpu_pred'], r['gpu_meas'])} | {r['host_pred']:.0f}/{r['host_meas']:.0f} | "
-            f"{_pct(r['host_pred'], r['host_meas'])} |"
+            f"{_pct(r['gpu_pred'], r['gpu_meas'])} | {lo:.0f}..{hi:.0f} ({n}) | "
+            f"{r['host_pred']:.0f}/{r['host_meas']:.0f} | {_pct(r['host_pred'], r['host_meas'])} |"
         )
     return 0
 
