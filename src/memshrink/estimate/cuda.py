@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from memshrink.estimate import ort as ortsim
 from memshrink.estimate.graph import GraphInfo, ModelView
-from memshrink.estimate.lifetimes import tensor_buffers
+from memshrink.estimate.lifetimes import Buffer, tensor_buffers
 from memshrink.estimate.planners import all_planners, best_fit
 from memshrink.estimate.weights import split_weights
 
@@ -49,8 +49,8 @@ CUDA_CALIBRATION: dict[str, float] = {
     # Device (NVML per process).
     "cuda_session": 594 * MiB,  # context + EP after creating a session with no weights
     "cuda_first_run": 72 * MiB,  # what any first run adds (handles, kernels): in the baseline
-    "cuda_run_modules": 2 * MiB,
-    "cuda_conv_workspace": 1.0,  # x a Conv's output: the cuDNN algorithm's arena workspace  # kernels of a real model beyond the empty session's
+    "cuda_run_modules": 2 * MiB,  # kernels of a real model beyond the empty session's
+    "cuda_conv_workspace": 1.0,  # x a Conv's output: the cuDNN algorithm's arena workspace
     # Host (VmHWM over the child's baseline).
     "cuda_host_session": 276 * MiB,  # CUDA runtime + EP libraries at session creation
     "cuda_host_run": 50 * MiB,  # first run: ORT CUDA kernels, stream, handles
@@ -60,7 +60,6 @@ CUDA_CALIBRATION: dict[str, float] = {
     "cuda_host_external_staging": 128 * MiB,  # external weights: transient anon while copying
     "cuda_host_embedded_retained": 0.25,  # x embedded weights: freed ModelProto heap kept
 }
-STAGES = ("session_creation", "run_1", "steady_state")
 GEMM_OPS = frozenset({"MatMul", "Gemm", "Attention", "MultiHeadAttention"})
 INT64 = 7
 SMALL_INT64 = 64 << 10
@@ -139,6 +138,11 @@ def simulate_device(
     block = best_fit(traced, ortsim.ALLOC_ALIGN)[0] if mem_pattern and traced else 0
     inputs = device_inputs(g)
     workspace = [conv_workspace(g, node) for node in order]
+    by_start: dict[int, list[Buffer]] = {}
+    by_end: dict[int, list[Buffer]] = {}
+    for b in bufs:
+        by_start.setdefault(b.start, []).append(b)
+        by_end.setdefault(b.end, []).append(b)
 
     def run(pattern: bool) -> None:
         held = [arena_.alloc(nb, touch=False) for nb in inputs]
@@ -146,13 +150,13 @@ def simulate_device(
             held.append(arena_.alloc(block, touch=False))
         chunks = {}
         for s in range(len(order)):
-            for b in bufs:
-                if b.start == s and not (pattern and not b.is_output):
+            for b in by_start.get(s, []):
+                if b.is_output or not pattern:  # planned tensors live in the pattern block
                     chunks[b.id] = arena_.alloc(b.size, touch=False)
             if ws := workspace[s]:
                 arena_.free(arena_.alloc(ws, touch=False))
-            for b in bufs:
-                if b.end == s and b.id in chunks and not b.is_output:
+            for b in by_end.get(s, []):
+                if b.id in chunks and not b.is_output:
                     arena_.free(chunks.pop(b.id))
         for c in [*chunks.values(), *held]:  # outputs copied to the host, then released
             arena_.free(c)
@@ -165,8 +169,8 @@ def simulate_device(
 
 
 def _distinct(g: GraphInfo, ops: frozenset[str]) -> int:
-    """Distinct (op, input shapes, attributes-by-weight-shape) configurations: each needs its
-    own kernels (cuBLASLt heuristics, cuDNN engine search), loaded lazily on first use."""
+    """Distinct (op, input shapes) configurations: each needs its own kernels (cuBLASLt
+    heuristics, cuDNN engine search), loaded lazily on first use."""
     seen = set()
     for n in g.nodes:
         if n.op_type in ops:
@@ -174,7 +178,7 @@ def _distinct(g: GraphInfo, ops: frozenset[str]) -> int:
     return len(seen)
 
 
-def host_stages(view: ModelView, dev: DeviceModel) -> dict[str, int]:
+def host_stages(view: ModelView) -> dict[str, int]:
     """Host RSS peak per stage over the child's baseline (bytes)."""
     g = view.graph
     c = CUDA_CALIBRATION
@@ -226,9 +230,9 @@ def predict(
     r1.notes.append("device: inputs and planned activations in the same arena (reserved bytes)")
     ss = Stage("steady_state", dev.weights_reserved, 0, dev.steady_state - dev.weights_reserved)
     ss.overhead = modules
-    ss.notes.append("device: two generations of planned buffers in the arena (run 3)")
+    ss.notes.append("device: run 3, planned tensors in one memory-pattern block from run 2 on")
     stages = [sc, r1, ss]
-    host = host_stages(view, dev)
+    host = host_stages(view)
     for st in stages:
         st.notes.append(f"host: {host[st.name] / MiB:.0f} MiB over the process baseline")
     bufs = tensor_buffers(g, order)
