@@ -1,0 +1,258 @@
+"""ONNX Runtime CPU weight residency: what each initializer costs at session creation and after.
+
+Rules follow what ORT 1.32 does with each weight (source: ``optimizer/nchwc_transformer.cc``,
+``conv_bn_fusion.cc``, ``optimizer/initializer.cc``, ``framework/session_state_utils.cc``;
+checked with the micro-graphs of ``tests/estimate/test_estimate_ort_weights.py``):
+
+* **NCHWc** (graph optimization level ALL, x86-64 with AVX/AVX2 or AVX512F): every fp32 4-D
+  Conv weight that passes the transformer's channel checks is read into a heap buffer
+  (``Initializer`` reads external data with ``ReadFileIntoBuffer``, no mmap), reordered into a
+  vector and stored as a *new* initializer padded to the block size (8 with AVX2, 16 with
+  AVX512F): output channels always, input channels when ``group == 1`` and ``C_in >= block``
+  (measured on 1.32: [500, 500, 3, 3] becomes [504, 504, 3, 3]). Session state then copies each
+  initializer into its own buffer. One padded copy is live after creation; the graph's copy is
+  freed only after *all* session-state copies exist, so under glibc's dynamic mmap threshold it
+  stays resident as heap below them — unless it is larger than ``DEFAULT_MMAP_THRESHOLD_MAX``
+  (32 MiB on 64-bit), which glibc always maps and returns on free.
+* **Conv+BatchNormalization / Conv+Mul fusion** (level basic) writes a new fused weight before
+  NCHWc reorders it: one more freed heap copy, of which a measured fraction stays resident
+  (``ort_conv_fused_stranded``).
+* Convs that NCHWc does not convert keep the original: mapped in place (external; its pages are
+  touched by the first run) or a heap copy (embedded).
+* **MatMul/Gemm B** and the other prepacked inputs (``weights.ORT_PREPACK``) are packed into
+  anonymous memory during session state; the mapped source of the largest one is the transient.
+
+Everything here reads shapes, dtypes and the external flag only, never weight bytes.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from memshrink.estimate.graph import GraphInfo, NodeInfo
+from memshrink.estimate.weights import WeightSplit
+
+MiB = 1 << 20
+DEFAULT_MMAP_THRESHOLD_MAX = 32 * MiB  # glibc malloc.c, 64-bit
+FLOAT = 1
+
+
+def nchwc_block_size(cpu_flags: set[str] | None = None, machine: str | None = None) -> int:
+    """MLAS's ``MlasNchwcGetBlockSize()`` on this host: 16 with AVX512F, 8 with AVX/AVX2, else 1
+    (NCHWc off: the transformer is only registered when the block size is above 1)."""
+    machine = (machine or platform.machine()).lower()
+    if machine not in ("x86_64", "amd64", "i386", "i686", "x86"):
+        return 1
+    if cpu_flags is None:
+        cpu_flags = set()
+        try:
+            with open("/proc/cpuinfo") as f:
+                for line in f:
+                    if line.startswith("flags"):
+                        cpu_flags = set(line.split(":", 1)[1].split())
+                        break
+        except OSError:
+            return 8  # x86-64 without /proc: assume the common AVX2 host
+    if "avx512f" in cpu_flags:
+        return 16
+    if "avx2" in cpu_flags or "avx" in cpu_flags:
+        return 8
+    return 1
+
+
+def _round_up(n: int, block: int) -> int:
+    return (n + block - 1) // block * block
+
+
+def nchwc_filter_shape(
+    w_shape: tuple[int, ...], group: int, block: int
+) -> tuple[int, int, int, int] | None:
+    """The reordered filter's shape if ORT's NCHWc transformer converts this Conv, else None."""
+    if block <= 1 or len(w_shape) != 4:
+        return None
+    cout, cin, kh, kw = w_shape
+    if group > 1:
+        if cin == 1 and cout == group:  # depthwise (OIHWBo); 1.32 pads C_out (measured)
+            return (_round_up(cout, block), 1, kh, kw)
+        if cout % block or cin % block or cout % group or (cout // group) % block:
+            return None
+        return (cout, cin, kh, kw)
+    if cin < block:  # first layer: NCHW input used directly (OIHWBo), C_in not padded
+        return (_round_up(cout, block), cin, kh, kw)
+    return (_round_up(cout, block), _round_up(cin, block), kh, kw)
+
+
+@dataclass
+class ConvWeight:
+    name: str
+    nbytes: int  # as stored
+    resident: int  # bytes of the copy the session keeps (padded when NCHWc converts it)
+    nchwc: bool
+    fused: bool  # a BatchNormalization / Mul was folded into it first
+
+
+def _group(g: GraphInfo, node: NodeInfo, w_shape: tuple[int, ...]) -> int:
+    """Conv's ``group`` from shapes alone: input channels / the filter's channels per group."""
+    x = g.tensors.get(node.inputs[0])
+    if x is None or not x.shape or len(x.shape) != 4 or len(w_shape) != 4 or w_shape[1] <= 0:
+        return 1
+    return max(1, x.shape[1] // w_shape[1])
+
+
+def _fused_into(g: GraphInfo, conv: NodeInfo) -> bool:
+    """ORT's ConvBNFusion / ConvMulFusion: the Conv's only consumer is a BatchNormalization (or a
+    Mul by a constant) whose other inputs are all initializers."""
+    out = g.tensors.get(conv.outputs[0]) if conv.outputs else None
+    if out is None or out.is_output or len(set(out.consumers)) != 1:
+        return False
+    nxt = g.nodes[out.consumers[0]]
+    if nxt.op_type not in ("BatchNormalization", "Mul"):
+        return False
+    others = [n for n in nxt.inputs if n and n != conv.outputs[0]]
+    return bool(others) and all(g.tensors[n].kind == "initializer" for n in others)
+
+
+def conv_weights(
+    g: GraphInfo, block: int, *, fusions: bool = True, nchwc: bool = True
+) -> list[ConvWeight]:
+    """Every fp32 Conv weight initializer with what ORT does to it."""
+    out: dict[str, ConvWeight] = {}
+    for node in g.nodes:
+        if node.op_type != "Conv" or node.domain not in ("", "ai.onnx") or len(node.inputs) < 2:
+            continue
+        t = g.tensors.get(node.inputs[1])
+        if t is None or t.kind != "initializer" or t.elem_type != FLOAT or t.shape is None:
+            continue
+        nb = t.nbytes or 0
+        bias_ok = (
+            len(node.inputs) < 3
+            or not node.inputs[2]
+            or (g.tensors[node.inputs[2]].kind == "initializer")
+        )
+        fused = fusions and _fused_into(g, node)
+        shape = (
+            nchwc_filter_shape(tuple(t.shape), _group(g, node, tuple(t.shape)), block)
+            if nchwc and bias_ok
+            else None
+        )
+        resident = nb
+        if shape is not None:
+            resident = shape[0] * shape[1] * shape[2] * shape[3] * 4
+        prev = out.get(t.name)
+        if prev is None or (shape is not None and not prev.nchwc):
+            out[t.name] = ConvWeight(t.name, nb, resident, shape is not None, fused)
+    return list(out.values())
+
+
+def conv_copies(convs: list[ConvWeight], stranded: float) -> tuple[int, int]:
+    """Resident and peak bytes of the rewritten Conv weights after session creation.
+
+    Per weight ORT keeps one copy (``resident``, padded). Freed on the way: the graph's copy
+    (session state copies every initializer before the graph's are released) and, for a fused
+    Conv, the fused intermediate. glibc keeps a freed block resident when it came from the heap,
+    i.e. when it was below the dynamic mmap threshold (always for > 32 MiB: those are mmapped
+    and returned); which ones did depends on the allocation history, so a measured fraction
+    ``stranded`` of the freed copies counts. Peak: + the two scratch buffers of the largest
+    conversion (the source read by ``Initializer`` and the reorder vector)."""
+    kept = freed = largest = 0
+    for cw in convs:
+        if not (cw.nchwc or cw.fused):
+            continue
+        kept += cw.resident
+        largest = max(largest, cw.resident)
+        if cw.resident <= DEFAULT_MMAP_THRESHOLD_MAX:
+            freed += cw.resident + (cw.nbytes if cw.fused else 0)
+    resident = kept + int(stranded * freed)
+    return resident, resident + 2 * largest
+
+
+@dataclass
+class OrtWeights:
+    """Predicted ORT CPU weight bytes (deltas) at the session-creation peak and after it."""
+
+    creation_anon: int = 0
+    retained_anon: int = 0
+    run_file: int = 0  # mapped pages touched by the runs (weights used in place)
+    nchwc_block: int = 1
+    classes: dict[str, int] = field(default_factory=dict)  # bytes per rule, for the report
+    notes: list[str] = field(default_factory=list)
+    assumptions: list[str] = field(default_factory=list)
+
+
+def ort_cpu_weights(
+    g: GraphInfo,
+    w: WeightSplit,
+    *,
+    embedded: bool,
+    calibration: Mapping[str, float],
+    fusions: bool = True,
+    nchwc: bool = True,
+    block: int | None = None,
+) -> OrtWeights:
+    """Weight residency of ORT CPU from the rules in the module docstring."""
+    c = calibration
+    block = nchwc_block_size() if block is None else block
+    use_nchwc = nchwc and block > 1
+    convs = conv_weights(g, block, fusions=fusions, nchwc=use_nchwc)
+    res = OrtWeights(nchwc_block=block if use_nchwc else 1)
+    res.assumptions.append(
+        f"ORT CPU NCHWc block size {block if use_nchwc else 'off'} "
+        "(MlasNchwcGetBlockSize: 16 with AVX512F, 8 with AVX/AVX2; from this host's CPU flags); "
+        "glibc malloc with its default dynamic mmap threshold"
+    )
+    conv_res, conv_peak = conv_copies(convs, c["ort_freed_copy_resident"])
+    conv_mapped = sum(cw.nbytes for cw in convs if not (cw.nchwc or cw.fused) and not embedded)
+    conv_embedded = sum(cw.nbytes for cw in convs if not (cw.nchwc or cw.fused) and embedded)
+    packed = int(c["ort_prepack_retained"] * w.prepacked)
+    res.retained_anon = conv_res + packed + w.folded_anon
+    # constant folding reads each source weight into a heap buffer (Initializer) while the
+    # result is computed: a transient of the largest folded source
+    folded_src = max(
+        (
+            g.tensors[n].nbytes or 0
+            for i in g.folded
+            for n in g.nodes[i].inputs
+            if n and g.tensors[n].kind == "initializer" and not g.tensors[n].folded
+        ),
+        default=0,
+    )
+    transient = max(int(c["ort_prepack_transient"] * w.largest_prepacked), folded_src)
+    res.creation_anon = max(res.retained_anon + transient, conv_peak + packed + w.folded_anon)
+    if embedded:
+        # The ModelProto's raw-data strings are freed once session state holds its own copies;
+        # those at most DEFAULT_MMAP_THRESHOLD_MAX came from the heap below everything the
+        # session allocated later, so glibc keeps them resident; larger ones were mmapped and
+        # go back to the OS.
+        small = sum(
+            g.tensors[n].nbytes or 0
+            for n in g.initializers
+            if not g.tensors[n].folded and (g.tensors[n].nbytes or 0) <= DEFAULT_MMAP_THRESHOLD_MAX
+        )
+        res.retained_anon += small + conv_embedded
+        res.creation_anon += small + conv_embedded
+        res.classes["embedded_stranded"] = small
+        res.notes.append(
+            "embedded weights: the ModelProto's raw data of tensors <= 32 MiB stays resident "
+            "as freed heap (glibc); larger ones are returned"
+        )
+    else:
+        in_place = w.external - w.prepacked_only - w.gather_tables - w.folded_anon
+        converted = sum(cw.nbytes for cw in convs if cw.nchwc or cw.fused)
+        res.run_file = max(0, in_place - converted)
+        res.notes.append(
+            "external weights memory-mapped; NCHWc/fused Conv weights re-laid out into anon "
+            "copies, MatMul/Gemm B prepacked"
+        )
+    res.classes.update(
+        {
+            "conv_nchwc": sum(cw.resident for cw in convs if cw.nchwc),
+            "conv_fused": sum(cw.nbytes for cw in convs if cw.fused),
+            "conv_in_place": conv_mapped + conv_embedded,
+            "conv_heap_resident": conv_res,
+            "prepacked": packed,
+            "folded": w.folded_anon,
+        }
+    )
+    return res

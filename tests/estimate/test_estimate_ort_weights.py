@@ -1,0 +1,177 @@
+"""ORT CPU weight residency (``estimate.ort_weights``) against ONNX Runtime itself.
+
+Hand-built graphs with external weights; the real runtime's optimized graph gives the NCHWc
+filter shapes (exact), and a fresh process's ``RssAnon`` after session creation gives the
+retained weight bytes (tolerances stated per check).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from memshrink.estimate.backends import CALIBRATION
+from memshrink.estimate.graph import build_view
+from memshrink.estimate.ort_weights import (
+    nchwc_block_size,
+    nchwc_filter_shape,
+    ort_cpu_weights,
+)
+from memshrink.estimate.weights import split_weights
+
+MiB = 1 << 20
+BLOCK = nchwc_block_size()
+needs_nchwc = pytest.mark.skipif(BLOCK <= 1, reason="no NCHWc on this CPU (no AVX)")
+
+
+def _save(m: onnx.ModelProto, path: str, external: bool = True) -> str:
+    m.ir_version = 8
+    if external:
+        onnx.save(m, path, save_as_external_data=True, location="w.data", size_threshold=0)
+    else:
+        onnx.save(m, path)
+    return path
+
+
+def _convs(
+    n: int, cin: int, cout: int, group: int = 1, k: int = 3, bn: bool = False, hw: int = 4
+) -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    nodes, inits, x = [], [], "x"
+    for i in range(n):
+        ci = cin if i == 0 else cout
+        w = rng.standard_normal((cout, ci // group, k, k)).astype(np.float32)
+        inits += [
+            numpy_helper.from_array(w, f"W{i}"),
+            numpy_helper.from_array(w[:, 0, 0, 0], f"B{i}"),
+        ]
+        nodes.append(
+            helper.make_node(
+                "Conv", [x, f"W{i}", f"B{i}"], [f"c{i}"], pads=[k // 2] * 4, group=group
+            )
+        )
+        x = f"c{i}"
+        if bn:
+            for p in "sbmv":
+                inits.append(
+                    numpy_helper.from_array(rng.random(cout).astype(np.float32) + 0.5, f"{p}{i}")
+                )
+            nodes.append(
+                helper.make_node(
+                    "BatchNormalization", [x, f"s{i}", f"b{i}", f"m{i}", f"v{i}"], [f"n{i}"]
+                )
+            )
+            x = f"n{i}"
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, cin, hw, hw])],
+        [helper.make_tensor_value_info(x, TensorProto.FLOAT, None)],
+        inits,
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _matmuls(n: int, d: int) -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    nodes, inits, x = [], [], "x"
+    for i in range(n):
+        inits.append(
+            numpy_helper.from_array(rng.standard_normal((d, d)).astype(np.float32), f"W{i}")
+        )
+        nodes.append(helper.make_node("MatMul", [x, f"W{i}"], [f"m{i}"]))
+        x = f"m{i}"
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, d])],
+        [helper.make_tensor_value_info(x, TensorProto.FLOAT, None)],
+        inits,
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@needs_nchwc
+@pytest.mark.parametrize(
+    "cin,cout,group",
+    [
+        (3, 64, 1),
+        (12, 64, 1),
+        (64, 20, 1),
+        (500, 500, 1),
+        (20, 20, 20),
+        (64, 64, 64),
+        (96, 96, 4),
+        (48, 24, 2),
+        (36, 36, 3),
+    ],
+)
+def test_nchwc_filter_shape_matches_ort_optimized_graph(tmp_path, cin, cout, group):
+    m = _convs(1, cin, cout, group=group, hw=8)
+    path = _save(m, str(tmp_path / "m.onnx"), external=False)
+    so = ort.SessionOptions()
+    so.optimized_model_filepath = str(tmp_path / "opt.onnx")
+    so.log_severity_level = 3
+    ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    opt = onnx.load(so.optimized_model_filepath)
+    reordered = [list(i.dims) for i in opt.graph.initializer if len(i.dims) == 4 and i.name != "W0"]
+    expected = nchwc_filter_shape((cout, cin // group, 3, 3), group, BLOCK)
+    assert reordered == ([list(expected)] if expected else [])  # exact dims (atol 0)
+
+
+def test_block_size_from_cpu_flags():
+    assert nchwc_block_size({"avx512f", "avx2"}, "x86_64") == 16
+    assert nchwc_block_size({"avx2", "fma"}, "x86_64") == 8
+    assert nchwc_block_size({"sse4_2"}, "x86_64") == 1
+    assert nchwc_block_size({"avx512f"}, "aarch64") == 1
+
+
+_CHILD = r"""
+import json, sys
+import onnxruntime as ort
+def anon():
+    for line in open("/proc/self/status"):
+        if line.startswith("RssAnon"):
+            return int(line.split()[1]) * 1024
+base = anon()
+s = ort.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"])
+print(json.dumps({"anon": anon() - base}))
+"""
+
+
+def _measured_anon(path: str) -> int:
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD, path], capture_output=True, text=True, check=True
+    )
+    return int(json.loads(out.stdout)["anon"])
+
+
+CASES = {
+    # name: (model, rtol): rtol covers glibc's freed-copy retention (docs/estimate.md)
+    "conv3x3": (lambda: _convs(4, 256, 256), 0.30),
+    "conv3x3_bn": (lambda: _convs(4, 256, 256, bn=True), 0.30),
+    "depthwise": (lambda: _convs(4, 256, 256, group=256), 0.30),
+    "first_layer": (lambda: _convs(1, 3, 1024, k=7), 0.30),
+    "matmul": (lambda: _matmuls(4, 1024), 0.15),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_retained_weights_match_ort(tmp_path, name):
+    model, rtol = CASES[name]
+    path = _save(model(), str(tmp_path / "m.onnx"))
+    empty = _save(_matmuls(1, 8), str(tmp_path / "e.onnx"))
+    measured = _measured_anon(path) - _measured_anon(empty)
+    view = build_view(path)
+    pred = ort_cpu_weights(
+        view.graph, split_weights(view.graph), embedded=False, calibration=CALIBRATION
+    ).retained_anon
+    atol = 2 * MiB  # session objects that scale with the node count
+    assert abs(pred - measured) <= atol + rtol * measured, (name, pred / MiB, measured / MiB)
