@@ -8,6 +8,7 @@ retained weight bytes (tolerances stated per check).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -136,42 +137,89 @@ def test_block_size_from_cpu_flags():
 _CHILD = r"""
 import json, sys
 import onnxruntime as ort
-def anon():
+def status():
+    out = {}
     for line in open("/proc/self/status"):
-        if line.startswith("RssAnon"):
-            return int(line.split()[1]) * 1024
-base = anon()
+        k, _, v = line.partition(":")
+        if k in ("RssAnon", "VmHWM", "VmRSS"):
+            out[k] = int(v.split()[0]) * 1024
+    return out
+open("/proc/self/clear_refs", "w").write("5")
+base = status()
 s = ort.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"])
-print(json.dumps({"anon": anon() - base}))
+after = status()
+print(json.dumps({"anon": after["RssAnon"] - base["RssAnon"],
+                  "peak_over_after": after["VmHWM"] - after["VmRSS"]}))
 """
+# glibc returns every freed block >= 128 KiB at once: what stays is exactly what ORT keeps
+FIXED_THRESHOLD = {"MALLOC_MMAP_THRESHOLD_": "131072"}
 
 
-def _measured_anon(path: str) -> int:
+def _measure(path: str, env: dict[str, str] | None = None) -> dict[str, int]:
+    e = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    e.update(env or {})
     out = subprocess.run(
-        [sys.executable, "-c", _CHILD, path], capture_output=True, text=True, check=True
+        [sys.executable, "-c", _CHILD, path], capture_output=True, text=True, check=True, env=e
     )
-    return int(json.loads(out.stdout)["anon"])
+    return {k: int(v) for k, v in json.loads(out.stdout).items()}
 
 
 CASES = {
-    # name: (model, rtol): rtol covers glibc's freed-copy retention (docs/estimate.md)
-    "conv3x3": (lambda: _convs(4, 256, 256), 0.30),
-    "conv3x3_bn": (lambda: _convs(4, 256, 256, bn=True), 0.30),
-    "depthwise": (lambda: _convs(4, 256, 256, group=256), 0.30),
-    "first_layer": (lambda: _convs(1, 3, 1024, k=7), 0.30),
-    "matmul": (lambda: _matmuls(4, 1024), 0.15),
+    "conv3x3": lambda: _convs(4, 256, 256),
+    "conv3x3_bn": lambda: _convs(4, 256, 256, bn=True),
+    "conv_padded": lambda: _convs(2, 500, 500),  # C_in and C_out padded to the block
+    "depthwise": lambda: _convs(4, 512, 512, group=512, k=5),
+    "first_layer": lambda: _convs(1, 3, 1024, k=7),
+    "grouped_in_place": lambda: _convs(2, 48, 24, group=2, k=15),  # NCHWc skips: mapped
+    "matmul": lambda: _matmuls(4, 1000),  # packed N rounded up to 16
 }
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_retained_weights_match_ort(tmp_path, name):
-    model, rtol = CASES[name]
-    path = _save(model(), str(tmp_path / "m.onnx"))
-    empty = _save(_matmuls(1, 8), str(tmp_path / "e.onnx"))
-    measured = _measured_anon(path) - _measured_anon(empty)
+def _predict(path: str, stranded: float) -> tuple[int, int]:
     view = build_view(path)
-    pred = ort_cpu_weights(
+    cal = dict(CALIBRATION, ort_freed_copy_resident=stranded)
+    r = ort_cpu_weights(view.graph, split_weights(view.graph), embedded=False, calibration=cal)
+    return r.retained_anon, r.classes["conv_freed_copies"]
+
+
+@needs_nchwc
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_kept_copies_match_ort(tmp_path, name):
+    """With glibc returning every freed block, ORT's resident weights are exactly the copies
+    the rules say it keeps (padded NCHWc filters, fused weights, packed B)."""
+    path = _save(CASES[name](), str(tmp_path / "m.onnx"))
+    empty = _save(_matmuls(1, 8), str(tmp_path / "e.onnx"))
+    measured = _measure(path, FIXED_THRESHOLD)["anon"] - _measure(empty, FIXED_THRESHOLD)["anon"]
+    kept, _ = _predict(path, stranded=0.0)
+    # atol 0.5 MiB: session objects per node; rtol 3 %
+    assert abs(kept - measured) <= 0.5 * MiB + 0.03 * measured, (name, kept / MiB, measured / MiB)
+
+
+@needs_nchwc
+@pytest.mark.parametrize("name", ["conv3x3", "conv3x3_bn", "conv_padded"])
+def test_default_glibc_keeps_part_of_the_freed_copies(tmp_path, name):
+    """Default glibc: resident lies between the kept copies and kept + every freed copy, and
+    the calibrated fraction lands within 35 % of the measurement (uniform-size convs strand
+    more than real nets: docs/estimate.md)."""
+    path = _save(CASES[name](), str(tmp_path / "m.onnx"))
+    empty = _save(_matmuls(1, 8), str(tmp_path / "e.onnx"))
+    measured = _measure(path)["anon"] - _measure(empty)["anon"]
+    kept, freed = _predict(path, stranded=0.0)
+    assert kept - 0.5 * MiB <= measured <= kept + freed + 0.5 * MiB
+    pred, _ = _predict(path, stranded=CALIBRATION["ort_freed_copy_resident"])
+    assert abs(pred - measured) <= 0.35 * measured, (name, pred / MiB, measured / MiB)
+
+
+@needs_nchwc
+def test_creation_peak_scratch_of_the_largest_conversion(tmp_path):
+    """One 48 MiB filter (over glibc's 32 MiB cap, so mmapped and returned): the creation peak
+    holds the source, the reorder vector and the new initializer beside the kept copy."""
+    path = _save(_convs(1, 512, 500, k=7), str(tmp_path / "m.onnx"))
+    m = _measure(path)
+    view = build_view(path)
+    w = ort_cpu_weights(
         view.graph, split_weights(view.graph), embedded=False, calibration=CALIBRATION
-    ).retained_anon
-    atol = 2 * MiB  # session objects that scale with the node count
-    assert abs(pred - measured) <= atol + rtol * measured, (name, pred / MiB, measured / MiB)
+    )
+    scratch = w.creation_anon - w.retained_anon + int(CALIBRATION["ort_session_transient"])
+    # rtol 10 %: the peak also holds the session's own transient buffers
+    assert abs(scratch - m["peak_over_after"]) <= 0.10 * m["peak_over_after"]

@@ -24,13 +24,13 @@ MiB = 1 << 20
 # Fixed per-runtime overheads (bytes), measured once (docs/estimate.md, "Calibration").
 CALIBRATION: dict[str, float] = {
     # ONNX Runtime CPU, default graph optimization level (ORT_ENABLE_ALL), x86-64.
-    "ort_session_anon": 6 * MiB,  # session objects, kernel registry, thread pool
+    "ort_session_anon": 1.35 * MiB,  # session objects, kernel registry, thread pool
+    "ort_session_anon_per_node": 3 * 1024,  # graph nodes, kernels, plan entries
     "ort_session_file": 8.5 * MiB,  # library pages first touched by session creation
     "ort_session_transient": 4 * MiB,
     "ort_run": 1 * MiB,  # per-run bookkeeping outside the arena
     # ORT CPU weights (rules in ort_weights.py; constants measured, docs/estimate.md).
-    "ort_freed_copy_resident": 0.8,  # x freed Conv weight copies <= 32 MiB kept by glibc
-    "ort_prepack_retained": 0.96,  # x MatMul/Gemm B bytes kept as packed anon copies
+    "ort_freed_copy_resident": 0.26,  # x freed Conv weight copies <= 32 MiB glibc keeps
     "ort_prepack_transient": 0.75,  # x the largest packed weight: its source pages + scratch
     # OpenVINO CPU plugin.
     "ov_read": 2 * MiB,
@@ -105,7 +105,11 @@ def _ort_cpu(
         nchwc="ALL" in str(opts.get("graph_optimization_level", "ALL")).upper(),
     )
     assumptions += ww.assumptions
-    ovh = int(c["ort_session_anon"] + c["ort_session_file"])
+    ovh = int(
+        c["ort_session_anon"]
+        + c["ort_session_anon_per_node"] * len(g.nodes)
+        + c["ort_session_file"]
+    )
     sc = Stage(
         "session_creation",
         weights_anon=ww.creation_anon,

@@ -146,26 +146,62 @@ def conv_weights(
     return list(out.values())
 
 
-def conv_copies(convs: list[ConvWeight], stranded: float) -> tuple[int, int]:
-    """Resident and peak bytes of the rewritten Conv weights after session creation.
+def conv_copies(convs: list[ConvWeight], stranded: float) -> tuple[int, int, int]:
+    """Kept, freed and peak-scratch bytes of the rewritten Conv weights at session creation.
 
-    Per weight ORT keeps one copy (``resident``, padded). Freed on the way: the graph's copy
-    (session state copies every initializer before the graph's are released) and, for a fused
-    Conv, the fused intermediate. glibc keeps a freed block resident when it came from the heap,
-    i.e. when it was below the dynamic mmap threshold (always for > 32 MiB: those are mmapped
-    and returned); which ones did depends on the allocation history, so a measured fraction
-    ``stranded`` of the freed copies counts. Peak: + the two scratch buffers of the largest
-    conversion (the source read by ``Initializer`` and the reorder vector)."""
-    kept = freed = largest = 0
+    Allocation sequence of ORT 1.32 (traced with an LD_PRELOAD malloc logger, see
+    docs/estimate.md): Conv+BN/Mul fusion reads the source into an ``Initializer`` (A), writes
+    the fused raw data (S) and stores it as the graph's OrtValue (K), freeing A and S; NCHWc
+    reads its source (A), reorders into a vector (V), builds the new TensorProto (S) and stores
+    it as the graph's OrtValue (K, kept: session state uses it without another copy), freeing A,
+    V, S and the fused K it replaced. Blocks over 32 MiB are mmapped by glibc and returned on
+    free; smaller freed blocks stay partly resident as heap fragments: the measured fraction
+    ``stranded`` of them counts. Returns (kept + stranded, the peak's extra scratch)."""
+    kept = freed = scratch = 0
+
+    def small(n: int) -> int:
+        return n if n <= DEFAULT_MMAP_THRESHOLD_MAX else 0
+
     for cw in convs:
-        if not (cw.nchwc or cw.fused):
+        if cw.fused:
+            freed += 2 * small(cw.nbytes)  # A, S of the fusion
+        if cw.nchwc:
+            kept += cw.resident
+            freed += small(cw.nbytes) + 2 * small(cw.resident)  # A, V, S
+            if cw.fused:
+                freed += small(cw.nbytes)  # the fused K, replaced
+            scratch = max(scratch, cw.nbytes + 2 * cw.resident)
+        elif cw.fused:
+            kept += cw.nbytes
+            scratch = max(scratch, 2 * cw.nbytes)
+    return kept + int(stranded * freed), freed, scratch
+
+
+def packed_bytes(g: GraphInfo, w: WeightSplit) -> int:
+    """Anon bytes of ORT's prepacked copies. fp32 2-D MatMul/Gemm B: ``MlasGemmPackBSize`` =
+    N rounded up to 16 (``MLAS_SGEMM_STRIDEN_THREAD_ALIGN``) x K floats, N read from the
+    consumer's output (so Gemm's transB needs no attribute); other prepacking kernels
+    (quantized MatMul, RNNs, Attention) are counted at their stored size."""
+    total = 0
+    for name, kind in w.names.items():
+        if kind != "prepacked":
             continue
-        kept += cw.resident
-        largest = max(largest, cw.resident)
-        if cw.resident <= DEFAULT_MMAP_THRESHOLD_MAX:
-            freed += cw.resident + (cw.nbytes if cw.fused else 0)
-    resident = kept + int(stranded * freed)
-    return resident, resident + 2 * largest
+        t = g.tensors[name]
+        size = t.nbytes or 0
+        if t.elem_type == FLOAT and t.shape is not None and len(t.shape) == 2 and all(t.shape):
+            ns: set[int] = set()
+            for ci in set(t.consumers):
+                node = g.nodes[ci]
+                y = g.tensors.get(node.outputs[0]) if node.outputs else None
+                if node.op_type not in ("MatMul", "Gemm") or y is None or not y.shape:
+                    ns = set()
+                    break
+                ns.add(y.shape[-1])
+            if len(ns) == 1 and (n := ns.pop()) in t.shape:
+                k = t.shape[0] * t.shape[1] // n
+                size = _round_up(n, 16) * k * 4
+        total += size
+    return total
 
 
 @dataclass
@@ -202,10 +238,10 @@ def ort_cpu_weights(
         "(MlasNchwcGetBlockSize: 16 with AVX512F, 8 with AVX/AVX2; from this host's CPU flags); "
         "glibc malloc with its default dynamic mmap threshold"
     )
-    conv_res, conv_peak = conv_copies(convs, c["ort_freed_copy_resident"])
+    conv_res, freed, scratch = conv_copies(convs, c["ort_freed_copy_resident"])
     conv_mapped = sum(cw.nbytes for cw in convs if not (cw.nchwc or cw.fused) and not embedded)
     conv_embedded = sum(cw.nbytes for cw in convs if not (cw.nchwc or cw.fused) and embedded)
-    packed = int(c["ort_prepack_retained"] * w.prepacked)
+    packed = packed_bytes(g, w)
     res.retained_anon = conv_res + packed + w.folded_anon
     # constant folding reads each source weight into a heap buffer (Initializer) while the
     # result is computed: a transient of the largest folded source
@@ -218,8 +254,10 @@ def ort_cpu_weights(
         ),
         default=0,
     )
-    transient = max(int(c["ort_prepack_transient"] * w.largest_prepacked), folded_src)
-    res.creation_anon = max(res.retained_anon + transient, conv_peak + packed + w.folded_anon)
+    transient = max(int(c["ort_prepack_transient"] * w.largest_prepacked), folded_src, scratch)
+    # the session's own transient (``ort_session_transient``, counted as overhead) and the
+    # weights' scratch do not stack: measured peaks follow the larger of the two
+    res.creation_anon = res.retained_anon + max(0, transient - int(c["ort_session_transient"]))
     if embedded:
         # The ModelProto's raw-data strings are freed once session state holds its own copies;
         # those at most DEFAULT_MMAP_THRESHOLD_MAX came from the heap below everything the
@@ -250,7 +288,7 @@ def ort_cpu_weights(
             "conv_nchwc": sum(cw.resident for cw in convs if cw.nchwc),
             "conv_fused": sum(cw.nbytes for cw in convs if cw.fused),
             "conv_in_place": conv_mapped + conv_embedded,
-            "conv_heap_resident": conv_res,
+            "conv_freed_copies": freed,
             "prepacked": packed,
             "folded": w.folded_anon,
         }
