@@ -30,7 +30,8 @@ CALIBRATION: dict[str, float] = {
     "ort_session_transient": 4 * MiB,
     "ort_run": 1 * MiB,  # per-run bookkeeping outside the arena
     # ORT CPU weights (rules in ort_weights.py; constants measured, docs/estimate.md).
-    "ort_freed_copy_resident": 0.26,  # x freed Conv weight copies <= 32 MiB glibc keeps
+    "ort_freed_copy_resident": 0.27,  # x freed weight copies <= 32 MiB glibc keeps (external)
+    "ort_freed_copy_resident_embedded": 0.34,  # the same, weights embedded in the .onnx
     "ort_prepack_transient": 0.75,  # x the largest packed weight: its source pages + scratch
     # OpenVINO CPU plugin.
     "ov_read": 2 * MiB,
