@@ -29,7 +29,7 @@ from memshrink.estimate.weights import split_weights
 
 MiB = 1 << 20
 BLOCK = nchwc_block_size()
-needs_nchwc = pytest.mark.skipif(BLOCK <= 1, reason="no NCHWc on this CPU (no AVX)")
+needs_nchwc = pytest.mark.skipif(BLOCK <= 1, reason="no NCHWc on this CPU (not x86-64)")
 
 
 def _save(m: onnx.ModelProto, path: str, external: bool = True) -> str:
@@ -130,7 +130,7 @@ def test_nchwc_filter_shape_matches_ort_optimized_graph(tmp_path, cin, cout, gro
 def test_block_size_from_cpu_flags():
     assert nchwc_block_size({"avx512f", "avx2"}, "x86_64") == 16
     assert nchwc_block_size({"avx2", "fma"}, "x86_64") == 8
-    assert nchwc_block_size({"sse4_2"}, "x86_64") == 1
+    assert nchwc_block_size({"sse4_2"}, "x86_64") == 8  # SSE2 baseline already blocks by 8
     assert nchwc_block_size({"avx512f"}, "aarch64") == 1
 
 
@@ -173,21 +173,28 @@ CASES = {
     "grouped_in_place": lambda: _convs(2, 48, 24, group=2, k=15),  # NCHWc skips: mapped
     "matmul": lambda: _matmuls(4, 1000),  # packed N rounded up to 16
 }
+EMBEDDED = {"conv3x3_embedded": "conv3x3", "matmul_embedded": "matmul"}
 
 
 def _predict(path: str, stranded: float) -> tuple[int, int]:
     view = build_view(path)
     cal = dict(CALIBRATION, ort_freed_copy_resident=stranded)
-    r = ort_cpu_weights(view.graph, split_weights(view.graph), embedded=False, calibration=cal)
-    return r.retained_anon, r.classes["conv_freed_copies"]
+    cal["ort_freed_copy_resident_embedded"] = stranded
+    r = ort_cpu_weights(
+        view.graph, split_weights(view.graph), embedded=view.embedded, calibration=cal
+    )
+    freed = r.classes["conv_freed_copies"] + r.classes.get("embedded_freed", 0)
+    return r.retained_anon, freed
 
 
 @needs_nchwc
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", sorted(CASES) + sorted(EMBEDDED))
 def test_kept_copies_match_ort(tmp_path, name):
     """With glibc returning every freed block, ORT's resident weights are exactly the copies
-    the rules say it keeps (padded NCHWc filters, fused weights, packed B)."""
-    path = _save(CASES[name](), str(tmp_path / "m.onnx"))
+    the rules say it keeps (padded NCHWc filters, fused weights, packed B, and for embedded
+    models a heap copy of each weight used as stored)."""
+    model = CASES[EMBEDDED.get(name, name)]()
+    path = _save(model, str(tmp_path / "m.onnx"), external=name not in EMBEDDED)
     empty = _save(_matmuls(1, 8), str(tmp_path / "e.onnx"))
     measured = _measure(path, FIXED_THRESHOLD)["anon"] - _measure(empty, FIXED_THRESHOLD)["anon"]
     kept, _ = _predict(path, stranded=0.0)
@@ -196,17 +203,19 @@ def test_kept_copies_match_ort(tmp_path, name):
 
 
 @needs_nchwc
-@pytest.mark.parametrize("name", ["conv3x3", "conv3x3_bn", "conv_padded"])
+@pytest.mark.parametrize("name", ["conv3x3", "conv3x3_bn", "conv_padded", "conv3x3_embedded"])
 def test_default_glibc_keeps_part_of_the_freed_copies(tmp_path, name):
     """Default glibc: resident lies between the kept copies and kept + every freed copy, and
     the calibrated fraction lands within 35 % of the measurement (uniform-size convs strand
     more than real nets: docs/estimate.md)."""
-    path = _save(CASES[name](), str(tmp_path / "m.onnx"))
+    model = CASES[EMBEDDED.get(name, name)]()
+    path = _save(model, str(tmp_path / "m.onnx"), external=name not in EMBEDDED)
     empty = _save(_matmuls(1, 8), str(tmp_path / "e.onnx"))
     measured = _measure(path)["anon"] - _measure(empty)["anon"]
     kept, freed = _predict(path, stranded=0.0)
     assert kept - 0.5 * MiB <= measured <= kept + freed + 0.5 * MiB
-    pred, _ = _predict(path, stranded=CALIBRATION["ort_freed_copy_resident"])
+    key = "ort_freed_copy_resident" + ("_embedded" if name in EMBEDDED else "")
+    pred, _ = _predict(path, stranded=CALIBRATION[key])
     assert abs(pred - measured) <= 0.35 * measured, (name, pred / MiB, measured / MiB)
 
 

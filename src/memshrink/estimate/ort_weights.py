@@ -1,26 +1,24 @@
 """ONNX Runtime CPU weight residency: what each initializer costs at session creation and after.
 
-Rules follow what ORT 1.32 does with each weight (source: ``optimizer/nchwc_transformer.cc``,
-``conv_bn_fusion.cc``, ``optimizer/initializer.cc``, ``framework/session_state_utils.cc``;
-checked with the micro-graphs of ``tests/estimate/test_estimate_ort_weights.py``):
+Rules follow what ORT 1.32 does with each weight (``optimizer/nchwc_transformer.cc``,
+``conv_bn_fusion.cc``, ``optimizer/initializer.cc``, MLAS ``MlasGemmPackBSize``), confirmed by
+dumping ORT's optimized graph and by tracing its large allocations with an ``LD_PRELOAD``
+malloc logger (docs/estimate.md, "Weights on ONNX Runtime CPU"):
 
-* **NCHWc** (graph optimization level ALL, x86-64 with AVX/AVX2 or AVX512F): every fp32 4-D
-  Conv weight that passes the transformer's channel checks is read into a heap buffer
-  (``Initializer`` reads external data with ``ReadFileIntoBuffer``, no mmap), reordered into a
-  vector and stored as a *new* initializer padded to the block size (8 with AVX2, 16 with
-  AVX512F): output channels always, input channels when ``group == 1`` and ``C_in >= block``
-  (measured on 1.32: [500, 500, 3, 3] becomes [504, 504, 3, 3]). Session state then copies each
-  initializer into its own buffer. One padded copy is live after creation; the graph's copy is
-  freed only after *all* session-state copies exist, so under glibc's dynamic mmap threshold it
-  stays resident as heap below them — unless it is larger than ``DEFAULT_MMAP_THRESHOLD_MAX``
-  (32 MiB on 64-bit), which glibc always maps and returns on free.
-* **Conv+BatchNormalization / Conv+Mul fusion** (level basic) writes a new fused weight before
-  NCHWc reorders it: one more freed heap copy, of which a measured fraction stays resident
-  (``ort_conv_fused_stranded``).
-* Convs that NCHWc does not convert keep the original: mapped in place (external; its pages are
-  touched by the first run) or a heap copy (embedded).
-* **MatMul/Gemm B** and the other prepacked inputs (``weights.ORT_PREPACK``) are packed into
-  anonymous memory during session state; the mapped source of the largest one is the transient.
+* **NCHWc** (optimization level ALL, x86-64): every fp32 4-D Conv
+  weight that passes the transformer's channel checks becomes a new initializer padded to the
+  block size (8, or 16 with AVX512F): C_out always, C_in when ``group == 1`` and
+  ``C_in >= block``. ORT keeps exactly that one copy (the graph's OrtValue, used by session
+  state as is); the mapped original is never touched again.
+* **Conv+BatchNormalization / Conv+Mul fusion** (level basic) writes a fused weight first.
+* **MatMul/Gemm B** are prepacked: ``round_up(N, 16) x K`` floats in anon memory.
+* **Embedded** weights: session state copies each initializer out of the ModelProto; the copy
+  stays unless the weight was rewritten or prepacked.
+* **Freed copies**: the ``Initializer`` source, the reorder vector and the TensorProto of each
+  conversion, the fused intermediates, and (embedded) the ModelProto strings and released
+  copies. glibc returns blocks over 32 MiB (always mmapped); of the smaller ones a measured
+  fraction stays resident as heap fragments (``ort_freed_copy_resident``): which ones do depends
+  on the allocation history, not on ORT.
 
 Everything here reads shapes, dtypes and the external flag only, never weight bytes.
 """
@@ -40,10 +38,11 @@ FLOAT = 1
 
 
 def nchwc_block_size(cpu_flags: set[str] | None = None, machine: str | None = None) -> int:
-    """MLAS's ``MlasNchwcGetBlockSize()`` on this host: 16 with AVX512F, 8 with AVX/AVX2, else 1
-    (NCHWc off: the transformer is only registered when the block size is above 1)."""
+    """MLAS's ``MlasNchwcGetBlockSize()`` (``mlas/lib/platform.cpp``): on x86-64 8 from the SSE2
+    baseline up, 16 with AVX512F; elsewhere 1 (NCHWc off: ORT registers the transformer only
+    above 1; ARM64 builds with ``MLAS_USE_ARM_NEON_NCHWC`` differ and are not modelled)."""
     machine = (machine or platform.machine()).lower()
-    if machine not in ("x86_64", "amd64", "i386", "i686", "x86"):
+    if machine not in ("x86_64", "amd64"):
         return 1
     if cpu_flags is None:
         cpu_flags = set()
@@ -54,12 +53,8 @@ def nchwc_block_size(cpu_flags: set[str] | None = None, machine: str | None = No
                         cpu_flags = set(line.split(":", 1)[1].split())
                         break
         except OSError:
-            return 8  # x86-64 without /proc: assume the common AVX2 host
-    if "avx512f" in cpu_flags:
-        return 16
-    if "avx2" in cpu_flags or "avx" in cpu_flags:
-        return 8
-    return 1
+            pass
+    return 16 if "avx512f" in cpu_flags else 8
 
 
 def _round_up(n: int, block: int) -> int:
@@ -237,7 +232,7 @@ def ort_cpu_weights(
     res = OrtWeights(nchwc_block=block if use_nchwc else 1)
     res.assumptions.append(
         f"ORT CPU NCHWc block size {block if use_nchwc else 'off'} "
-        "(MlasNchwcGetBlockSize: 16 with AVX512F, 8 with AVX/AVX2; from this host's CPU flags); "
+        "(MlasNchwcGetBlockSize: 16 with AVX512F, else 8 on x86-64; from this host's CPU flags); "
         "glibc malloc with its default dynamic mmap threshold"
     )
     kappa = c["ort_freed_copy_resident_embedded" if embedded else "ort_freed_copy_resident"]
