@@ -23,6 +23,7 @@ from memshrink.estimate.graph import build_view
 from memshrink.estimate.ort_weights import (
     nchwc_block_size,
     nchwc_filter_shape,
+    optimization_level,
     ort_cpu_weights,
 )
 from memshrink.estimate.weights import split_weights
@@ -146,7 +147,10 @@ def status():
     return out
 open("/proc/self/clear_refs", "w").write("5")
 base = status()
-s = ort.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"])
+so = ort.SessionOptions()
+if len(sys.argv) > 2:
+    so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, sys.argv[2])
+s = ort.InferenceSession(sys.argv[1], so, providers=["CPUExecutionProvider"])
 after = status()
 print(json.dumps({"anon": after["RssAnon"] - base["RssAnon"],
                   "peak_over_after": after["VmHWM"] - after["VmRSS"]}))
@@ -155,12 +159,11 @@ print(json.dumps({"anon": after["RssAnon"] - base["RssAnon"],
 FIXED_THRESHOLD = {"MALLOC_MMAP_THRESHOLD_": "131072"}
 
 
-def _measure(path: str, env: dict[str, str] | None = None) -> dict[str, int]:
+def _measure(path: str, env: dict[str, str] | None = None, level: str = "") -> dict[str, int]:
     e = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
     e.update(env or {})
-    out = subprocess.run(
-        [sys.executable, "-c", _CHILD, path], capture_output=True, text=True, check=True, env=e
-    )
+    cmd = [sys.executable, "-c", _CHILD, path] + ([level] if level else [])
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=e)
     return {k: int(v) for k, v in json.loads(out.stdout).items()}
 
 
@@ -232,3 +235,37 @@ def test_creation_peak_scratch_of_the_largest_conversion(tmp_path):
     scratch = w.creation_anon - w.retained_anon + int(CALIBRATION["ort_session_transient"])
     # rtol 10 %: the peak also holds the session's own transient buffers
     assert abs(scratch - m["peak_over_after"]) <= 0.10 * m["peak_over_after"]
+
+
+@pytest.mark.parametrize(
+    "level,kept_mib",
+    [("ORT_DISABLE_ALL", 0.0), ("ORT_ENABLE_BASIC", 9.0), ("ORT_ENABLE_EXTENDED", 9.0)],
+)
+def test_optimization_level_decides_the_rewrites(tmp_path, level, kept_mib):
+    """Disabled: Conv weights stay mapped and untouched; basic/extended: Conv+BN fusion keeps a
+    fused copy (4 x 2.25 MiB), but no NCHWc (level ALL only)."""
+    path = _save(CASES["conv3x3_bn"](), str(tmp_path / "m.onnx"))
+    empty = _save(_matmuls(1, 8), str(tmp_path / "e.onnx"))
+    measured = (
+        _measure(path, FIXED_THRESHOLD, level)["anon"]
+        - _measure(empty, FIXED_THRESHOLD, level)["anon"]
+    )
+    view = build_view(path)
+    kept = ort_cpu_weights(
+        view.graph,
+        split_weights(view.graph),
+        embedded=False,
+        calibration=dict(CALIBRATION, ort_freed_copy_resident=0.0),
+        level=optimization_level(level),
+    ).retained_anon
+    assert kept == int(kept_mib * MiB)  # the rule itself, exact
+    assert abs(kept - measured) <= 0.5 * MiB + 0.03 * measured, (level, measured / MiB)
+
+
+def test_optimization_level_names():
+    assert optimization_level(None) == 99
+    assert optimization_level("ORT_ENABLE_ALL") == 99
+    assert optimization_level("ORT_DISABLE_ALL") == 0
+    assert optimization_level("ORT_ENABLE_BASIC") == 1
+    assert optimization_level("ORT_ENABLE_EXTENDED") == 2
+    assert optimization_level("1") == 1

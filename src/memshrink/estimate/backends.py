@@ -16,7 +16,7 @@ from typing import Any
 from memshrink.estimate import ort as ortsim
 from memshrink.estimate.graph import ModelView
 from memshrink.estimate.lifetimes import tensor_buffers
-from memshrink.estimate.ort_weights import ort_cpu_weights
+from memshrink.estimate.ort_weights import optimization_level, ort_cpu_weights
 from memshrink.estimate.planners import all_planners, greedy_by_size
 from memshrink.estimate.weights import WeightSplit, split_weights
 
@@ -102,8 +102,7 @@ def _ort_cpu(
         w,
         embedded=view.embedded,
         calibration=c,
-        fusions=bool(rules["fusions"]),
-        nchwc="ALL" in str(opts.get("graph_optimization_level", "ALL")).upper(),
+        level=optimization_level(opts.get("graph_optimization_level")),
     )
     assumptions += ww.assumptions
     ovh = int(

@@ -79,6 +79,20 @@ def nchwc_filter_shape(
     return (_round_up(cout, block), _round_up(cin, block), kh, kw)
 
 
+def optimization_level(value: object) -> int:
+    """ORT's graph optimization level as a number (``GraphOptimizationLevel``): 0 disabled,
+    1 basic (Conv+BN/Mul/Add fusion, constant folding), 2 extended, 99 all (adds NCHWc)."""
+    if value is None:
+        return 99
+    v = str(value).strip().upper()
+    if v.lstrip("-").isdigit():
+        return int(v)
+    for key, level in (("DISABLE", 0), ("BASIC", 1), ("EXTENDED", 2), ("LAYOUT", 3)):
+        if key in v:
+            return level
+    return 99
+
+
 @dataclass
 class ConvWeight:
     name: str
@@ -220,15 +234,16 @@ def ort_cpu_weights(
     *,
     embedded: bool,
     calibration: Mapping[str, float],
-    fusions: bool = True,
-    nchwc: bool = True,
+    level: int = 99,
     block: int | None = None,
 ) -> OrtWeights:
-    """Weight residency of ORT CPU from the rules in the module docstring."""
+    """Weight residency of ORT CPU from the rules in the module docstring; ``level`` is the
+    session's graph optimization level (``optimization_level``), ``block`` overrides the
+    host's NCHWc block size."""
     c = calibration
     block = nchwc_block_size() if block is None else block
-    use_nchwc = nchwc and block > 1
-    convs = conv_weights(g, block, fusions=fusions, nchwc=use_nchwc)
+    use_nchwc = level >= 99 and block > 1
+    convs = conv_weights(g, block, fusions=level >= 1, nchwc=use_nchwc)
     res = OrtWeights(nchwc_block=block if use_nchwc else 1)
     res.assumptions.append(
         f"ORT CPU NCHWc block size {block if use_nchwc else 'off'} "
