@@ -144,7 +144,12 @@ def _ort_cpu(
     kinds: dict[str, int] = {}
     for k in plan.kinds.values():
         kinds[k] = kinds.get(k, 0) + 1
-    details = {"plan_kinds": kinds, "arena_reserved": sim.arena_reserved, "plan": plan}
+    details = {
+        "plan_kinds": kinds,
+        "arena_reserved": sim.arena_reserved,
+        "plan": plan,
+        "ort_weights": {"nchwc_block": ww.nchwc_block, **ww.classes},
+    }
     return BackendPrediction("ort", sched, order, stages, planners, w, details, assumptions)
 
 

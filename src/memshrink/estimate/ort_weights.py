@@ -155,7 +155,7 @@ def conv_weights(
     return list(out.values())
 
 
-def small(nbytes: int) -> int:
+def _heap_bytes(nbytes: int) -> int:
     """``nbytes`` if glibc serves such a block from the heap (a freed one can stay resident),
     0 for blocks over ``DEFAULT_MMAP_THRESHOLD_MAX``, always mmapped and returned on free."""
     return nbytes if nbytes <= DEFAULT_MMAP_THRESHOLD_MAX else 0
@@ -171,16 +171,16 @@ def conv_copies(convs: list[ConvWeight], stranded: float) -> tuple[int, int, int
     it as the graph's OrtValue (K, kept: session state uses it without another copy), freeing A,
     V, S and the fused K it replaced. Blocks over 32 MiB are mmapped by glibc and returned on
     free; smaller freed blocks stay partly resident as heap fragments: the measured fraction
-    ``stranded`` of them counts. Returns (kept + stranded, the peak's extra scratch)."""
+    ``stranded`` of them counts. Returns (kept + stranded, freed, the peak's extra scratch)."""
     kept = freed = scratch = 0
     for cw in convs:
         if cw.fused:
-            freed += 2 * small(cw.nbytes)  # A, S of the fusion
+            freed += 2 * _heap_bytes(cw.nbytes)  # A, S of the fusion
         if cw.nchwc:
             kept += cw.resident
-            freed += small(cw.nbytes) + 2 * small(cw.resident)  # A, V, S
+            freed += _heap_bytes(cw.nbytes) + 2 * _heap_bytes(cw.resident)  # A, V, S
             if cw.fused:
-                freed += small(cw.nbytes)  # the fused K, replaced
+                freed += _heap_bytes(cw.nbytes)  # the fused K, replaced
             scratch = max(scratch, cw.nbytes + 2 * cw.resident)
         elif cw.fused:
             kept += cw.nbytes
@@ -284,9 +284,9 @@ def ort_cpu_weights(
             if t.folded:
                 continue
             nb = t.nbytes or 0
-            freed_copy += small(nb)  # the raw-data string
+            freed_copy += _heap_bytes(nb)  # the raw-data string
             if n in rewritten or w.names.get(n) == "prepacked":
-                freed_copy += small(nb)  # session state's copy, released after the rewrite
+                freed_copy += _heap_bytes(nb)  # session state's copy, released after the rewrite
             else:
                 kept_copy += nb
         extra = kept_copy + int(kappa * freed_copy)
