@@ -32,7 +32,6 @@ CALIBRATION: dict[str, float] = {
     # ORT CPU weights (rules in ort_weights.py; constants measured, docs/estimate.md).
     "ort_freed_copy_resident": 0.27,  # x freed weight copies <= 32 MiB glibc keeps (external)
     "ort_freed_copy_resident_embedded": 0.34,  # the same, weights embedded in the .onnx
-    "ort_prepack_transient": 0.75,  # x the largest packed weight: its source pages + scratch
     # OpenVINO CPU plugin.
     "ov_read": 2 * MiB,
     "ov_compile_anon": 25 * MiB,  # plugin graph, streams
