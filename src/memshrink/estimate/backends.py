@@ -16,6 +16,7 @@ from typing import Any
 from memshrink.estimate import ort as ortsim
 from memshrink.estimate.graph import ModelView
 from memshrink.estimate.lifetimes import tensor_buffers
+from memshrink.estimate.ort_weights import optimization_level, ort_cpu_weights
 from memshrink.estimate.planners import all_planners, greedy_by_size
 from memshrink.estimate.weights import WeightSplit, split_weights
 
@@ -23,15 +24,14 @@ MiB = 1 << 20
 # Fixed per-runtime overheads (bytes), measured once (docs/estimate.md, "Calibration").
 CALIBRATION: dict[str, float] = {
     # ONNX Runtime CPU, default graph optimization level (ORT_ENABLE_ALL), x86-64.
-    "ort_session_anon": 6 * MiB,  # session objects, kernel registry, thread pool
+    "ort_session_anon": 1.35 * MiB,  # session objects, kernel registry, thread pool
+    "ort_session_anon_per_node": 3 * 1024,  # graph nodes, kernels, plan entries
     "ort_session_file": 8.5 * MiB,  # library pages first touched by session creation
     "ort_session_transient": 4 * MiB,
     "ort_run": 1 * MiB,  # per-run bookkeeping outside the arena
-    "ort_conv_retained": 2.4,  # x fp32 Conv weight bytes kept in anon (NCHWc re-layout copies)
-    "ort_conv_peak": 2.7,
-    "ort_prepack_retained": 0.96,  # x MatMul/Gemm B bytes kept as packed anon copies
-    "ort_prepack_transient": 0.75,  # x the largest packed weight: its source pages + scratch
-    "ort_embedded_peak": 0.2,  # x all weights: the ModelProto's raw data while loading
+    # ORT CPU weights (rules in ort_weights.py; constants measured, docs/estimate.md).
+    "ort_freed_copy_resident": 0.27,  # x freed weight copies <= 32 MiB glibc keeps (external)
+    "ort_freed_copy_resident_embedded": 0.34,  # the same, weights embedded in the .onnx
     # OpenVINO CPU plugin.
     "ov_read": 2 * MiB,
     "ov_compile_anon": 25 * MiB,  # plugin graph, streams
@@ -95,32 +95,27 @@ def _ort_cpu(
         arena=bool(rules["enable_cpu_mem_arena"]),
     )
     assumptions = [f"ORT session options: {rules}"] + sim.assumptions
-    external = not view.embedded
     c = CALIBRATION
-    other = w.total - w.conv - w.prepacked - w.folded_anon
-    ovh = int(c["ort_session_anon"] + c["ort_session_file"])
-    sc = Stage("session_creation", overhead=int(ovh + c["ort_session_transient"]))
-    retained_anon = int(
-        c["ort_conv_retained"] * w.conv + c["ort_prepack_retained"] * w.prepacked + w.folded_anon
+    ww = ort_cpu_weights(
+        g,
+        w,
+        embedded=view.embedded,
+        calibration=c,
+        level=optimization_level(opts.get("graph_optimization_level")),
     )
-    sc.weights_anon = int(
-        retained_anon
-        + (c["ort_conv_peak"] - c["ort_conv_retained"]) * w.conv
-        + c["ort_prepack_transient"] * w.largest_prepacked
+    assumptions += ww.assumptions
+    ovh = int(
+        c["ort_session_anon"]
+        + c["ort_session_anon_per_node"] * len(g.nodes)
+        + c["ort_session_file"]
     )
-    if external:
-        sc.notes.append(
-            "external weights memory-mapped; Conv weights re-laid out and MatMul/Gemm B prepacked "
-            "into anon copies (calibrated factors)"
-        )
-        run_file = max(0, w.external - w.prepacked_only - w.conv - w.gather_tables - w.folded_anon)
-    else:
-        sc.weights_anon += int(other + c["ort_embedded_peak"] * w.total)
-        sc.notes.append(
-            "embedded weights: heap copies plus the ModelProto's raw data while loading"
-        )
-        retained_anon += other
-        run_file = 0
+    sc = Stage(
+        "session_creation",
+        weights_anon=ww.creation_anon,
+        overhead=int(ovh + c["ort_session_transient"]),
+        notes=list(ww.notes),
+    )
+    retained_anon, run_file = ww.retained_anon, ww.run_file
     inputs_out = sim.outputs  # outputs are copied to numpy on return
     stages = [sc]
     for name, act in (("run_1", sim.run_1), ("steady_state", sim.steady_state)):
@@ -148,7 +143,12 @@ def _ort_cpu(
     kinds: dict[str, int] = {}
     for k in plan.kinds.values():
         kinds[k] = kinds.get(k, 0) + 1
-    details = {"plan_kinds": kinds, "arena_reserved": sim.arena_reserved, "plan": plan}
+    details = {
+        "plan_kinds": kinds,
+        "arena_reserved": sim.arena_reserved,
+        "plan": plan,
+        "ort_weights": {"nchwc_block": ww.nchwc_block, **ww.classes},
+    }
     return BackendPrediction("ort", sched, order, stages, planners, w, details, assumptions)
 
 
