@@ -1,0 +1,329 @@
+"""OpenVINO CPU plugin (2026.4): predicted read_model, compile_model and infer peaks.
+
+Rules, from the plugin's source (``src/plugins/intel_cpu``) and micro-measurements on this
+machine (``docs/estimate.md``, "OpenVINO"):
+
+* **Weights.** ``read_model`` maps external weights and copies embedded ones (peak 2x: the
+  ModelProto plus a Constant per tensor; the ``ov.Model`` keeps 1x). ``compile_model`` maps
+  and touches the whole external data file (alignment padding included) and makes one private,
+  re-laid-out copy of every Conv/ConvTranspose/FullyConnected weight (1.0x, measured on plain
+  3x3, 1x1 and MatMul chains). A Conv followed by BatchNormalization (or a Mul by a constant)
+  gets its weights rewritten by the fusion: the fused Constant stays in the compiled graph
+  beside its reordered copy (2.0x). ConvTranspose weights are transposed then reordered (2x).
+* **Fixed cost.** Plugin library pages touched by compilation (file-backed) plus anonymous
+  memory for the plugin graph and JIT code: a constant, plus a per-kernel amount for each
+  Conv/FC primitive and each Snippets subgraph (an element-wise chain not fused into a
+  Conv/FC). This, not the weights, is why small CNNs were over-predicted before.
+* **Activations.** ``MemoryControl`` places every static intermediate edge with
+  ``ov::MemorySolver`` (largest box first, lowest offset free over its lifetime: the same rule
+  as ``planners.greedy_by_size``) in one workspace whose pages are written during the first
+  infer. Edges removed by the plugin's fusions (Conv/FC + activation/BN/per-channel ops,
+  Conv + residual Add written in place into the other input, element-wise chains) and in-place
+  views (Reshape/Squeeze/Unsqueeze/Flatten) take no memory of their own. One stream on a
+  2-core machine with the default LATENCY hint, so one workspace.
+
+No weight byte is read: only shapes, dtypes and (for external data) file sizes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from memshrink.estimate.backends import BackendPrediction, Stage
+from memshrink.estimate.graph import GraphInfo, ModelView
+from memshrink.estimate.lifetimes import Buffer, positions, tensor_buffers
+from memshrink.estimate.planners import all_planners, greedy_by_size
+from memshrink.estimate.weights import FP16, split_weights
+
+MiB = 1 << 20
+
+# Measured once on this machine (OpenVINO 2026.4, 2-core AVX2, docs/estimate.md); never per model.
+OV_CALIBRATION: dict[str, float] = {
+    "ov_read": 5 * MiB,  # read_model: frontend objects (external weights)
+    "ov_read_per_node": 0.012 * MiB,
+    "ov_read_embedded": 9 * MiB,  # read_model of embedded weights: parser state on top of 2x
+    "ov_compile_anon": 10 * MiB,  # plugin graph, executor, primitive caches
+    "ov_compile_file": 33 * MiB,  # plugin/oneDNN library pages touched by compilation
+    "ov_per_kernel": 0.25 * MiB,  # anon per Conv/FC primitive (JIT code, descriptors)
+    "ov_per_subgraph": 0.5 * MiB,  # anon per Snippets subgraph (JIT element-wise chain)
+    "ov_conv": 1.0,  # x Conv weight bytes: one re-laid-out private copy
+    "ov_conv_fused": 2.0,  # x Conv weights rewritten by a BN/Mul fusion: fused Constant + copy
+    "ov_deconv": 2.0,  # x ConvTranspose weights: transposed, then re-laid out
+    "ov_fc": 1.0,  # x MatMul/Gemm constant B bytes: packed copy
+    "ov_infer": 1 * MiB,  # infer request, output tensors' bookkeeping
+}
+
+# Ops the CPU plugin fuses into a preceding Conv/FC/element-wise node (one consumer).
+SIMPLE = frozenset(
+    {
+        "Relu",
+        "LeakyRelu",
+        "PRelu",
+        "Clip",
+        "Sigmoid",
+        "Tanh",
+        "Elu",
+        "Selu",
+        "HardSigmoid",
+        "HardSwish",
+        "Softplus",
+        "Mish",
+        "Gelu",
+        "Erf",
+        "Abs",
+        "Exp",
+        "Sqrt",
+        "Neg",
+        "Round",
+        "BatchNormalization",
+        "Add",
+        "Sub",
+        "Mul",
+        "Div",
+        "Pow",
+        "Sum",
+    }
+)
+HEADS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
+FOLDS_INTO_WEIGHTS = frozenset({"BatchNormalization", "Mul"})
+
+
+@dataclass
+class OvWeights:
+    """Weight bytes by what the CPU plugin does with them."""
+
+    kept: int = 0  # Constants of the ov.Model (embedded: heap; external: mapped)
+    conv: int = 0  # Conv weights re-laid out once
+    conv_fused: int = 0  # Conv weights rewritten by a BN/Mul fusion
+    deconv: int = 0
+    fc: int = 0
+    fp16: int = 0
+    file_bytes: int = 0  # external data files as mapped (alignment padding included)
+
+
+def _const_inputs(g: GraphInfo, idx: int) -> list[bool]:
+    return [
+        bool(n) and n in g.tensors and g.tensors[n].kind == "initializer"
+        for n in g.nodes[idx].inputs
+    ]
+
+
+def _single_consumer(g: GraphInfo, name: str) -> int | None:
+    t = g.tensors[name]
+    cons = sorted(set(t.consumers))
+    if len(cons) != 1 or t.is_output:
+        return None
+    return cons[0]
+
+
+def _data_file_bytes(view: ModelView) -> int:
+    """Size of the external data files next to the model (metadata only, never read)."""
+    if view.model_path is None:
+        return view.external_weight_bytes
+    try:
+        import onnx
+
+        proto = onnx.load(view.model_path, load_external_data=False)
+    except Exception:  # noqa: BLE001 - fall back to the weights' own size
+        return view.external_weight_bytes
+    base = os.path.dirname(os.path.abspath(view.model_path))
+    files = set()
+    for init in proto.graph.initializer:
+        for e in init.external_data:
+            if e.key == "location":
+                files.add(os.path.join(base, e.value))
+    total = sum(os.path.getsize(f) for f in files if os.path.isfile(f))
+    return max(total, view.external_weight_bytes)
+
+
+def weight_rules(view: ModelView) -> OvWeights:
+    g = view.graph
+    w = OvWeights()
+    for name in g.initializers:
+        t = g.tensors[name]
+        nb = t.nbytes or 0
+        if t.folded and not t.consumers:
+            continue
+        if not t.folded:
+            w.kept += nb
+        if t.elem_type == FP16:
+            w.fp16 += nb
+        for c in sorted(set(t.consumers)):
+            node = g.nodes[c]
+            if not node.inputs or node.inputs[0] == name:
+                continue
+            op = node.op_type
+            if op == "Conv" and node.inputs[1] == name:
+                out = node.outputs[0]
+                nxt = _single_consumer(g, out) if out else None
+                fused = False
+                if nxt is not None and g.nodes[nxt].op_type in FOLDS_INTO_WEIGHTS:
+                    fused = g.nodes[nxt].op_type != "Mul" or any(_const_inputs(g, nxt))
+                if fused:
+                    w.conv_fused += nb
+                else:
+                    w.conv += nb
+                break
+            if op == "ConvTranspose" and node.inputs[1] == name:
+                w.deconv += nb
+                break
+            if op in ("MatMul", "Gemm") and node.inputs[1] == name:
+                w.fc += nb
+                break
+    if not view.embedded:
+        w.file_bytes = _data_file_bytes(view)
+    return w
+
+
+def fused_away(g: GraphInfo) -> tuple[set[str], dict[str, str]]:
+    """Edges the plugin's fusions remove, and in-place outputs (output -> input it overwrites).
+
+    A tensor made by a Conv/FC/element-wise node whose only consumer is a simple op is never
+    materialized. A Conv feeding a residual Add writes the sum into the other input's buffer
+    when that input is read last by the Add (``FuseConvolutionSumAndConvolutionSumActivation``).
+    """
+    gone: set[str] = set()
+    inplace: dict[str, str] = {}
+    for node in g.nodes:
+        if node.op_type not in HEADS and node.op_type not in SIMPLE:
+            continue
+        for out in node.outputs:
+            if not out:
+                continue
+            c = _single_consumer(g, out)
+            if c is None or g.nodes[c].op_type not in SIMPLE:
+                continue
+            consumer = g.nodes[c]
+            acts = [
+                n
+                for n in consumer.inputs
+                if n and n in g.tensors and g.tensors[n].kind == "activation"
+            ]
+            gone.add(out)
+            others = [n for n in acts if n != out]
+            if others and consumer.outputs and consumer.outputs[0]:
+                inplace[consumer.outputs[0]] = others[0]
+    return gone, inplace
+
+
+def subgraph_count(g: GraphInfo, gone: set[str]) -> int:
+    """Element-wise chains not absorbed by a Conv/FC: each becomes a JIT Snippets subgraph."""
+    n = 0
+    for node in g.nodes:
+        if node.op_type not in SIMPLE or node.op_type == "BatchNormalization":
+            continue
+        ins = [i for i in node.inputs if i and i in g.tensors]
+        if any(i in gone for i in ins):
+            continue  # fused into its producer
+        if all(g.tensors[i].kind != "activation" for i in ins):
+            continue
+        n += 1
+    return n
+
+
+def ov_buffers(g: GraphInfo, order: Sequence[int]) -> list[Buffer]:
+    """Activation buffers after the plugin's fusions: fused edges take 0 bytes, in-place
+    outputs share (and extend) the buffer they overwrite."""
+    bufs = tensor_buffers(g, order)
+    gone, inplace = fused_away(g)
+    by_tensor = {t: b for b in bufs for t in b.tensors}
+    pos = positions(order)
+    for b in bufs:
+        if b.tensors and all(t in gone for t in b.tensors):
+            b.size = 0
+    for out, src in inplace.items():
+        bo, bs = by_tensor.get(out), by_tensor.get(src)
+        if bo is None or bs is None or bo is bs or bo.is_output:
+            continue
+        t_src = g.tensors[src]
+        last = max((pos[c] for c in t_src.consumers if c in pos), default=-1)
+        producer = g.tensors[out].producer
+        if producer is None or pos.get(producer) != last or bo.size != bs.size:
+            continue
+        bs.end = max(bs.end, bo.end)
+        bs.tensors.extend(bo.tensors)
+        bo.size = 0
+    return bufs
+
+
+def _kernels(g: GraphInfo) -> int:
+    return sum(
+        1
+        for n in g.nodes
+        if n.op_type in HEADS
+        and len(n.inputs) > 1
+        and n.inputs[1] in g.tensors
+        and g.tensors[n.inputs[1]].kind == "initializer"
+    )
+
+
+def predict(
+    view: ModelView,
+    order: list[int],
+    opts: Mapping[str, Any],
+    sched: str,
+    calibration: Mapping[str, float] | None = None,
+) -> BackendPrediction:
+    """Stage peaks for OpenVINO CPU: read_model, compile_model, run_1, steady_state."""
+    c = dict(OV_CALIBRATION)
+    c.update(calibration or {})
+    g = view.graph
+    w = weight_rules(view)
+    gone, _ = fused_away(g)
+    n_sub = subgraph_count(g, gone)
+    bufs = ov_buffers(g, order)
+    planners = all_planners(tensor_buffers(g, order), len(order))
+    act = greedy_by_size(bufs)[0]
+    planners["ov_memory_solver"] = act
+    read_over = int(c["ov_read"] + c["ov_read_per_node"] * len(g.nodes))
+    rd = Stage("read_model", overhead=read_over)
+    if view.embedded:
+        rd.weights_anon = 2 * w.kept
+        rd.overhead += int(c["ov_read_embedded"])
+        rd.notes.append("embedded weights: ModelProto on the heap plus a Constant per tensor")
+        kept_anon, kept_file = w.kept, 0
+    else:
+        rd.notes.append("external weights are memory-mapped by read_model")
+        kept_anon, kept_file = 0, w.file_bytes
+    copies = int(
+        c["ov_conv"] * w.conv
+        + c["ov_conv_fused"] * w.conv_fused
+        + c["ov_deconv"] * w.deconv
+        + c["ov_fc"] * w.fc
+        + 2 * w.fp16
+    )
+    fixed = int(
+        c["ov_compile_anon"]
+        + c["ov_compile_file"]
+        + c["ov_per_kernel"] * _kernels(g)
+        + c["ov_per_subgraph"] * n_sub
+    )
+    cm = Stage("compile_model", overhead=fixed)
+    cm.weights_anon = kept_anon + copies
+    cm.weights_file = kept_file
+    cm.notes.append(
+        "Conv/FC weights re-laid out into private copies (Conv+BN: fused Constant kept too); "
+        "the external data file is mapped whole; assumes no f32 subnormals"
+    )
+    run = Stage(
+        "steady_state",
+        weights_anon=cm.weights_anon,
+        weights_file=cm.weights_file,
+        activations=act,
+        overhead=int(fixed + c["ov_infer"]),
+    )
+    run.notes.append("activations: ov::MemorySolver (greedy by size) over the fused graph")
+    first = Stage("run_1", run.weights_anon, run.weights_file, act, run.overhead)
+    assumptions = [
+        "OpenVINO CPU plugin, 1 stream (LATENCY hint): Conv/FC + simple-op fusions, "
+        "Conv+Sum in place, MemorySolver greedy by size",
+        f"fused edges: {len(gone)}, Snippets subgraphs: {n_sub}",
+    ]
+    details = {"ov_weights": w.__dict__.copy(), "subgraphs": n_sub}
+    stages = [rd, cm, first, run]
+    return BackendPrediction(
+        "openvino", sched, order, stages, planners, split_weights(g), details, assumptions
+    )
