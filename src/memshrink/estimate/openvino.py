@@ -178,35 +178,46 @@ def weight_rules(view: ModelView) -> OvWeights:
     return w
 
 
-def fused_away(g: GraphInfo) -> tuple[set[str], dict[str, str]]:
-    """Edges the plugin's fusions remove, and in-place outputs (output -> input it overwrites).
+@dataclass
+class Fusion:
+    """One edge the plugin removes: ``edge`` (made by a Conv/FC/element-wise node) is consumed
+    only by ``op``, which is executed inside the producer and writes ``into``."""
 
-    A tensor made by a Conv/FC/element-wise node whose only consumer is a simple op is never
-    materialized. A Conv feeding a residual Add writes the sum into the other input's buffer
-    when that input is read last by the Add (``FuseConvolutionSumAndConvolutionSumActivation``).
+    edge: str
+    into: str  # the consumer's output: the fused node's real output
+    other: str | None  # a second activation input (residual Add): overwritten in place
+
+
+def fusions(g: GraphInfo) -> list[Fusion]:
+    """Edges removed by the plugin's fusions, in graph order.
+
+    A tensor made by a Conv/FC/element-wise node whose only consumer is a simple op (activation,
+    BatchNormalization, per-channel or residual arithmetic) is never materialized: the producer
+    writes the simple op's result. For a residual Add the sum is written into the other input's
+    buffer when the Add reads it last (``FuseConvolutionSumAndConvolutionSumActivation``).
     """
-    gone: set[str] = set()
-    inplace: dict[str, str] = {}
+    out_list: list[Fusion] = []
     for node in g.nodes:
         if node.op_type not in HEADS and node.op_type not in SIMPLE:
             continue
         for out in node.outputs:
-            if not out:
-                continue
-            c = _single_consumer(g, out)
+            c = _single_consumer(g, out) if out else None
             if c is None or g.nodes[c].op_type not in SIMPLE:
                 continue
             consumer = g.nodes[c]
-            acts = [
+            if not consumer.outputs or not consumer.outputs[0]:
+                continue
+            others = [
                 n
                 for n in consumer.inputs
-                if n and n in g.tensors and g.tensors[n].kind == "activation"
+                if n and n != out and n in g.tensors and g.tensors[n].kind == "activation"
             ]
-            gone.add(out)
-            others = [n for n in acts if n != out]
-            if others and consumer.outputs and consumer.outputs[0]:
-                inplace[consumer.outputs[0]] = others[0]
-    return gone, inplace
+            out_list.append(Fusion(out, consumer.outputs[0], others[0] if others else None))
+    return out_list
+
+
+def fused_away(g: GraphInfo) -> set[str]:
+    return {f.edge for f in fusions(g)}
 
 
 def subgraph_count(g: GraphInfo, gone: set[str]) -> int:
@@ -225,28 +236,68 @@ def subgraph_count(g: GraphInfo, gone: set[str]) -> int:
 
 
 def ov_buffers(g: GraphInfo, order: Sequence[int]) -> list[Buffer]:
-    """Activation buffers after the plugin's fusions: fused edges take 0 bytes, in-place
-    outputs share (and extend) the buffer they overwrite."""
+    """Activation buffers after the plugin's fusions.
+
+    A fused edge shares one buffer with the fused node's output (alive from the producer's
+    step); a residual sum written in place shares the overwritten input's buffer.
+    """
     bufs = tensor_buffers(g, order)
-    gone, inplace = fused_away(g)
-    by_tensor = {t: b for b in bufs for t in b.tensors}
+    owner = {t: b for b in bufs for t in b.tensors}
     pos = positions(order)
-    for b in bufs:
-        if b.tensors and all(t in gone for t in b.tensors):
-            b.size = 0
-    for out, src in inplace.items():
-        bo, bs = by_tensor.get(out), by_tensor.get(src)
-        if bo is None or bs is None or bo is bs or bo.is_output:
+
+    def merge(keep: Buffer, drop: Buffer, size: int) -> None:
+        keep.start, keep.end = min(keep.start, drop.start), max(keep.end, drop.end)
+        keep.size = size
+        keep.is_output = keep.is_output or drop.is_output
+        for t in drop.tensors:
+            owner[t] = keep
+        keep.tensors.extend(drop.tensors)
+        drop.tensors = []
+        drop.size = 0
+
+    for f in fusions(g):
+        be, bi = owner.get(f.edge), owner.get(f.into)
+        if be is None or bi is None or be is bi:
             continue
-        t_src = g.tensors[src]
-        last = max((pos[c] for c in t_src.consumers if c in pos), default=-1)
-        producer = g.tensors[out].producer
-        if producer is None or pos.get(producer) != last or bo.size != bs.size:
-            continue
-        bs.end = max(bs.end, bo.end)
-        bs.tensors.extend(bo.tensors)
-        bo.size = 0
-    return bufs
+        bo = owner.get(f.other) if f.other else None
+        t_other = g.tensors[f.other] if f.other else None
+        last = max((pos[c] for c in t_other.consumers if c in pos), default=-1) if t_other else -1
+        consumer = g.tensors[f.into].producer
+        if (
+            bo is not None
+            and bo is not be
+            and bo is not bi
+            and not bi.is_output
+            and not bo.is_output
+            and consumer is not None
+            and pos.get(consumer) == last
+            and bo.size >= bi.size
+        ):
+            merge(bo, be, bo.size)  # the producer writes the sum over the other input
+            merge(bo, bi, bo.size)
+        else:
+            merge(bi, be, max(bi.size, be.size))
+    return [b for b in bufs if b.tensors or b.transient]
+
+
+def nonoverlapping_sets(bufs: Sequence[Buffer]) -> int:
+    """Dynamic-shape plan (``MemoryManageNonOverlapingSets``): boxes taken by start, each put
+    in the first group whose last box ended before it starts; a group is one block that grows
+    to its largest box. Returns the sum of the groups' largest boxes."""
+    groups: list[list[int]] = []  # [last end, largest size]
+    for b in sorted((b for b in bufs if b.size), key=lambda x: (x.start, x.end)):
+        for grp in groups:
+            if grp[0] < b.start:
+                grp[0], grp[1] = b.end, max(grp[1], b.size)
+                break
+        else:
+            groups.append([b.end, b.size])
+    return sum(size for _, size in groups)
+
+
+def is_dynamic(view: ModelView) -> bool:
+    """The model declares a symbolic input dim: OpenVINO compiles it with dynamic shapes."""
+    return any(not isinstance(d, int) for _, dims in view.declared_inputs for d in dims)
 
 
 def _kernels(g: GraphInfo) -> int:
@@ -272,12 +323,14 @@ def predict(
     c.update(calibration or {})
     g = view.graph
     w = weight_rules(view)
-    gone, _ = fused_away(g)
+    gone = fused_away(g)
     n_sub = subgraph_count(g, gone)
     bufs = ov_buffers(g, order)
     planners = all_planners(tensor_buffers(g, order), len(order))
-    act = greedy_by_size(bufs)[0]
-    planners["ov_memory_solver"] = act
+    planners["ov_memory_solver"] = greedy_by_size(bufs)[0]
+    planners["ov_nonoverlapping_sets"] = nonoverlapping_sets(bufs)
+    dynamic = is_dynamic(view)
+    act = planners["ov_nonoverlapping_sets" if dynamic else "ov_memory_solver"]
     read_over = int(c["ov_read"] + c["ov_read_per_node"] * len(g.nodes))
     rd = Stage("read_model", overhead=read_over)
     if view.embedded:
@@ -315,7 +368,11 @@ def predict(
         activations=act,
         overhead=int(fixed + c["ov_infer"]),
     )
-    run.notes.append("activations: ov::MemorySolver (greedy by size) over the fused graph")
+    run.notes.append(
+        "activations: dynamic input dims, one growing block per set of non-overlapping edges"
+        if dynamic
+        else "activations: ov::MemorySolver (greedy by size) over the fused graph"
+    )
     first = Stage("run_1", run.weights_anon, run.weights_file, act, run.overhead)
     assumptions = [
         "OpenVINO CPU plugin, 1 stream (LATENCY hint): Conv/FC + simple-op fusions, "
