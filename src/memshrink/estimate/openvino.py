@@ -295,8 +295,11 @@ def nonoverlapping_sets(bufs: Sequence[Buffer]) -> int:
     return sum(size for _, size in groups)
 
 
-def is_dynamic(view: ModelView) -> bool:
-    """The model declares a symbolic input dim: OpenVINO compiles it with dynamic shapes."""
+def is_dynamic(view: ModelView, opts: Mapping[str, Any] | None = None) -> bool:
+    """OpenVINO compiles with dynamic shapes when an input dim is symbolic, unless the caller
+    reshapes the model to the bound shapes first (option ``reshape=1``, as ``Model.reshape``)."""
+    if str((opts or {}).get("reshape", "0")).lower() in ("1", "true", "yes"):
+        return False
     return any(not isinstance(d, int) for _, dims in view.declared_inputs for d in dims)
 
 
@@ -329,7 +332,7 @@ def predict(
     planners = all_planners(tensor_buffers(g, order), len(order))
     planners["ov_memory_solver"] = greedy_by_size(bufs)[0]
     planners["ov_nonoverlapping_sets"] = nonoverlapping_sets(bufs)
-    dynamic = is_dynamic(view)
+    dynamic = is_dynamic(view, opts)
     act = planners["ov_nonoverlapping_sets" if dynamic else "ov_memory_solver"]
     read_over = int(c["ov_read"] + c["ov_read_per_node"] * len(g.nodes))
     rd = Stage("read_model", overhead=read_over)
@@ -341,13 +344,10 @@ def predict(
     else:
         rd.notes.append("external weights are memory-mapped by read_model")
         kept_anon, kept_file = 0, w.file_bytes
-    copies = int(
-        c["ov_conv"] * w.conv
-        + c["ov_conv_fused"] * w.conv_fused
-        + c["ov_deconv"] * w.deconv
-        + c["ov_fc"] * w.fc
-        + 2 * w.fp16
+    conv_copies = int(
+        c["ov_conv"] * w.conv + c["ov_conv_fused"] * w.conv_fused + c["ov_deconv"] * w.deconv
     )
+    copies = int(c["ov_fc"] * w.fc + 2 * w.fp16) + (0 if dynamic else conv_copies)
     fixed = int(
         c["ov_compile_anon"]
         + c["ov_compile_file"]
@@ -373,6 +373,9 @@ def predict(
         if dynamic
         else "activations: ov::MemorySolver (greedy by size) over the fused graph"
     )
+    if dynamic:  # Conv primitives (and their weight reorders) are made at the first infer
+        run.weights_anon += conv_copies
+        run.notes.append("dynamic shapes: Conv weights re-laid out at the first infer")
     first = Stage("run_1", run.weights_anon, run.weights_file, act, run.overhead)
     assumptions = [
         "OpenVINO CPU plugin, 1 stream (LATENCY hint): Conv/FC + simple-op fusions, "
