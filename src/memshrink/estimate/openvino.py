@@ -48,7 +48,7 @@ OV_CALIBRATION: dict[str, float] = {
     "ov_compile_anon": 10 * MiB,  # plugin graph, executor, primitive caches
     "ov_compile_file": 33 * MiB,  # plugin/oneDNN library pages touched by compilation
     "ov_per_kernel": 0.25 * MiB,  # anon per Conv/FC primitive (JIT code, descriptors)
-    "ov_per_subgraph": 0.5 * MiB,  # anon per Snippets subgraph (JIT element-wise chain)
+    "ov_per_subgraph": 0.22 * MiB,  # anon per Snippets subgraph (JIT element-wise chain)
     "ov_conv": 1.0,  # x Conv weight bytes: one re-laid-out private copy
     "ov_conv_fused": 2.0,  # x Conv weights rewritten by a BN/Mul fusion: fused Constant + copy
     "ov_deconv": 2.0,  # x ConvTranspose weights: transposed, then re-laid out
@@ -89,6 +89,7 @@ SIMPLE = frozenset(
 )
 HEADS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
 FOLDS_INTO_WEIGHTS = frozenset({"BatchNormalization", "Mul"})
+AFFINE = frozenset({"BatchNormalization", "Mul", "Add", "Sub", "Div"})  # with a constant
 
 
 @dataclass
@@ -192,15 +193,22 @@ def fusions(g: GraphInfo) -> list[Fusion]:
     """Edges removed by the plugin's fusions, in graph order.
 
     A tensor made by a Conv/FC/element-wise node whose only consumer is a simple op (activation,
-    BatchNormalization, per-channel or residual arithmetic) is never materialized: the producer
-    writes the simple op's result. For a residual Add the sum is written into the other input's
-    buffer when the Add reads it last (``FuseConvolutionSumAndConvolutionSumActivation``).
+    BatchNormalization, arithmetic with a constant) is never materialized: the producer writes
+    the simple op's result. A Conv directly followed by a residual Add writes the sum into the
+    other input's buffer when the Add reads it last and it is not the Conv's own input
+    (``FuseConvolutionSumAndConvolutionSumActivation``); other binary ops on two activations
+    (an Add after a Relu) stay separate nodes with their own output.
     """
     out_list: list[Fusion] = []
+    conv_like: set[str] = set()  # a Conv's output, possibly through folded BN/affine ops
+    conv_inputs: dict[str, set[str]] = {}  # ... and that Conv's data input
     for node in g.nodes:
         if node.op_type not in HEADS and node.op_type not in SIMPLE:
             continue
         for out in node.outputs:
+            if node.op_type == "Conv" and out:
+                conv_like.add(out)
+                conv_inputs[out] = {node.inputs[0]}
             c = _single_consumer(g, out) if out else None
             if c is None or g.nodes[c].op_type not in SIMPLE:
                 continue
@@ -210,8 +218,17 @@ def fusions(g: GraphInfo) -> list[Fusion]:
             others = [
                 n
                 for n in consumer.inputs
-                if n and n != out and n in g.tensors and g.tensors[n].kind == "activation"
+                if n and n != out and n in g.tensors and g.tensors[n].kind != "initializer"
             ]
+            if out in conv_like and not others and consumer.op_type in AFFINE:
+                conv_like.add(consumer.outputs[0])  # BN / x*c / x+c folded into the Conv
+                conv_inputs[consumer.outputs[0]] = conv_inputs.get(out, set())
+            if others and not (
+                out in conv_like
+                and consumer.op_type in ("Add", "Sum")
+                and not set(others) & conv_inputs.get(out, set())
+            ):
+                continue  # a binary op on two activations: its own (Snippets) node
             out_list.append(Fusion(out, consumer.outputs[0], others[0] if others else None))
     return out_list
 
@@ -221,15 +238,23 @@ def fused_away(g: GraphInfo) -> set[str]:
 
 
 def subgraph_count(g: GraphInfo, gone: set[str]) -> int:
-    """Element-wise chains not absorbed by a Conv/FC: each becomes a JIT Snippets subgraph."""
+    """Element-wise chains not absorbed by a Conv/FC: each becomes one JIT Snippets subgraph.
+
+    A chain starts at a simple op none of whose activation inputs is fused away or made by
+    another simple op (Snippets tokenization merges adjacent element-wise ops).
+    """
     n = 0
     for node in g.nodes:
-        if node.op_type not in SIMPLE or node.op_type == "BatchNormalization":
+        if node.op_type not in SIMPLE:
             continue
-        ins = [i for i in node.inputs if i and i in g.tensors]
-        if any(i in gone for i in ins):
-            continue  # fused into its producer
-        if all(g.tensors[i].kind != "activation" for i in ins):
+        acts = [
+            g.tensors[i]
+            for i in node.inputs
+            if i and i in g.tensors and g.tensors[i].kind == "activation"
+        ]
+        if not acts or any(t.name in gone for t in acts):
+            continue
+        if any(t.producer is not None and g.nodes[t.producer].op_type in SIMPLE for t in acts):
             continue
         n += 1
     return n
@@ -277,7 +302,16 @@ def ov_buffers(g: GraphInfo, order: Sequence[int]) -> list[Buffer]:
             merge(bo, bi, bo.size)
         else:
             merge(bi, be, max(bi.size, be.size))
+    for name in g.inputs:  # NCHW inputs of a Conv are reordered to the blocked/NHWC layout
+        t = g.tensors[name]
+        steps = [pos[c] for c in t.consumers if c in pos]
+        if t.shape and len(t.shape) == 4 and steps and _feeds_conv(g, name):
+            bufs.append(Buffer(len(bufs), t.nbytes or 0, 0, max(steps), [name + "/reorder"]))
     return [b for b in bufs if b.tensors or b.transient]
+
+
+def _feeds_conv(g: GraphInfo, name: str) -> bool:
+    return any(g.nodes[c].op_type in ("Conv", "ConvTranspose") for c in g.tensors[name].consumers)
 
 
 def nonoverlapping_sets(bufs: Sequence[Buffer]) -> int:
