@@ -1,16 +1,11 @@
 """OpenVINO CPU rules checked against the real plugin: hand-built graphs, one fresh process each.
 
-Each measurement runs ``docs/bench/estimate_measure.py`` (exact ``VmHWM`` per stage, deltas over
-the post-import baseline) in its own process, with the model reshaped to static shapes, so the
-estimator is asked with ``reshape=1``.
+Each measurement is ``memshrink.verify.profile`` (exact ``VmHWM`` per stage in a fresh process,
+deltas over the post-import baseline). The graphs have static shapes.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -27,8 +22,6 @@ from memshrink.estimate.schedule import schedule
 pytest.importorskip("openvino")
 
 MiB = 1 << 20
-ROOT = Path(__file__).resolve().parents[2]
-MEASURE = ROOT / "docs" / "bench" / "estimate_measure.py"
 
 
 def _conv_chain(n: int, c: int, hw: int, *, bn: bool = False, residual: bool = False):
@@ -78,29 +71,15 @@ def _save(model: onnx.ModelProto, path: Path) -> str:
 
 
 def _measure(path: str) -> dict[str, dict[str, int]]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
-    out = subprocess.run(
-        [
-            sys.executable,
-            str(MEASURE),
-            path,
-            "--backend",
-            "openvino",
-            "--shape",
-            "x=" + _dims(path),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-        check=True,
-    )
-    return json.loads(out.stdout)["stages"]
+    """Stage deltas from ``memshrink.verify.profile`` (its own process, float32 feeds)."""
+    from memshrink.verify import profile
 
-
-def _dims(path: str) -> str:
-    m = onnx.load(path, load_external_data=False)
-    return ",".join(str(d.dim_value) for d in m.graph.input[0].type.tensor_type.shape.dim)
+    run = profile(path, backends=("openvino",), runs=3).to_dict()["runs"][0]
+    assert run["status"] == "ok", run.get("error")
+    return {
+        st["name"]: {"peak": int(st["peak_delta"]), "after": int(st["after_delta"])}
+        for st in run["stages"]
+    }
 
 
 def _predict(path: str) -> dict[str, int]:
@@ -116,9 +95,9 @@ def test_conv_weights_one_copy_and_bn_fusion_two(tmp_path: Path) -> None:
     mp, mf = _measure(plain), _measure(fused)
     pp, pf = _predict(plain), _predict(fused)
     for pred, meas in ((pp, mp), (pf, mf)):
-        assert pred["compile_model"] == pytest.approx(meas["compile_model"]["peak"], rel=0.05)
+        assert pred["compile_model"] == pytest.approx(meas["compile"]["peak"], rel=0.05)
     # The BN fusion's extra Constant: measured difference vs predicted, atol 3 MiB.
-    d_meas = mf["compile_model"]["peak"] - mp["compile_model"]["peak"]
+    d_meas = mf["compile"]["peak"] - mp["compile"]["peak"]
     d_pred = pf["compile_model"] - pp["compile_model"]
     assert d_pred == pytest.approx(d_meas, abs=3 * MiB)
     assert d_meas > 40 * MiB  # ~1x the 54 MiB of conv weights, not 0.95x of a factor
@@ -128,15 +107,15 @@ def test_conv_weights_one_copy_and_bn_fusion_two(tmp_path: Path) -> None:
 def test_activation_plan_after_fusions(tmp_path: Path) -> None:
     # Three ResNet basic blocks at 64 x 112 x 112 (3 MiB per tensor): Conv+Relu, and
     # Conv+Add(skip)+Relu with the sum written in place over the skip; plus the input's
-    # layout reorder. atol = 2 MiB.
+    # layout reorder and the feed copied by infer(). atol = 2 MiB.
     path = _save(_conv_chain(6, 64, 112, residual=True), tmp_path / "res.onnx")
     meas = _measure(path)
     est = estimate(path, backend="openvino", session_options={"reshape": 1})
     pred = est.stage_peaks()
-    act_meas = meas["run_3"]["peak"] - meas["compile_model"]["after"]
+    act_meas = meas["infer3"]["peak"] - meas["compile"]["after"]
     act_pred = pred["steady_state"] - pred["compile_model"]
     assert act_pred == pytest.approx(act_meas, abs=2 * MiB)
-    assert pred["steady_state"] == pytest.approx(meas["run_3"]["peak"], rel=0.05)
+    assert pred["steady_state"] == pytest.approx(meas["infer3"]["peak"], rel=0.05)
 
 
 def test_fusion_rules_on_a_residual_block() -> None:

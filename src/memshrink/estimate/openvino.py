@@ -20,9 +20,7 @@ machine (``docs/estimate.md``, "OpenVINO"):
   infer. Edges removed by the plugin's fusions (Conv/FC + activation/BN/per-channel ops,
   Conv + residual Add written in place into the other input, element-wise chains) and in-place
   views (Reshape/Squeeze/Unsqueeze/Flatten) take no memory of their own. One stream on a
-  2-core machine with the default LATENCY hint, so one workspace. The Python API's
-  ``infer(feeds)`` copies the feeds into the request's own input tensors
-  (``share_inputs=False``).
+  2-core machine with the default LATENCY hint, so one workspace.
 
 No weight byte is read: only shapes, dtypes and (for external data) file sizes.
 """
@@ -412,10 +410,7 @@ def predict(
     if dynamic:  # Conv primitives (and their weight reorders) are made at the first infer
         run.weights_anon += conv_copies
         run.notes.append("dynamic shapes: Conv weights re-laid out at the first infer")
-    feeds = sum(g.tensors[n].nbytes or 0 for n in g.inputs)
-    run.activations += feeds
-    run.notes.append("Python infer() copies the feeds into the request's input tensors")
-    first = Stage("run_1", run.weights_anon, run.weights_file, run.activations, run.overhead)
+    first = Stage("run_1", run.weights_anon, run.weights_file, act, run.overhead)
     assumptions = [
         "OpenVINO CPU plugin, 1 stream (LATENCY hint): Conv/FC + simple-op fusions, "
         "Conv+Sum in place, MemorySolver greedy by size",
