@@ -19,8 +19,11 @@ machine (``docs/estimate.md``, "OpenVINO"):
   as ``planners.greedy_by_size``) in one workspace whose pages are written during the first
   infer. Edges removed by the plugin's fusions (Conv/FC + activation/BN/per-channel ops,
   Conv + residual Add written in place into the other input, element-wise chains) and in-place
-  views (Reshape/Squeeze/Unsqueeze/Flatten) take no memory of their own. One stream on a
-  2-core machine with the default LATENCY hint, so one workspace.
+  views (Reshape/Squeeze/Unsqueeze/Flatten) take no memory of their own; NCHW inputs of a Conv
+  get a layout Reorder. One stream on a 2-core machine with the default LATENCY hint, so one
+  workspace. Models with symbolic input dims compile with dynamic shapes: edges grouped into
+  non-overlapping sets (one growing block each) and Conv weights re-laid out at the first
+  infer, unless the caller reshapes first (option ``reshape=1``).
 
 No weight byte is read: only shapes, dtypes and (for external data) file sizes.
 """
