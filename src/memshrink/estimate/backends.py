@@ -32,7 +32,7 @@ CALIBRATION: dict[str, float] = {
     "ort_prepack_retained": 0.96,  # x MatMul/Gemm B bytes kept as packed anon copies
     "ort_prepack_transient": 0.75,  # x the largest packed weight: its source pages + scratch
     "ort_embedded_peak": 0.2,  # x all weights: the ModelProto's raw data while loading
-    "cuda_context": 300 * MiB,  # CUDA context + cuBLAS/cuDNN handles (device memory)
+    # CUDA EP: ``cuda.CUDA_CALIBRATION`` (measured on a GPU).
 }
 
 
@@ -158,27 +158,9 @@ def _openvino(
 def _cuda(
     view: ModelView, order: list[int], opts: Mapping[str, Any], sched: str
 ) -> BackendPrediction:
-    g = view.graph
-    w = split_weights(g)
-    plan = ortsim.plan(g, order)
-    sim = ortsim.simulate(plan, len(order))
-    c = CALIBRATION
-    ctx = int(c["cuda_context"])
-    sc = Stage("session_creation", weights_anon=w.total, overhead=ctx)
-    sc.notes.append("device memory: every initializer copied to the GPU arena; CUDA context")
-    r1 = Stage("run_1", w.total, 0, sim.run_1, ctx)
-    ss = Stage("steady_state", w.total, 0, sim.steady_state, ctx)
-    bufs = tensor_buffers(g, order)
-    planners = all_planners(bufs, len(order))
-    planners["ort_run_1"] = sim.run_1
-    planners["ort_steady_state"] = sim.steady_state
-    assumptions = [
-        "ORT CUDA EP: device memory only; same planner and BFC arena as CPU; cuDNN workspaces "
-        "and the exhaustive algorithm search are not modelled (context overhead is a constant)"
-    ]
-    return BackendPrediction(
-        "cuda", sched, order, [sc, r1, ss], planners, w, {"plan": plan}, assumptions
-    )
+    from memshrink.estimate.cuda import predict
+
+    return predict(view, order, opts, sched)
 
 
 PREDICTORS = {"ort": _ort_cpu, "openvino": _openvino, "cuda": _cuda}
