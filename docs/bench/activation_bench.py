@@ -25,6 +25,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "src"))
 
 MODELS = ["resnet50-b16", "bert-base-b4s512", "unet", "multibranch"]
 TINY = ["resnet50-tiny", "bert-tiny", "unet-tiny", "multibranch-tiny"]
@@ -71,6 +72,14 @@ def _predict(path: Path, opts: dict[str, Any] | None) -> int:
     return int(act)
 
 
+def _predict_ov(path: Path) -> int:
+    """Predicted OpenVINO steady-state growth over the compiled state (what ``_steady`` measures)."""
+    from memshrink.estimate import estimate
+
+    st = {s.name: s.peak for s in estimate(str(path), backend="openvino").prediction.stages}
+    return int(st["steady_state"] - st["compile_model"])
+
+
 def _mib(v: int | None) -> str:
     return "-" if v is None else f"{v / MiB:.0f}"
 
@@ -100,6 +109,7 @@ def run_model(name: str, work: Path, openvino: bool, search_seconds: float) -> l
     orig["ort_priority"] = _measure(src, "cpu", {"execution_order": "PRIORITY_BASED"})
     orig["ort_rec"] = _measure(src, "cpu", rec_opts) if rec_opts else orig["ort_default"]
     orig["openvino"] = _measure(src, "openvino", None) if openvino else None
+    orig["pred_ov"] = _predict_ov(src) if openvino else None
     orig["rec_opts"] = rec_opts
     rows.append(orig)
     for label, spec in PASSES.items():
@@ -147,6 +157,7 @@ def run_model(name: str, work: Path, openvino: bool, search_seconds: float) -> l
                 row["ort_default" if r["backend"] == "cpu" else "openvino"] = _steady(r)
         row["pred_default"] = _predict(out, None)
         row["pred_rec"] = _predict(out, rec_opts)
+        row["pred_ov"] = _predict_ov(out) if openvino else None
         row["ort_priority"] = _measure(out, "cpu", {"execution_order": "PRIORITY_BASED"})
         row["ort_rec"] = _measure(out, "cpu", rec_opts) if rec_opts else row["ort_default"]
         rows.append(row)
@@ -155,9 +166,9 @@ def run_model(name: str, work: Path, openvino: bool, search_seconds: float) -> l
 
 def table(rows: list[dict]) -> str:
     head = (
-        "| model | variant | pred. ORT default | ORT default | ×orig | ORT PRIORITY | ×orig | "
-        "pred. ORT rec. | ORT rec. opts | ×orig default | OpenVINO | ×orig | extra FLOPs | "
-        "max abs err (cpu, ov) |\n|" + "---|" * 14
+        "| model | variant | pred. ORT default | pred. ×orig | ORT default | ×orig | ORT PRIORITY | "
+        "×orig | pred. ORT rec. | ORT rec. opts | ×orig default | pred. OpenVINO | pred. ×orig | "
+        "OpenVINO | ×orig | extra FLOPs | max abs err (cpu, ov) |\n|" + "---|" * 17
     )
     lines = [head]
     orig: dict[str, dict] = {}
@@ -167,17 +178,19 @@ def table(rows: list[dict]) -> str:
         o = orig.get(r["model"], {})
         if not r.get("modified") and r["variant"] != "original":
             lines.append(
-                f"| {r['model']} | {r['variant']} | no-op: {r.get('reason', '')[:90]} |" + " |" * 11
+                f"| {r['model']} | {r['variant']} | no-op: {r.get('reason', '')[:90]} |" + " |" * 14
             )
             continue
         errs = ", ".join(f"{e[1]:.1e}" if e[1] is not None else "-" for e in r.get("errors", []))
         lines.append(
             f"| {r['model']} | {r['variant']} | {_mib(r.get('pred_default'))} | "
+            f"{_ratio(r.get('pred_default'), o.get('pred_default'))} | "
             f"{_mib(r.get('ort_default'))} | {_ratio(r.get('ort_default'), o.get('ort_default'))} | "
             f"{_mib(r.get('ort_priority'))} | "
             f"{_ratio(r.get('ort_priority'), o.get('ort_priority'))} | "
             f"{_mib(r.get('pred_rec'))} | {_mib(r.get('ort_rec'))} | "
-            f"{_ratio(r.get('ort_rec'), o.get('ort_default'))} | {_mib(r.get('openvino'))} | "
+            f"{_ratio(r.get('ort_rec'), o.get('ort_default'))} | {_mib(r.get('pred_ov'))} | "
+            f"{_ratio(r.get('pred_ov'), o.get('pred_ov'))} | {_mib(r.get('openvino'))} | "
             f"{_ratio(r.get('openvino'), o.get('openvino'))} | "
             f"{100 * r.get('extra_flops', 0):.1f} % | {errs or '-'} |"
         )

@@ -17,7 +17,7 @@ from memshrink.estimate import ort as ortsim
 from memshrink.estimate.graph import ModelView
 from memshrink.estimate.lifetimes import tensor_buffers
 from memshrink.estimate.ort_weights import optimization_level, ort_cpu_weights
-from memshrink.estimate.planners import all_planners, greedy_by_size
+from memshrink.estimate.planners import all_planners
 from memshrink.estimate.weights import WeightSplit, split_weights
 
 MiB = 1 << 20
@@ -32,13 +32,6 @@ CALIBRATION: dict[str, float] = {
     # ORT CPU weights (rules in ort_weights.py; constants measured, docs/estimate.md).
     "ort_freed_copy_resident": 0.27,  # x freed weight copies <= 32 MiB glibc keeps (external)
     "ort_freed_copy_resident_embedded": 0.34,  # the same, weights embedded in the .onnx
-    # OpenVINO CPU plugin.
-    "ov_read": 2 * MiB,
-    "ov_compile_anon": 25 * MiB,  # plugin graph, streams
-    "ov_compile_file": 40 * MiB,  # plugin libraries mapped at compile time
-    "ov_conv": 1.95,  # x Conv weight bytes: blocked re-layout (+ fused copies)
-    "ov_fc": 0.85,  # x MatMul/Gemm weight bytes
-    "ov_infer": 1 * MiB,
     # CUDA EP: ``cuda.CUDA_CALIBRATION`` (measured on a GPU).
 }
 
@@ -155,45 +148,11 @@ def _ort_cpu(
 def _openvino(
     view: ModelView, order: list[int], opts: Mapping[str, Any], sched: str
 ) -> BackendPrediction:
-    g = view.graph
-    w = split_weights(g)
-    c = CALIBRATION
-    external = not view.embedded
-    bufs = tensor_buffers(g, order)
-    planners = all_planners(bufs, len(order))
-    act = greedy_by_size(bufs)[0]
-    rd = Stage("read_model", overhead=int(c["ov_read"]))
-    if external:
-        rd.notes.append("external weights are memory-mapped by read_model")
-        kept_anon = 0
-    else:
-        rd.weights_anon = 2 * w.total
-        rd.notes.append("embedded weights: ModelProto on the heap plus a Constant per tensor")
-        kept_anon = w.total
-    conv = w.ov_reordered - w.prepacked
-    cm = Stage(
-        "compile_model", overhead=int(c["ov_read"] + c["ov_compile_anon"] + c["ov_compile_file"])
-    )
-    cm.weights_anon = int(kept_anon + c["ov_conv"] * conv + c["ov_fc"] * w.prepacked + w.fp16 * 2)
-    cm.weights_file = w.external if external else 0
-    cm.notes.append(
-        "Conv/FC weights reordered into private copies; others shared (assumes no f32 subnormals)"
-    )
-    run = Stage(
-        "steady_state",
-        weights_anon=cm.weights_anon,
-        weights_file=cm.weights_file,
-        activations=act,
-        overhead=int(cm.overhead + c["ov_infer"]),
-    )
-    run.notes.append("activations: an offset plan (greedy by size) over OpenVINO's order")
-    first = Stage("run_1", run.weights_anon, run.weights_file, act, run.overhead)
-    assumptions = [
-        "OpenVINO CPU plugin; its fusions are not emulated; memory solver ~ greedy by size"
-    ]
-    return BackendPrediction(
-        "openvino", sched, order, [rd, cm, first, run], planners, w, {}, assumptions
-    )
+    """OpenVINO CPU: the rules and their constants live in ``estimate/openvino.py``."""
+    from memshrink.estimate import openvino
+
+    ov_keys = {k: v for k, v in CALIBRATION.items() if k.startswith("ov_")}
+    return openvino.predict(view, order, opts, sched, calibration=ov_keys)
 
 
 def _cuda(
@@ -206,3 +165,8 @@ def _cuda(
 
 PREDICTORS = {"ort": _ort_cpu, "openvino": _openvino, "cuda": _cuda}
 DEFAULT_SCHEDULE = {"ort": "ort_default", "openvino": "openvino", "cuda": "ort_default"}
+
+# OpenVINO's constants are defined beside its rules; imported last (the module imports Stage).
+from memshrink.estimate.openvino import OV_CALIBRATION  # noqa: E402
+
+CALIBRATION.update(OV_CALIBRATION)

@@ -1,0 +1,439 @@
+"""OpenVINO CPU plugin (2026.4): predicted read_model, compile_model and infer peaks.
+
+Rules, from the plugin's source (``src/plugins/intel_cpu``) and micro-measurements on this
+machine (``docs/estimate.md``, "OpenVINO"):
+
+* **Weights.** ``read_model`` maps external weights and copies embedded ones (peak 2x: the
+  ModelProto plus a Constant per tensor; the ``ov.Model`` keeps 1x). ``compile_model`` maps
+  and touches the whole external data file (alignment padding included) and makes one private,
+  re-laid-out copy of every Conv/ConvTranspose/FullyConnected weight (1.0x, measured on plain
+  3x3, 1x1 and MatMul chains). A Conv followed by BatchNormalization (or a Mul by a constant)
+  gets its weights rewritten by the fusion: the fused Constant stays in the compiled graph
+  beside its reordered copy (2.0x). ConvTranspose weights are transposed then reordered (2x).
+* **Fixed cost.** Plugin library pages touched by compilation (file-backed) plus anonymous
+  memory for the plugin graph and JIT code: a constant, plus a per-kernel amount for each
+  Conv/FC primitive and each Snippets subgraph (an element-wise chain not fused into a
+  Conv/FC). This, not the weights, is why small CNNs were over-predicted before.
+* **Activations.** ``MemoryControl`` places every static intermediate edge with
+  ``ov::MemorySolver`` (largest box first, lowest offset free over its lifetime: the same rule
+  as ``planners.greedy_by_size``) in one workspace whose pages are written during the first
+  infer. Edges removed by the plugin's fusions (Conv/FC + activation/BN/per-channel ops,
+  Conv + residual Add written in place into the other input, element-wise chains) and in-place
+  views (Reshape/Squeeze/Unsqueeze/Flatten) take no memory of their own; NCHW inputs of a Conv
+  get a layout Reorder. One stream on a 2-core machine with the default LATENCY hint, so one
+  workspace. Models with symbolic input dims compile with dynamic shapes: edges grouped into
+  non-overlapping sets (one growing block each) and Conv weights re-laid out at the first
+  infer, unless the caller reshapes first (option ``reshape=1``).
+
+No weight byte is read: only shapes, dtypes and (for external data) file sizes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from memshrink.estimate.backends import BackendPrediction, Stage
+from memshrink.estimate.graph import GraphInfo, ModelView, NodeInfo
+from memshrink.estimate.lifetimes import Buffer, positions, tensor_buffers
+from memshrink.estimate.planners import all_planners, greedy_by_size
+from memshrink.estimate.weights import FP16, split_weights
+
+MiB = 1 << 20
+
+# Measured once on this machine (OpenVINO 2026.4, 2-core AVX2, docs/estimate.md); never per model.
+OV_CALIBRATION: dict[str, float] = {
+    "ov_read": 5 * MiB,  # read_model: frontend objects (external weights)
+    "ov_read_per_node": 0.012 * MiB,
+    "ov_read_embedded": 9 * MiB,  # read_model of embedded weights: parser state on top of 2x
+    "ov_compile_anon": 10 * MiB,  # plugin graph, executor, primitive caches
+    "ov_compile_file": 33 * MiB,  # plugin/oneDNN library pages touched by compilation
+    "ov_per_kernel": 0.25 * MiB,  # anon per Conv/FC primitive (JIT code, descriptors)
+    "ov_per_subgraph": 0.22 * MiB,  # anon per Snippets subgraph (JIT element-wise chain)
+    "ov_conv": 1.0,  # x Conv weight bytes: one re-laid-out private copy
+    "ov_conv_fused": 2.0,  # x Conv weights rewritten by a BN/Mul fusion: fused Constant + copy
+    "ov_deconv": 2.0,  # x ConvTranspose weights: transposed, then re-laid out
+    "ov_fc": 1.0,  # x MatMul/Gemm constant B bytes: packed copy
+    "ov_infer": 1 * MiB,  # infer request, output tensors' bookkeeping
+}
+
+# Ops the CPU plugin fuses into a preceding Conv/FC/element-wise node (one consumer).
+SIMPLE = frozenset(
+    {
+        "Relu",
+        "LeakyRelu",
+        "PRelu",
+        "Clip",
+        "Sigmoid",
+        "Tanh",
+        "Elu",
+        "Selu",
+        "HardSigmoid",
+        "HardSwish",
+        "Softplus",
+        "Mish",
+        "Gelu",
+        "Erf",
+        "Abs",
+        "Exp",
+        "Sqrt",
+        "Neg",
+        "Round",
+        "BatchNormalization",
+        "Add",
+        "Sub",
+        "Mul",
+        "Div",
+        "Pow",
+        "Sum",
+    }
+)
+HEADS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
+FOLDS_INTO_WEIGHTS = frozenset({"BatchNormalization", "Mul"})
+AFFINE = frozenset({"BatchNormalization", "Mul", "Add", "Sub", "Div"})  # with a constant
+
+
+@dataclass
+class OvWeights:
+    """Weight bytes by what the CPU plugin does with them."""
+
+    kept: int = 0  # Constants of the ov.Model (embedded: heap; external: mapped)
+    conv: int = 0  # Conv weights re-laid out once
+    conv_fused: int = 0  # Conv weights rewritten by a BN/Mul fusion
+    deconv: int = 0
+    fc: int = 0
+    fp16: int = 0
+    file_bytes: int = 0  # external data files as mapped (alignment padding included)
+
+
+def _const_inputs(g: GraphInfo, idx: int) -> list[bool]:
+    return [
+        bool(n) and n in g.tensors and g.tensors[n].kind == "initializer"
+        for n in g.nodes[idx].inputs
+    ]
+
+
+def _single_consumer(g: GraphInfo, name: str) -> int | None:
+    t = g.tensors[name]
+    cons = sorted(set(t.consumers))
+    if len(cons) != 1 or t.is_output:
+        return None
+    return cons[0]
+
+
+def _data_file_bytes(view: ModelView) -> int:
+    """Size of the external data files next to the model (metadata only, never read)."""
+    if view.model_path is None:
+        return view.external_weight_bytes
+    try:
+        import onnx
+
+        proto = onnx.load(view.model_path, load_external_data=False)
+    except Exception:  # noqa: BLE001 - fall back to the weights' own size
+        return view.external_weight_bytes
+    base = os.path.dirname(os.path.abspath(view.model_path))
+    files = set()
+    for init in proto.graph.initializer:
+        for e in init.external_data:
+            if e.key == "location":
+                files.add(os.path.join(base, e.value))
+    total = sum(os.path.getsize(f) for f in files if os.path.isfile(f))
+    return max(total, view.external_weight_bytes)
+
+
+def weight_rules(view: ModelView) -> OvWeights:
+    g = view.graph
+    w = OvWeights()
+    for name in g.initializers:
+        t = g.tensors[name]
+        nb = t.nbytes or 0
+        if t.folded and not t.consumers:
+            continue
+        if not t.folded:
+            w.kept += nb
+        if t.elem_type == FP16:
+            w.fp16 += nb
+        for c in sorted(set(t.consumers)):
+            node = g.nodes[c]
+            if not node.inputs or node.inputs[0] == name:
+                continue
+            op = node.op_type
+            if op == "Conv" and node.inputs[1] == name:
+                out = node.outputs[0]
+                nxt = _single_consumer(g, out) if out else None
+                fused = False
+                if nxt is not None and g.nodes[nxt].op_type in FOLDS_INTO_WEIGHTS:
+                    fused = g.nodes[nxt].op_type != "Mul" or any(_const_inputs(g, nxt))
+                if fused:
+                    w.conv_fused += nb
+                else:
+                    w.conv += nb
+                break
+            if op == "ConvTranspose" and node.inputs[1] == name:
+                w.deconv += nb
+                break
+            if op in ("MatMul", "Gemm") and node.inputs[1] == name:
+                w.fc += nb
+                break
+    if not view.embedded:
+        w.file_bytes = _data_file_bytes(view)
+    return w
+
+
+@dataclass
+class Fusion:
+    """One edge the plugin removes: ``edge`` (made by a Conv/FC/element-wise node) is consumed
+    only by ``op``, which is executed inside the producer and writes ``into``."""
+
+    edge: str
+    into: str  # the consumer's output: the fused node's real output
+    other: str | None  # a second activation input (residual Add): overwritten in place
+
+
+def fusions(g: GraphInfo) -> list[Fusion]:
+    """Edges removed by the plugin's fusions, in graph order.
+
+    A tensor made by a Conv/FC/element-wise node whose only consumer is a simple op (activation,
+    BatchNormalization, arithmetic with a constant) is never materialized: the producer writes
+    the simple op's result. A Conv directly followed by a residual Add writes the sum into the
+    other input's buffer when the Add reads it last and it is not the Conv's own input
+    (``FuseConvolutionSumAndConvolutionSumActivation``); other binary ops on two activations
+    (an Add after a Relu) stay separate nodes with their own output.
+    """
+    out_list: list[Fusion] = []
+    conv_like: set[str] = set()  # a Conv's output, possibly through folded BN/affine ops
+    conv_inputs: dict[str, set[str]] = {}  # ... and that Conv's data input
+    for node in g.nodes:
+        if node.op_type not in HEADS and node.op_type not in SIMPLE:
+            continue
+        if _shared_bias(g, node):
+            continue  # bias Add kept apart: the post-ops run as a Snippets node
+        for out in node.outputs:
+            if node.op_type == "Conv" and out:
+                conv_like.add(out)
+                conv_inputs[out] = {node.inputs[0]}
+            c = _single_consumer(g, out) if out else None
+            if c is None or g.nodes[c].op_type not in SIMPLE:
+                continue
+            consumer = g.nodes[c]
+            if not consumer.outputs or not consumer.outputs[0]:
+                continue
+            others = [
+                n
+                for n in consumer.inputs
+                if n and n != out and n in g.tensors and g.tensors[n].kind != "initializer"
+            ]
+            if out in conv_like and not others and consumer.op_type in AFFINE:
+                conv_like.add(consumer.outputs[0])  # BN / x*c / x+c folded into the Conv
+                conv_inputs[consumer.outputs[0]] = conv_inputs.get(out, set())
+            if others and not (
+                out in conv_like
+                and consumer.op_type in ("Add", "Sum")
+                and not set(others) & conv_inputs.get(out, set())
+            ):
+                continue  # a binary op on two activations: its own (Snippets) node
+            out_list.append(Fusion(out, consumer.outputs[0], others[0] if others else None))
+    return out_list
+
+
+def _shared_bias(g: GraphInfo, node: NodeInfo) -> bool:
+    """A Conv whose bias Constant feeds other nodes too (e.g. batch chunks sharing weights):
+    the plugin leaves the bias Add, and everything after it, out of the Conv (measured on a
+    16-chunk ResNet-50: 784 Snippets subgraphs, one per Conv post-op chain)."""
+    if node.op_type != "Conv" or len(node.inputs) < 3 or not node.inputs[2]:
+        return False
+    t = g.tensors.get(node.inputs[2])
+    return t is not None and t.kind == "initializer" and len(set(t.consumers)) > 1
+
+
+def fused_away(g: GraphInfo) -> set[str]:
+    return {f.edge for f in fusions(g)}
+
+
+def subgraph_count(g: GraphInfo, gone: set[str]) -> int:
+    """Distinct element-wise chains not absorbed by a Conv/FC: each becomes a JIT Snippets
+    subgraph, and identical ones (same start op, same input shapes) share their code.
+
+    A chain starts at a simple op none of whose activation inputs is fused away or made by
+    another simple op (Snippets tokenization merges adjacent element-wise ops).
+    """
+    kinds: set[tuple[str, tuple[tuple[int, ...] | None, ...]]] = set()
+    for node in g.nodes:
+        if node.op_type not in SIMPLE:
+            continue
+        acts = [
+            g.tensors[i]
+            for i in node.inputs
+            if i and i in g.tensors and g.tensors[i].kind == "activation"
+        ]
+        if not acts or any(t.name in gone for t in acts):
+            continue
+        if any(t.producer is not None and g.nodes[t.producer].op_type in SIMPLE for t in acts):
+            continue
+        kinds.add((node.op_type, tuple(t.shape for t in acts)))
+    return len(kinds)
+
+
+def ov_buffers(g: GraphInfo, order: Sequence[int]) -> list[Buffer]:
+    """Activation buffers after the plugin's fusions.
+
+    A fused edge shares one buffer with the fused node's output (alive from the producer's
+    step); a residual sum written in place shares the overwritten input's buffer.
+    """
+    bufs = tensor_buffers(g, order)
+    owner = {t: b for b in bufs for t in b.tensors}
+    pos = positions(order)
+
+    def merge(keep: Buffer, drop: Buffer, size: int) -> None:
+        keep.start, keep.end = min(keep.start, drop.start), max(keep.end, drop.end)
+        keep.size = size
+        keep.is_output = keep.is_output or drop.is_output
+        for t in drop.tensors:
+            owner[t] = keep
+        keep.tensors.extend(drop.tensors)
+        drop.tensors = []
+        drop.size = 0
+
+    for f in fusions(g):
+        be, bi = owner.get(f.edge), owner.get(f.into)
+        if be is None or bi is None or be is bi:
+            continue
+        bo = owner.get(f.other) if f.other else None
+        t_other = g.tensors[f.other] if f.other else None
+        last = max((pos[c] for c in t_other.consumers if c in pos), default=-1) if t_other else -1
+        consumer = g.tensors[f.into].producer
+        if (
+            bo is not None
+            and bo is not be
+            and bo is not bi
+            and not bi.is_output
+            and not bo.is_output
+            and consumer is not None
+            and pos.get(consumer) == last
+            and bo.size >= bi.size
+        ):
+            merge(bo, be, bo.size)  # the producer writes the sum over the other input
+            merge(bo, bi, bo.size)
+        else:
+            merge(bi, be, max(bi.size, be.size))
+    for name in g.inputs:  # NCHW inputs of a Conv are reordered to the blocked/NHWC layout
+        t = g.tensors[name]
+        steps = [pos[c] for c in t.consumers if c in pos]
+        if t.shape and len(t.shape) == 4 and steps and _feeds_conv(g, name):
+            bufs.append(Buffer(len(bufs), t.nbytes or 0, 0, max(steps), [name + "/reorder"]))
+    return [b for b in bufs if b.tensors or b.transient]
+
+
+def _feeds_conv(g: GraphInfo, name: str) -> bool:
+    return any(g.nodes[c].op_type in ("Conv", "ConvTranspose") for c in g.tensors[name].consumers)
+
+
+def nonoverlapping_sets(bufs: Sequence[Buffer]) -> int:
+    """Dynamic-shape plan (``MemoryManageNonOverlapingSets``): boxes taken by start, each put
+    in the first group whose last box ended before it starts; a group is one block that grows
+    to its largest box. Returns the sum of the groups' largest boxes."""
+    groups: list[list[int]] = []  # [last end, largest size]
+    for b in sorted((b for b in bufs if b.size), key=lambda x: (x.start, x.end)):
+        for grp in groups:
+            if grp[0] < b.start:
+                grp[0], grp[1] = b.end, max(grp[1], b.size)
+                break
+        else:
+            groups.append([b.end, b.size])
+    return sum(size for _, size in groups)
+
+
+def is_dynamic(view: ModelView, opts: Mapping[str, Any] | None = None) -> bool:
+    """OpenVINO compiles with dynamic shapes when an input dim is symbolic, unless the caller
+    reshapes the model to the bound shapes first (option ``reshape=1``, as ``Model.reshape``)."""
+    if str((opts or {}).get("reshape", "0")).lower() in ("1", "true", "yes"):
+        return False
+    return any(not isinstance(d, int) for _, dims in view.declared_inputs for d in dims)
+
+
+def _kernels(g: GraphInfo) -> int:
+    return sum(
+        1
+        for n in g.nodes
+        if n.op_type in HEADS
+        and len(n.inputs) > 1
+        and n.inputs[1] in g.tensors
+        and g.tensors[n.inputs[1]].kind == "initializer"
+    )
+
+
+def predict(
+    view: ModelView,
+    order: list[int],
+    opts: Mapping[str, Any],
+    sched: str,
+    calibration: Mapping[str, float] | None = None,
+) -> BackendPrediction:
+    """Stage peaks for OpenVINO CPU: read_model, compile_model, run_1, steady_state."""
+    c = dict(OV_CALIBRATION)
+    c.update(calibration or {})
+    g = view.graph
+    w = weight_rules(view)
+    gone = fused_away(g)
+    n_sub = subgraph_count(g, gone)
+    bufs = ov_buffers(g, order)
+    planners = all_planners(tensor_buffers(g, order), len(order))
+    planners["ov_memory_solver"] = greedy_by_size(bufs)[0]
+    planners["ov_nonoverlapping_sets"] = nonoverlapping_sets(bufs)
+    dynamic = is_dynamic(view, opts)
+    act = planners["ov_nonoverlapping_sets" if dynamic else "ov_memory_solver"]
+    read_over = int(c["ov_read"] + c["ov_read_per_node"] * len(g.nodes))
+    rd = Stage("read_model", overhead=read_over)
+    if view.embedded:
+        rd.weights_anon = 2 * w.kept
+        rd.overhead += int(c["ov_read_embedded"])
+        rd.notes.append("embedded weights: ModelProto on the heap plus a Constant per tensor")
+        kept_anon, kept_file = w.kept, 0
+    else:
+        rd.notes.append("external weights are memory-mapped by read_model")
+        kept_anon, kept_file = 0, w.file_bytes
+    conv_copies = int(
+        c["ov_conv"] * w.conv + c["ov_conv_fused"] * w.conv_fused + c["ov_deconv"] * w.deconv
+    )
+    copies = int(c["ov_fc"] * w.fc + 2 * w.fp16) + (0 if dynamic else conv_copies)
+    fixed = int(
+        c["ov_compile_anon"]
+        + c["ov_compile_file"]
+        + c["ov_per_kernel"] * _kernels(g)
+        + c["ov_per_subgraph"] * n_sub
+    )
+    cm = Stage("compile_model", overhead=fixed)
+    cm.weights_anon = kept_anon + copies
+    cm.weights_file = kept_file
+    cm.notes.append(
+        "Conv/FC weights re-laid out into private copies (Conv+BN: fused Constant kept too); "
+        "the external data file is mapped whole; assumes no f32 subnormals"
+    )
+    run = Stage(
+        "steady_state",
+        weights_anon=cm.weights_anon,
+        weights_file=cm.weights_file,
+        activations=act,
+        overhead=int(fixed + c["ov_infer"]),
+    )
+    run.notes.append(
+        "activations: dynamic input dims, one growing block per set of non-overlapping edges"
+        if dynamic
+        else "activations: ov::MemorySolver (greedy by size) over the fused graph"
+    )
+    if dynamic:  # Conv primitives (and their weight reorders) are made at the first infer
+        run.weights_anon += conv_copies
+        run.notes.append("dynamic shapes: Conv weights re-laid out at the first infer")
+    first = Stage("run_1", run.weights_anon, run.weights_file, act, run.overhead)
+    assumptions = [
+        "OpenVINO CPU plugin, 1 stream (LATENCY hint): Conv/FC + simple-op fusions, "
+        "Conv+Sum in place, MemorySolver greedy by size",
+        f"fused edges: {len(gone)}, Snippets subgraphs: {n_sub}",
+    ]
+    details = {"ov_weights": w.__dict__.copy(), "subgraphs": n_sub}
+    stages = [rd, cm, first, run]
+    return BackendPrediction(
+        "openvino", sched, order, stages, planners, split_weights(g), details, assumptions
+    )

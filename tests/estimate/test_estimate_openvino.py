@@ -1,0 +1,143 @@
+"""OpenVINO CPU rules checked against the real plugin: hand-built graphs, one fresh process each.
+
+Each measurement is ``memshrink.verify.profile`` (exact ``VmHWM`` per stage in a fresh process,
+deltas over the post-import baseline). The graphs have static shapes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from memshrink.estimate import estimate
+from memshrink.estimate.graph import build_view
+from memshrink.estimate.lifetimes import Buffer
+from memshrink.estimate.openvino import fusions, nonoverlapping_sets, ov_buffers, weight_rules
+from memshrink.estimate.schedule import schedule
+
+pytest.importorskip("openvino")
+
+MiB = 1 << 20
+
+
+def _conv_chain(n: int, c: int, hw: int, *, bn: bool = False, residual: bool = False):
+    """``n`` Conv(+BN)+Relu layers; with ``residual``, ResNet basic blocks of two such layers
+    whose second Conv is followed by Add(block input) before its Relu."""
+    rng = np.random.default_rng(0)
+    nodes, inits, cur, block_in = [], [], "x", "x"
+    for i in range(n):
+        w = (rng.standard_normal((c, c, 3, 3)) * 0.05).astype(np.float32)
+        inits.append(numpy_helper.from_array(w, f"w{i}"))
+        nodes.append(helper.make_node("Conv", [cur, f"w{i}"], [f"c{i}"], pads=[1, 1, 1, 1]))
+        out = f"c{i}"
+        if bn:
+            for p in ("s", "b", "m", "v"):
+                arr = (np.abs(rng.standard_normal(c)) + 0.5).astype(np.float32)
+                inits.append(numpy_helper.from_array(arr, f"{p}{i}"))
+            bn_in = [out, f"s{i}", f"b{i}", f"m{i}", f"v{i}"]
+            nodes.append(helper.make_node("BatchNormalization", bn_in, [f"n{i}"]))
+            out = f"n{i}"
+        if residual and i % 2 == 1:
+            nodes.append(helper.make_node("Add", [out, block_in], [f"a{i}"]))
+            out = f"a{i}"
+        nodes.append(helper.make_node("Relu", [out], [f"r{i}"]))
+        cur = f"r{i}"
+        if i % 2 == 1:
+            block_in = cur
+    nodes.append(helper.make_node("ReduceMean", [cur], ["y"], keepdims=1))
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, hw, hw])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _save(model: onnx.ModelProto, path: Path) -> str:
+    onnx.save(
+        model,
+        str(path),
+        save_as_external_data=True,
+        location=path.name + ".data",
+        size_threshold=1024,
+    )
+    return str(path)
+
+
+def _measure(path: str) -> dict[str, dict[str, int]]:
+    """Stage deltas from ``memshrink.verify.profile`` (its own process, float32 feeds)."""
+    from memshrink.verify import profile
+
+    run = profile(path, backends=("openvino",), runs=3).to_dict()["runs"][0]
+    assert run["status"] == "ok", run.get("error")
+    return {
+        st["name"]: {"peak": int(st["peak_delta"]), "after": int(st["after_delta"])}
+        for st in run["stages"]
+    }
+
+
+def _predict(path: str) -> dict[str, int]:
+    return estimate(path, backend="openvino", session_options={"reshape": 1}).stage_peaks()
+
+
+@pytest.mark.slow
+def test_conv_weights_one_copy_and_bn_fusion_two(tmp_path: Path) -> None:
+    # 6 x 512x512x3x3 (54 MiB of external weights). Plain: one re-laid-out copy; with a
+    # BatchNormalization after each conv the fused Constant is kept beside its copy.
+    plain = _save(_conv_chain(6, 512, 14), tmp_path / "plain.onnx")
+    fused = _save(_conv_chain(6, 512, 14, bn=True), tmp_path / "bn.onnx")
+    mp, mf = _measure(plain), _measure(fused)
+    pp, pf = _predict(plain), _predict(fused)
+    for pred, meas in ((pp, mp), (pf, mf)):
+        assert pred["compile_model"] == pytest.approx(meas["compile"]["peak"], rel=0.05)
+    # The BN fusion's extra Constant: measured difference vs predicted, atol 3 MiB.
+    d_meas = mf["compile"]["peak"] - mp["compile"]["peak"]
+    d_pred = pf["compile_model"] - pp["compile_model"]
+    assert d_pred == pytest.approx(d_meas, abs=3 * MiB)
+    assert d_meas > 40 * MiB  # ~1x the 54 MiB of conv weights, not 0.95x of a factor
+
+
+@pytest.mark.slow
+def test_activation_plan_after_fusions(tmp_path: Path) -> None:
+    # Three ResNet basic blocks at 64 x 112 x 112 (3 MiB per tensor): Conv+Relu, and
+    # Conv+Add(skip)+Relu with the sum written in place over the skip; plus the input's
+    # layout reorder and the feed copied by infer(). atol = 2 MiB.
+    path = _save(_conv_chain(6, 64, 112, residual=True), tmp_path / "res.onnx")
+    meas = _measure(path)
+    est = estimate(path, backend="openvino", session_options={"reshape": 1})
+    pred = est.stage_peaks()
+    act_meas = meas["infer3"]["peak"] - meas["compile"]["after"]
+    act_pred = pred["steady_state"] - pred["compile_model"]
+    assert act_pred == pytest.approx(act_meas, abs=2 * MiB)
+    assert pred["steady_state"] == pytest.approx(meas["infer3"]["peak"], rel=0.05)
+
+
+def test_fusion_rules_on_a_residual_block() -> None:
+    view = build_view(_conv_chain(4, 8, 8, bn=True, residual=True))
+    g = view.graph
+    fs = {f.edge: f for f in fusions(g)}
+    # Conv -> BN -> Relu and Conv -> BN -> Add(block input) -> Relu: BN folds into the Conv,
+    # the Add is the second Conv's in-place sum, the Relu a post-op: every Conv/BN/Add output
+    # is fused away, only the Relu outputs are real edges.
+    assert set(fs) == {f"{k}{i}" for k in "cn" for i in range(4)} | {"a1", "a3"}
+    assert fs["n1"].other == "x" and fs["n3"].other == "r1"
+    bufs = [b for b in ov_buffers(g, schedule(g, "openvino")) if b.size]
+    tb = 8 * 8 * 8 * 4
+    # Reordered input (block 0 sums into it in place), r0, r2, block 1's sum written over r1,
+    # and the ReduceMean result: four full tensors and one scalar.
+    assert sorted(b.size for b in bufs) == [4, tb, tb, tb, tb]
+    w = weight_rules(view)
+    assert w.conv_fused == 4 * 8 * 8 * 9 * 4 and w.conv == 0
+
+
+def test_nonoverlapping_sets_grow_one_block_per_group() -> None:
+    # Taken by start: [0,1] 10 B opens group A; [1,2] 20 B overlaps it and opens group B;
+    # [2,3] 30 B and [4,4] 5 B follow A's last box. Blocks grow to their largest box: 30 + 20.
+    bufs = [Buffer(0, 10, 0, 1), Buffer(1, 30, 2, 3), Buffer(2, 20, 1, 2), Buffer(3, 5, 4, 4)]
+    assert nonoverlapping_sets(bufs) == 30 + 20
