@@ -93,6 +93,7 @@ class NodeInfo:
     outputs: list[str]
     implicit_inputs: list[str] = field(default_factory=list)  # outer names used by subgraphs
     subgraphs: list[GraphInfo] = field(default_factory=list)
+    attrs: dict[str, Any] = field(default_factory=dict)  # int/float/string(s) attributes only
 
 
 @dataclass
@@ -506,6 +507,7 @@ def _build_graph(
             outputs=list(np_.output),
             implicit_inputs=sorted({n for n in implicit if n in local or n in tensors}),
             subgraphs=subgraphs,
+            attrs=_small_attrs(np_),
         )
         nodes.append(node)
         for n in node.inputs + node.implicit_inputs:
@@ -531,6 +533,25 @@ def _build_graph(
         initializers=init_names,
         unknown=unknown,
     )
+
+
+_SMALL_ATTR_TYPES = (
+    onnx.AttributeProto.INT,
+    onnx.AttributeProto.INTS,
+    onnx.AttributeProto.FLOAT,
+    onnx.AttributeProto.STRING,
+)
+
+
+def _small_attrs(np_: onnx.NodeProto) -> dict[str, Any]:
+    """Scalar attributes (group, axis, kernel_shape, ...): rewrite rules such as ORT's NCHWc
+    transformer decide on them; tensors and graphs are left out."""
+    out: dict[str, Any] = {}
+    for a in np_.attribute:
+        if a.type in _SMALL_ATTR_TYPES:
+            v = onnx.helper.get_attribute_value(a)
+            out[a.name] = v.decode() if isinstance(v, bytes) else v
+    return out
 
 
 def _free_names(gp: onnx.GraphProto) -> list[str]:
