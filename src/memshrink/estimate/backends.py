@@ -14,9 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memshrink.estimate import ort as ortsim
-from memshrink.estimate.graph import ModelView
+from memshrink.estimate.graph import GraphInfo, ModelView
 from memshrink.estimate.lifetimes import tensor_buffers
+from memshrink.estimate.ort_optimized import optimize
 from memshrink.estimate.planners import all_planners, greedy_by_size
+from memshrink.estimate.schedule import schedule as make_schedule
 from memshrink.estimate.weights import WeightSplit, split_weights
 
 MiB = 1 << 20
@@ -77,24 +79,23 @@ class BackendPrediction:
     weights: WeightSplit
     details: dict[str, Any]
     assumptions: list[str]
+    graph: GraphInfo | None = None  # the graph the runtime runs, when it rewrites the model
 
 
 def _ort_cpu(
     view: ModelView, order: list[int], opts: Mapping[str, Any], sched: str
 ) -> BackendPrediction:
-    g = view.graph
     rules = ortsim.session_options_rules({k: str(v) for k, v in opts.items()})
-    w = split_weights(g)
-    plan = ortsim.plan(
-        g, order, reuse=bool(rules["enable_mem_reuse"]), fusions=bool(rules["fusions"])
-    )
+    w = split_weights(view.graph)
+    g, order, opt_notes = _ort_graph(view, order, sched, str(rules["graph_optimization_level"]))
+    plan = ortsim.plan(g, order, reuse=bool(rules["enable_mem_reuse"]), fusions=False)
     sim = ortsim.simulate(
         plan,
         len(order),
         mem_pattern=bool(rules["enable_mem_pattern"]),
         arena=bool(rules["enable_cpu_mem_arena"]),
     )
-    assumptions = [f"ORT session options: {rules}"] + sim.assumptions
+    assumptions = [f"ORT session options: {rules}"] + opt_notes + sim.assumptions
     external = not view.embedded
     c = CALIBRATION
     other = w.total - w.conv - w.prepacked - w.folded_anon
@@ -149,7 +150,24 @@ def _ort_cpu(
     for k in plan.kinds.values():
         kinds[k] = kinds.get(k, 0) + 1
     details = {"plan_kinds": kinds, "arena_reserved": sim.arena_reserved, "plan": plan}
-    return BackendPrediction("ort", sched, order, stages, planners, w, details, assumptions)
+    return BackendPrediction(
+        "ort", sched, order, stages, planners, w, details, assumptions, graph=g
+    )
+
+
+def _ort_graph(
+    view: ModelView, order: list[int], sched: str, level: str
+) -> tuple[GraphInfo, list[int], list[str]]:
+    """The graph ORT CPU runs at this optimization level and its order (``ort_optimized``);
+    an explicit ``file``/``openvino`` schedule is kept on the graph as written."""
+    if level == "disable" or sched not in ("ort_default", "ort_priority"):
+        return view.graph, order, ["graph as written (no ORT graph optimizations emulated)"]
+    opt = optimize(view.graph, level=level)
+    notes = [
+        f"ORT graph optimizations emulated (level {level}, NCHWc block {opt.block} from this "
+        f"host's CPU flags): {opt.counts}; order taken on the rewritten graph"
+    ]
+    return opt.graph, make_schedule(opt.graph, sched), notes
 
 
 def _openvino(
