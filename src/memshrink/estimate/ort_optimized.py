@@ -276,7 +276,10 @@ class _Rewriter:
                     self._batchnorm(n, args, make_arg, use, converted)
                 elif op in ("GlobalAveragePool", "GlobalMaxPool"):
                     self._pool(n, args, make_arg, reorder_input, use, converted, need_nchwc=True)
-        for orig, a in args.items():  # Finalize: back to NCHW where a plain use remains
+        # Finalize: back to NCHW where a plain use remains. ORT walks an unordered_map keyed by
+        # NodeArg pointers, so its numbering of these nodes changes from process to process
+        # (measured: U-Net's PRIORITY_BASED order differs between runs); creation order here.
+        for orig, a in args.items():
             if a.remaining > 0:
                 self.add(orig + "/ReorderOutput", "ReorderOutput", NCHWC_DOMAIN, [a.name], [orig],
                          {"channels": a.channels})  # fmt: skip
@@ -327,11 +330,7 @@ class _Rewriter:
         if x is None or x.elem_type != FLOAT or x.shape is None or len(x.shape) != 4:
             return
         c = x.shape[1]
-        if need_nchwc:
-            if n.inputs[0] not in args:
-                return
-            c = args[n.inputs[0]].channels
-        elif c % self.block:
+        if c % self.block or (need_nchwc and n.inputs[0] not in args):
             return
         del self.nodes[n.idx]
         nn = self.add(n.name + "_nchwc", n.op_type, NCHWC_DOMAIN, list(n.inputs),
