@@ -4,15 +4,18 @@ With the default ``ORT_ENABLE_ALL`` the CPU session does not run the graph as wr
 rewrites change which activations exist, how big they are and in which order they are made
 (read in ``onnxruntime/core/optimizer``; checked against ``optimized_model_filepath`` dumps):
 
-* level 1, in place (the Conv keeps its node index): ``ConvBNFusion``, ``ConvAddFusion``,
-  ``ConvMulFusion`` fold a BatchNormalization / Add / Mul of constants into the Conv;
-* level 2, ``ConvActivationFusion``: Conv + Relu/Sigmoid/Tanh/LeakyRelu/Clip/HardSigmoid
-  becomes one new ``FusedConv`` node;
+* level 1: ``EliminateDropout``; in place (the Conv keeps its node index) ``ConvBNFusion``,
+  ``ConvMulFusion``, ``ConvAddFusion`` fold a BatchNormalization / Mul / Add of constants into
+  the Conv, repeated until nothing matches;
+* level 2, ``GemmActivationFusion`` and ``ConvActivationFusion``: Gemm/Conv + an activation
+  become one new ``FusedGemm``/``FusedConv`` node (the transformer fusions — SkipLayerNorm,
+  FusedMatMul, FastGelu — are not emulated: they drop short-lived intermediates only);
 * level 3, ``nchwc_transformer.cc`` (x86 with AVX2: block 8; AVX-512F: block 16): fp32 2-D
   Conv/FusedConv with constant weights, block-aligned channels (or fewer input channels than a
   block: NCHW input read directly) become ``nchwc`` Conv nodes whose outputs are padded to the
   block; MaxPool/AveragePool (channels aligned), and — when every producer is NCHWc —
-  Global pools, Concat on axis 1, Add/Sum, Mul, Relu/Sigmoid/Tanh and BatchNormalization follow.
+  Global pools, Concat on axis 1, Add/Sum, Mul, Relu/Sigmoid/Tanh and BatchNormalization follow;
+  a Mul by a per-channel constant becomes a depthwise NCHWc Conv.
   An Add of a single-use, activation-free NCHWc Conv and another NCHWc tensor of the same
   shape is fused as the Conv's ``Sum`` input (the kernel accumulates into that buffer:
   ``MayInplace(3, 0)``); a later activation then fuses too. ``ReorderInput`` nodes convert
@@ -41,6 +44,9 @@ MS_DOMAIN = "com.microsoft"
 FLOAT = 1
 CONV_ACTIVATIONS = frozenset({"Relu", "Sigmoid", "Tanh", "LeakyRelu", "Clip", "HardSigmoid"})
 NCHWC_ACTIVATIONS = frozenset({"Relu", "Sigmoid", "Tanh"})
+GEMM_ACTIVATIONS = frozenset(
+    {"Relu", "Sigmoid", "Tanh", "LeakyRelu", "HardSigmoid", "Elu", "Selu", "Softplus", "Softsign"}
+)
 
 
 @functools.lru_cache(maxsize=1)
@@ -164,10 +170,33 @@ class _Rewriter:
         return name not in self.outputs and len(cons.get(name, [])) == 1
 
     # ------------------------------------------------------------------ level 1 and 2
+    def eliminate_dropout(self) -> None:
+        """Level 1, EliminateDropout: an inference Dropout whose mask nobody reads is removed
+        and its readers take its input."""
+        cons = self.consumers()
+        for n in list(self.nodes.values()):
+            if n.op_type != "Dropout" or n.domain not in ("", "ai.onnx") or not n.inputs:
+                continue
+            out = n.outputs[0]
+            mask = n.outputs[1] if len(n.outputs) > 1 else ""
+            if out in self.outputs or (mask and (mask in cons or mask in self.outputs)):
+                continue
+            for c in cons.get(out, []):
+                m = self.nodes[c]
+                m.inputs = [n.inputs[0] if i == out else i for i in m.inputs]
+            del self.nodes[n.idx]
+            self._bump("EliminateDropout")
+
     def conv_const_fusions(self) -> None:
         """Level 1, in place: ConvBNFusion, ConvAddFusion, ConvMulFusion (constants folded
         into the Conv's weights; the Conv keeps its index and takes the fused output)."""
-        for op in ("BatchNormalization", "Add", "Mul"):
+        changed = True
+        while changed:  # rule-based: applied until nothing matches (Conv -> BN -> Mul -> Add)
+            changed = self._conv_const_round()
+
+    def _conv_const_round(self) -> bool:
+        changed = False
+        for op in ("BatchNormalization", "Mul", "Add"):
             cons = self.consumers()
             for idx in self.topo():
                 n = self.nodes.get(idx)
@@ -190,28 +219,34 @@ class _Rewriter:
                 del self.nodes[nxt.idx]
                 cons = self.consumers()
                 self._bump(f"Conv+{op}")
+                changed = True
+        return changed
 
-    def conv_activation_fusion(self) -> None:
-        """Level 2, ConvActivationFusion: Conv + activation -> a new FusedConv node."""
+    def activation_fusions(self) -> None:
+        """Level 2: GemmActivationFusion, then ConvActivationFusion (new FusedGemm/FusedConv)."""
+        self._activation_fusion("Gemm", "FusedGemm", GEMM_ACTIVATIONS)
+        self._activation_fusion("Conv", "FusedConv", CONV_ACTIVATIONS)
+
+    def _activation_fusion(self, op: str, fused: str, acts: frozenset[str]) -> None:
         cons = self.consumers()
         for idx in self.topo():
             n = self.nodes.get(idx)
-            if n is None or n.op_type != "Conv" or n.domain not in ("", "ai.onnx"):
+            if n is None or n.op_type != op or n.domain not in ("", "ai.onnx"):
                 continue
             out = n.outputs[0]
             if not self._single_use(out, cons):
                 continue
             act = self.nodes[cons[out][0]]
-            if act.op_type not in CONV_ACTIVATIONS or act.domain not in ("", "ai.onnx"):
+            if act.op_type not in acts or act.domain not in ("", "ai.onnx"):
                 continue
             if act.op_type == "Clip" and not all(self._is_const(i) for i in act.inputs[1:] if i):
                 continue
             attrs = dict(n.attrs, activation=act.op_type)
             del self.nodes[n.idx], self.nodes[act.idx]
-            self.add(n.name + "_fused", "FusedConv", MS_DOMAIN, list(n.inputs),
+            self.add(n.name + "_fused", fused, MS_DOMAIN, list(n.inputs),
                      [act.outputs[0]], attrs, n.orig)  # fmt: skip
             cons = self.consumers()
-            self._bump("FusedConv")
+            self._bump(fused)
 
     # ------------------------------------------------------------------ level 3: NCHWc
     def nchwc(self) -> None:
@@ -346,6 +381,22 @@ class _Rewriter:
     def _binary(self, n: _Node, args: dict, make_arg: Any, use: Any, converted: set[int],
                 *, add: bool) -> None:  # fmt: skip
         ins = [i for i in n.inputs if i]
+        if (
+            not add
+            and len(ins) == 2
+            and ins[0] in args
+            and self._channel_const(ins[1], args[ins[0]])
+        ):
+            # Mul by a per-channel constant: a depthwise 1x1 NCHWc Conv ("mul_scale"; checked
+            # against ORT 1.32's optimized DenseNet-121)
+            a = args[ins[0]]
+            del self.nodes[n.idx]
+            nn = self.add(n.name + "_mul_nchwc", "Conv", NCHWC_DOMAIN, [use(ins[0])],
+                          list(n.outputs), {"group": a.channels}, n.orig)  # fmt: skip
+            converted.add(n.idx)
+            make_arg(n.outputs[0], nn, a.channels)
+            self._bump("NchwcMulScale")
+            return
         if not ins or not all(i in args for i in ins):
             return
         a0 = args[ins[0]]
@@ -373,6 +424,12 @@ class _Rewriter:
                     self._bump("NchwcConvSum")
                     return
         make_arg(n.outputs[0], n, a0.channels)
+
+    def _channel_const(self, name: str, a: _Arg) -> bool:
+        t = self.t(name)
+        if t is None or t.kind != "initializer" or t.elem_type != FLOAT or t.shape is None:
+            return False
+        return t.shape in ((a.channels, 1, 1), (1, a.channels, 1, 1))
 
     def _uses(self, n: _Node) -> tuple[int, int]:
         cons = self.consumers()
@@ -517,9 +574,10 @@ def optimize(g: GraphInfo, *, level: str = "all", block: int | None = None) -> O
     b = nchwc_block_size() if block is None else block
     rw = _Rewriter(g, b)
     if level in ("basic", "extended", "all"):
+        rw.eliminate_dropout()
         rw.conv_const_fusions()
     if level in ("extended", "all"):
-        rw.conv_activation_fusion()
+        rw.activation_fusions()
     if level == "all" and b > 1:
         rw.nchwc()
     return OptimizedGraph(rw.build(), b if level == "all" else 1, dict(rw.counts))
