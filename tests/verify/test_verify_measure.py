@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import mmap
 import time
-
-import numpy as np
 
 from memshrink.verify.measure import Meter, read_status, reset_peak
 
 MiB = 1024 * 1024
+
+
+def _touched(nbytes: int) -> mmap.mmap:
+    """Anonymous memory written page by page, returned to the kernel on close.
+
+    Not ``np.ones``: whether malloc hands a freed block back depends on glibc's dynamic mmap
+    threshold, which earlier tests in the same process move (flaky late in the suite)."""
+    m = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    for off in range(0, nbytes, mmap.PAGESIZE):
+        m[off] = 1
+    return m
 
 
 def test_read_status_has_rss_split() -> None:
@@ -21,9 +31,9 @@ def test_stage_peak_sees_a_freed_allocation() -> None:
     assert reset_peak(), "clear_refs must be writable by the owner (Linux >= 4.0)"
     meter = Meter()
     with meter.stage("alloc"):
-        a = np.ones(64 * MiB, dtype=np.uint8)  # touched: 64 MiB resident
+        a = _touched(64 * MiB)  # 64 MiB resident
         time.sleep(0.05)  # long enough for the 1 ms RssAnon sampler to see it
-        del a
+        a.close()
     st = meter.stages[0]
     assert st.name == "alloc"
     assert st.peak_method.startswith("VmHWM")
@@ -37,11 +47,11 @@ def test_stage_peak_sees_a_freed_allocation() -> None:
 def test_stages_are_independent() -> None:
     meter = Meter()
     with meter.stage("big"):
-        a = np.ones(48 * MiB, dtype=np.uint8)
-        del a
+        a = _touched(48 * MiB)
+        a.close()
     with meter.stage("small"):
-        b = np.ones(1 * MiB, dtype=np.uint8)
-        del b
+        b = _touched(1 * MiB)
+        b.close()
     big, small = meter.stages
     assert big.peak - big.before >= 47 * MiB
     assert small.peak - small.before < 8 * MiB  # the reset forgot the earlier peak

@@ -17,6 +17,7 @@ from memshrink.estimate import ort as ortsim
 from memshrink.estimate.graph import GraphInfo, ModelView
 from memshrink.estimate.lifetimes import tensor_buffers
 from memshrink.estimate.ort_optimized import optimize
+from memshrink.estimate.ort_weights import optimization_level, ort_cpu_weights
 from memshrink.estimate.planners import all_planners, greedy_by_size
 from memshrink.estimate.schedule import schedule as make_schedule
 from memshrink.estimate.weights import WeightSplit, split_weights
@@ -25,15 +26,14 @@ MiB = 1 << 20
 # Fixed per-runtime overheads (bytes), measured once (docs/estimate.md, "Calibration").
 CALIBRATION: dict[str, float] = {
     # ONNX Runtime CPU, default graph optimization level (ORT_ENABLE_ALL), x86-64.
-    "ort_session_anon": 6 * MiB,  # session objects, kernel registry, thread pool
+    "ort_session_anon": 1.35 * MiB,  # session objects, kernel registry, thread pool
+    "ort_session_anon_per_node": 3 * 1024,  # graph nodes, kernels, plan entries
     "ort_session_file": 8.5 * MiB,  # library pages first touched by session creation
     "ort_session_transient": 4 * MiB,
     "ort_run": 1 * MiB,  # per-run bookkeeping outside the arena
-    "ort_conv_retained": 2.4,  # x fp32 Conv weight bytes kept in anon (NCHWc re-layout copies)
-    "ort_conv_peak": 2.7,
-    "ort_prepack_retained": 0.96,  # x MatMul/Gemm B bytes kept as packed anon copies
-    "ort_prepack_transient": 0.75,  # x the largest packed weight: its source pages + scratch
-    "ort_embedded_peak": 0.2,  # x all weights: the ModelProto's raw data while loading
+    # ORT CPU weights (rules in ort_weights.py; constants measured, docs/estimate.md).
+    "ort_freed_copy_resident": 0.27,  # x freed weight copies <= 32 MiB glibc keeps (external)
+    "ort_freed_copy_resident_embedded": 0.34,  # the same, weights embedded in the .onnx
     # OpenVINO CPU plugin.
     "ov_read": 2 * MiB,
     "ov_compile_anon": 25 * MiB,  # plugin graph, streams
@@ -41,7 +41,7 @@ CALIBRATION: dict[str, float] = {
     "ov_conv": 1.95,  # x Conv weight bytes: blocked re-layout (+ fused copies)
     "ov_fc": 0.85,  # x MatMul/Gemm weight bytes
     "ov_infer": 1 * MiB,
-    "cuda_context": 300 * MiB,  # CUDA context + cuBLAS/cuDNN handles (device memory)
+    # CUDA EP: ``cuda.CUDA_CALIBRATION`` (measured on a GPU).
 }
 
 
@@ -96,32 +96,27 @@ def _ort_cpu(
         arena=bool(rules["enable_cpu_mem_arena"]),
     )
     assumptions = [f"ORT session options: {rules}"] + opt_notes + sim.assumptions
-    external = not view.embedded
     c = CALIBRATION
-    other = w.total - w.conv - w.prepacked - w.folded_anon
-    ovh = int(c["ort_session_anon"] + c["ort_session_file"])
-    sc = Stage("session_creation", overhead=int(ovh + c["ort_session_transient"]))
-    retained_anon = int(
-        c["ort_conv_retained"] * w.conv + c["ort_prepack_retained"] * w.prepacked + w.folded_anon
+    ww = ort_cpu_weights(
+        view.graph,  # weight rules and their calibration read the graph as written
+        w,
+        embedded=view.embedded,
+        calibration=c,
+        level=optimization_level(opts.get("graph_optimization_level")),
     )
-    sc.weights_anon = int(
-        retained_anon
-        + (c["ort_conv_peak"] - c["ort_conv_retained"]) * w.conv
-        + c["ort_prepack_transient"] * w.largest_prepacked
+    assumptions += ww.assumptions
+    ovh = int(
+        c["ort_session_anon"]
+        + c["ort_session_anon_per_node"] * len(view.graph.nodes)
+        + c["ort_session_file"]
     )
-    if external:
-        sc.notes.append(
-            "external weights memory-mapped; Conv weights re-laid out and MatMul/Gemm B prepacked "
-            "into anon copies (calibrated factors)"
-        )
-        run_file = max(0, w.external - w.prepacked_only - w.conv - w.gather_tables - w.folded_anon)
-    else:
-        sc.weights_anon += int(other + c["ort_embedded_peak"] * w.total)
-        sc.notes.append(
-            "embedded weights: heap copies plus the ModelProto's raw data while loading"
-        )
-        retained_anon += other
-        run_file = 0
+    sc = Stage(
+        "session_creation",
+        weights_anon=ww.creation_anon,
+        overhead=int(ovh + c["ort_session_transient"]),
+        notes=list(ww.notes),
+    )
+    retained_anon, run_file = ww.retained_anon, ww.run_file
     # The outputs' numpy copies are not added: measured on GPT-2 (external data, 24.5 MiB of
     # logits) run 1 grew by the arena alone (+39.4 MiB, arena 38.4): the copies land in heap
     # that session creation freed.
@@ -151,7 +146,12 @@ def _ort_cpu(
     kinds: dict[str, int] = {}
     for k in plan.kinds.values():
         kinds[k] = kinds.get(k, 0) + 1
-    details = {"plan_kinds": kinds, "arena_reserved": sim.arena_reserved, "plan": plan}
+    details = {
+        "plan_kinds": kinds,
+        "arena_reserved": sim.arena_reserved,
+        "plan": plan,
+        "ort_weights": {"nchwc_block": ww.nchwc_block, **ww.classes},
+    }
     return BackendPrediction(
         "ort", sched, order, stages, planners, w, details, assumptions, graph=g
     )
@@ -219,27 +219,9 @@ def _openvino(
 def _cuda(
     view: ModelView, order: list[int], opts: Mapping[str, Any], sched: str
 ) -> BackendPrediction:
-    g = view.graph
-    w = split_weights(g)
-    plan = ortsim.plan(g, order)
-    sim = ortsim.simulate(plan, len(order))
-    c = CALIBRATION
-    ctx = int(c["cuda_context"])
-    sc = Stage("session_creation", weights_anon=w.total, overhead=ctx)
-    sc.notes.append("device memory: every initializer copied to the GPU arena; CUDA context")
-    r1 = Stage("run_1", w.total, 0, sim.run_1, ctx)
-    ss = Stage("steady_state", w.total, 0, sim.steady_state, ctx)
-    bufs = tensor_buffers(g, order)
-    planners = all_planners(bufs, len(order))
-    planners["ort_run_1"] = sim.run_1
-    planners["ort_steady_state"] = sim.steady_state
-    assumptions = [
-        "ORT CUDA EP: device memory only; same planner and BFC arena as CPU; cuDNN workspaces "
-        "and the exhaustive algorithm search are not modelled (context overhead is a constant)"
-    ]
-    return BackendPrediction(
-        "cuda", sched, order, [sc, r1, ss], planners, w, {"plan": plan}, assumptions
-    )
+    from memshrink.estimate.cuda import predict
+
+    return predict(view, order, opts, sched)
 
 
 PREDICTORS = {"ort": _ort_cpu, "openvino": _openvino, "cuda": _cuda}

@@ -4,6 +4,7 @@ ONNX Runtime CPU (``tensorprotoutils.cc``, ``session_state.cc``): external initi
 memory-mapped and used in place; embedded ones are copied out of the ModelProto. Kernels that
 prepack a constant input copy it into anonymous memory in their own layout: MatMul/Gemm B,
 quantized MatMul B, ConvTranspose and fp16 Conv weights, LSTM/GRU/RNN W and R, Attention weights.
+The byte counts ORT really keeps (NCHWc filters, fusions, freed copies) are in ``ort_weights``.
 
 OpenVINO CPU: ``read_model`` maps external weights and copies embedded ones; ``compile_model``
 reorders Conv/MatMul weights into private blocked copies and clones the rest unless aligned
@@ -45,7 +46,6 @@ class WeightSplit:
     prepacked_only: int = 0  # ... and used by nothing else (the original is released)
     ov_reordered: int = 0  # OpenVINO CPU: Conv/FC weights reordered into private copies
     fp16: int = 0
-    conv: int = 0  # fp32 Conv weights (ORT CPU re-lays them out for its NCHWc kernels)
     gather_tables: int = 0  # read row by row (embeddings): only touched pages count
     folded_anon: int = 0  # constant-folded results kept as weights (anon), not prepacked
     largest_prepacked: int = 0
@@ -84,8 +84,6 @@ def split_weights(g: GraphInfo) -> WeightSplit:
             w.names[name] = "gather"
         elif t.folded:
             w.folded_anon += nb
-        if t.elem_type != FP16 and any(n.op_type == "Conv" and 1 in pos for n, pos in uses):
-            w.conv += nb
         if any(n.op_type in OV_REORDER and 1 in pos for n, pos in uses):
             w.ov_reordered += nb
     return w

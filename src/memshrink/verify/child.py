@@ -29,6 +29,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from memshrink.runtime.backends import ort_session_options
 from memshrink.verify.measure import Meter, read_status
 
 EXIT_FAILED = 1
@@ -157,25 +158,6 @@ _ORT_DEFAULT_PROVIDER_OPTIONS: dict[str, dict[str, str]] = {
 }
 
 
-def _ort_session_options(ort: Any, opts: dict[str, Any]) -> Any:
-    so = ort.SessionOptions()
-    enums = {
-        "execution_order": ort.ExecutionOrder,
-        "graph_optimization_level": ort.GraphOptimizationLevel,
-        "execution_mode": ort.ExecutionMode,
-    }
-    for key, value in opts.items():
-        if key in enums and isinstance(value, str):
-            setattr(so, key, getattr(enums[key], value))
-        elif "." in key:
-            so.add_session_config_entry(key, str(value))
-        elif hasattr(so, key):
-            setattr(so, key, value)
-        else:
-            raise ValueError(f"unknown ONNX Runtime session option {key!r}")
-    return so
-
-
 def _nvml_probe(device_id: int) -> tuple[Callable[[], int | None], Callable[[], int], str]:
     import pynvml  # nvidia-ml-py
 
@@ -252,7 +234,7 @@ def run_ort(child: Child) -> list[Any]:
     }
 
     gpu_probe, device_used = cuda_gpu_probe(child, backend, popts)
-    so = _ort_session_options(ort, spec.get("session_options") or {})
+    so = ort_session_options(ort, spec.get("session_options") or {})
     child.start_meter(gpu_probe)
     with child.stage("session"):
         sess = ort.InferenceSession(

@@ -1,0 +1,332 @@
+"""ONNX Runtime CPU weight residency: what each initializer costs at session creation and after.
+
+Rules follow what ORT 1.32 does with each weight (``optimizer/nchwc_transformer.cc``,
+``conv_bn_fusion.cc``, ``optimizer/initializer.cc``, MLAS ``MlasGemmPackBSize``), confirmed by
+dumping ORT's optimized graph and by tracing its large allocations with an ``LD_PRELOAD``
+malloc logger (docs/estimate.md, "Weights on ONNX Runtime CPU"):
+
+* **NCHWc** (optimization level ALL, x86-64): every fp32 4-D Conv
+  weight that passes the transformer's channel checks becomes a new initializer padded to the
+  block size (8, or 16 with AVX512F): C_out always, C_in when ``group == 1`` and
+  ``C_in >= block``. ORT keeps exactly that one copy (the graph's OrtValue, used by session
+  state as is); the mapped original is never touched again.
+* **Conv+BatchNormalization / Conv+Mul fusion** (level basic) writes a fused weight first.
+* **MatMul/Gemm B** are prepacked: ``round_up(N, 16) x K`` floats in anon memory, in node
+  order, each source resident while it is packed.
+* **Embedded** weights: session state copies each initializer out of the ModelProto; the copy
+  stays unless the weight was rewritten or prepacked.
+* **Freed copies**: the ``Initializer`` source, the reorder vector and the TensorProto of each
+  conversion, the fused intermediates, and (embedded) the ModelProto strings and released
+  copies. glibc returns blocks over 32 MiB (always mmapped); of the smaller ones a measured
+  fraction stays resident as heap fragments (``ort_freed_copy_resident``): which ones do depends
+  on the allocation history, not on ORT.
+
+Everything here reads shapes, dtypes and the external flag only, never weight bytes.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from memshrink.estimate.graph import GraphInfo, NodeInfo
+from memshrink.estimate.weights import WeightSplit
+
+MiB = 1 << 20
+DEFAULT_MMAP_THRESHOLD_MAX = 32 * MiB  # glibc malloc.c, 64-bit
+FLOAT = 1
+
+
+def nchwc_block_size(cpu_flags: set[str] | None = None, machine: str | None = None) -> int:
+    """MLAS's ``MlasNchwcGetBlockSize()`` (``mlas/lib/platform.cpp``): on x86-64 8 from the SSE2
+    baseline up, 16 with AVX512F; elsewhere 1 (NCHWc off: ORT registers the transformer only
+    above 1; ARM64 builds with ``MLAS_USE_ARM_NEON_NCHWC`` differ and are not modelled)."""
+    machine = (machine or platform.machine()).lower()
+    if machine not in ("x86_64", "amd64"):
+        return 1
+    if cpu_flags is None:
+        cpu_flags = set()
+        try:
+            with open("/proc/cpuinfo") as f:
+                for line in f:
+                    if line.startswith("flags"):
+                        cpu_flags = set(line.split(":", 1)[1].split())
+                        break
+        except OSError:
+            pass
+    return 16 if "avx512f" in cpu_flags else 8
+
+
+def _round_up(n: int, block: int) -> int:
+    return (n + block - 1) // block * block
+
+
+def nchwc_filter_shape(
+    w_shape: tuple[int, ...], group: int, block: int
+) -> tuple[int, int, int, int] | None:
+    """The reordered filter's shape if ORT's NCHWc transformer converts this Conv, else None."""
+    if block <= 1 or len(w_shape) != 4:
+        return None
+    cout, cin, kh, kw = w_shape
+    if group > 1:
+        if cin == 1 and cout == group:  # depthwise (OIHWBo); 1.32 pads C_out (measured)
+            return (_round_up(cout, block), 1, kh, kw)
+        if cout % block or cin % block or cout % group or (cout // group) % block:
+            return None
+        return (cout, cin, kh, kw)
+    if cin < block:  # first layer: NCHW input used directly (OIHWBo), C_in not padded
+        return (_round_up(cout, block), cin, kh, kw)
+    return (_round_up(cout, block), _round_up(cin, block), kh, kw)
+
+
+def optimization_level(value: object) -> int:
+    """ORT's graph optimization level as a number (``GraphOptimizationLevel``): 0 disabled,
+    1 basic (Conv+BN/Mul/Add fusion, constant folding), 2 extended, 99 all (adds NCHWc)."""
+    if value is None:
+        return 99
+    v = str(value).strip().upper()
+    if v.lstrip("-").isdigit():
+        return int(v)
+    for key, level in (("DISABLE", 0), ("BASIC", 1), ("EXTENDED", 2), ("LAYOUT", 3)):
+        if key in v:
+            return level
+    return 99
+
+
+@dataclass
+class ConvWeight:
+    name: str
+    nbytes: int  # as stored
+    resident: int  # bytes of the copy the session keeps (padded when NCHWc converts it)
+    nchwc: bool
+    fused: bool  # a BatchNormalization / Mul was folded into it first
+
+
+def _group(g: GraphInfo, node: NodeInfo, w_shape: tuple[int, ...]) -> int:
+    """Conv's ``group`` from shapes alone: input channels / the filter's channels per group."""
+    x = g.tensors.get(node.inputs[0])
+    if x is None or not x.shape or len(x.shape) != 4 or len(w_shape) != 4 or w_shape[1] <= 0:
+        return 1
+    return max(1, x.shape[1] // w_shape[1])
+
+
+def _fused_into(g: GraphInfo, conv: NodeInfo) -> bool:
+    """ORT's ConvBNFusion / ConvMulFusion: the Conv's only consumer is a BatchNormalization (or a
+    Mul by a constant) whose other inputs are all initializers."""
+    out = g.tensors.get(conv.outputs[0]) if conv.outputs else None
+    if out is None or out.is_output or len(set(out.consumers)) != 1:
+        return False
+    nxt = g.nodes[out.consumers[0]]
+    if nxt.op_type not in ("BatchNormalization", "Mul"):
+        return False
+    others = [n for n in nxt.inputs if n and n != conv.outputs[0]]
+    return bool(others) and all(g.tensors[n].kind == "initializer" for n in others)
+
+
+def conv_weights(
+    g: GraphInfo, block: int, *, fusions: bool = True, nchwc: bool = True
+) -> list[ConvWeight]:
+    """Every fp32 Conv weight initializer with what ORT does to it."""
+    out: dict[str, ConvWeight] = {}
+    for node in g.nodes:
+        if node.op_type != "Conv" or node.domain not in ("", "ai.onnx") or len(node.inputs) < 2:
+            continue
+        t = g.tensors.get(node.inputs[1])
+        if t is None or t.kind != "initializer" or t.elem_type != FLOAT or t.shape is None:
+            continue
+        nb = t.nbytes or 0
+        bias_ok = (
+            len(node.inputs) < 3
+            or not node.inputs[2]
+            or (g.tensors[node.inputs[2]].kind == "initializer")
+        )
+        fused = fusions and _fused_into(g, node)
+        shape = (
+            nchwc_filter_shape(tuple(t.shape), _group(g, node, tuple(t.shape)), block)
+            if nchwc and bias_ok
+            else None
+        )
+        resident = nb
+        if shape is not None:
+            resident = shape[0] * shape[1] * shape[2] * shape[3] * 4
+        prev = out.get(t.name)
+        if prev is None or (shape is not None and not prev.nchwc):
+            out[t.name] = ConvWeight(t.name, nb, resident, shape is not None, fused)
+    return list(out.values())
+
+
+def _heap_bytes(nbytes: int) -> int:
+    """``nbytes`` if glibc serves such a block from the heap (a freed one can stay resident),
+    0 for blocks over ``DEFAULT_MMAP_THRESHOLD_MAX``, always mmapped and returned on free."""
+    return nbytes if nbytes <= DEFAULT_MMAP_THRESHOLD_MAX else 0
+
+
+def conv_copies(convs: list[ConvWeight], stranded: float) -> tuple[int, int, int]:
+    """Kept, freed and peak-scratch bytes of the rewritten Conv weights at session creation.
+
+    Allocation sequence of ORT 1.32 (traced with an LD_PRELOAD malloc logger, see
+    docs/estimate.md): Conv+BN/Mul fusion reads the source into an ``Initializer`` (A), writes
+    the fused raw data (S) and stores it as the graph's OrtValue (K), freeing A and S; NCHWc
+    reads its source (A), reorders into a vector (V), builds the new TensorProto (S) and stores
+    it as the graph's OrtValue (K, kept: session state uses it without another copy), freeing A,
+    V, S and the fused K it replaced. Blocks over 32 MiB are mmapped by glibc and returned on
+    free; smaller freed blocks stay partly resident as heap fragments: the measured fraction
+    ``stranded`` of them counts. Returns (kept + stranded, freed, the peak's extra scratch)."""
+    kept = freed = scratch = 0
+    for cw in convs:
+        if cw.fused:
+            freed += 2 * _heap_bytes(cw.nbytes)  # A, S of the fusion
+        if cw.nchwc:
+            kept += cw.resident
+            freed += _heap_bytes(cw.nbytes) + 2 * _heap_bytes(cw.resident)  # A, V, S
+            if cw.fused:
+                freed += _heap_bytes(cw.nbytes)  # the fused K, replaced
+            scratch = max(scratch, cw.nbytes + 2 * cw.resident)
+        elif cw.fused:
+            kept += cw.nbytes
+            scratch = max(scratch, 2 * cw.nbytes)
+    return kept + int(stranded * freed), freed, scratch
+
+
+def _packed_size(g: GraphInfo, name: str) -> int:
+    """``MlasGemmPackBSize`` for a fp32 2-D MatMul/Gemm B: N rounded up to 16
+    (``MLAS_SGEMM_STRIDEN_THREAD_ALIGN``) x K floats, N read from the consumer's output (so
+    Gemm's transB needs no attribute); other prepacking kernels (quantized MatMul, RNNs,
+    Attention) are counted at their stored size."""
+    t = g.tensors[name]
+    size = t.nbytes or 0
+    if t.elem_type != FLOAT or t.shape is None or len(t.shape) != 2 or not all(t.shape):
+        return size
+    ns: set[int] = set()
+    for ci in set(t.consumers):
+        node = g.nodes[ci]
+        y = g.tensors.get(node.outputs[0]) if node.outputs else None
+        if node.op_type not in ("MatMul", "Gemm") or y is None or not y.shape:
+            return size
+        ns.add(y.shape[-1])
+    if len(ns) == 1 and (n := ns.pop()) in t.shape:
+        return _round_up(n, 16) * (t.shape[0] * t.shape[1] // n) * 4
+    return size
+
+
+def prepacked(g: GraphInfo, w: WeightSplit) -> tuple[int, int]:
+    """(packed bytes kept, creation transient) of ORT's prepacking. Session state packs the
+    weights in node order; each weight's source pages (mapped, or its heap copy) are resident
+    while it is packed and released after, so the transient is the largest
+    ``sum(packed so far) + source`` beyond the final packed total (traced: the packed copy is
+    the only large allocation; AlexNet/VGG-19/ZFNet creation peaks +80/+328/+288 MiB measured,
+    +64/+312/+268 predicted)."""
+    order = sorted(
+        (min(g.tensors[n].consumers, default=0), n) for n, k in w.names.items() if k == "prepacked"
+    )
+    total = peak = 0
+    for _, name in order:
+        size = _packed_size(g, name)
+        peak = max(peak, total + size + (g.tensors[name].nbytes or 0))
+        total += size
+    return total, max(0, peak - total)
+
+
+@dataclass
+class OrtWeights:
+    """Predicted ORT CPU weight bytes (deltas) at the session-creation peak and after it."""
+
+    creation_anon: int = 0
+    retained_anon: int = 0
+    run_file: int = 0  # mapped pages touched by the runs (weights used in place)
+    nchwc_block: int = 1
+    classes: dict[str, int] = field(default_factory=dict)  # bytes per rule, for the report
+    notes: list[str] = field(default_factory=list)
+    assumptions: list[str] = field(default_factory=list)
+
+
+def ort_cpu_weights(
+    g: GraphInfo,
+    w: WeightSplit,
+    *,
+    embedded: bool,
+    calibration: Mapping[str, float],
+    level: int = 99,
+    block: int | None = None,
+) -> OrtWeights:
+    """Weight residency of ORT CPU from the rules in the module docstring; ``level`` is the
+    session's graph optimization level (``optimization_level``), ``block`` overrides the
+    host's NCHWc block size."""
+    c = calibration
+    block = nchwc_block_size() if block is None else block
+    use_nchwc = level >= 99 and block > 1
+    convs = conv_weights(g, block, fusions=level >= 1, nchwc=use_nchwc)
+    res = OrtWeights(nchwc_block=block if use_nchwc else 1)
+    res.assumptions.append(
+        f"ORT CPU NCHWc block size {block if use_nchwc else 'off'} "
+        "(MlasNchwcGetBlockSize: 16 with AVX512F, else 8 on x86-64; from this host's CPU flags); "
+        "glibc malloc with its default dynamic mmap threshold"
+    )
+    kappa = c["ort_freed_copy_resident_embedded" if embedded else "ort_freed_copy_resident"]
+    conv_res, freed, scratch = conv_copies(convs, kappa)
+    conv_mapped = sum(cw.nbytes for cw in convs if not (cw.nchwc or cw.fused) and not embedded)
+    conv_embedded = sum(cw.nbytes for cw in convs if not (cw.nchwc or cw.fused) and embedded)
+    packed, pack_transient = prepacked(g, w)
+    res.retained_anon = conv_res + packed + w.folded_anon
+    # constant folding reads each source weight into a heap buffer (Initializer) while the
+    # result is computed: a transient of the largest folded source
+    folded_src = max(
+        (
+            g.tensors[n].nbytes or 0
+            for i in g.folded
+            for n in g.nodes[i].inputs
+            if n and g.tensors[n].kind == "initializer" and not g.tensors[n].folded
+        ),
+        default=0,
+    )
+    transient = max(pack_transient, folded_src, scratch)
+    # the session's own transient (``ort_session_transient``, counted as overhead) and the
+    # weights' scratch do not stack: measured peaks follow the larger of the two
+    res.creation_anon = res.retained_anon + max(0, transient - int(c["ort_session_transient"]))
+    if embedded:
+        # Session state copies every initializer out of the ModelProto into its own OrtValue;
+        # the copies of rewritten Conv weights and of prepacked weights are freed again (after
+        # NCHWc / prepacking) and every raw-data string is freed with the ModelProto. Traced:
+        # BERT-base keeps 417 MiB (packed B + a heap copy of the rest) and frees 658 MiB of
+        # blocks <= 32 MiB.
+        rewritten = {cw.name for cw in convs if cw.nchwc or cw.fused}
+        kept_copy = freed_copy = 0
+        for n in g.initializers:
+            t = g.tensors[n]
+            if t.folded:
+                continue
+            nb = t.nbytes or 0
+            freed_copy += _heap_bytes(nb)  # the raw-data string
+            if n in rewritten or w.names.get(n) == "prepacked":
+                freed_copy += _heap_bytes(nb)  # session state's copy, released after the rewrite
+            else:
+                kept_copy += nb
+        extra = kept_copy + int(kappa * freed_copy)
+        res.retained_anon += extra
+        res.creation_anon += extra
+        res.classes["embedded_kept"] = kept_copy
+        res.classes["embedded_freed"] = freed_copy
+        res.notes.append(
+            "embedded weights: heap copies of those used as stored; part of the freed "
+            "ModelProto strings and released copies stays resident (glibc)"
+        )
+    else:
+        in_place = w.external - w.prepacked_only - w.gather_tables - w.folded_anon
+        converted = sum(cw.nbytes for cw in convs if cw.nchwc or cw.fused)
+        res.run_file = max(0, in_place - converted)
+        res.notes.append(
+            "external weights memory-mapped; NCHWc/fused Conv weights re-laid out into anon "
+            "copies, MatMul/Gemm B prepacked"
+        )
+    res.classes.update(
+        {
+            "conv_nchwc": sum(cw.resident for cw in convs if cw.nchwc),
+            "conv_fused": sum(cw.nbytes for cw in convs if cw.fused),
+            "conv_in_place": conv_mapped + conv_embedded,
+            "conv_freed_copies": freed,
+            "prepacked": packed,
+            "folded": w.folded_anon,
+        }
+    )
+    return res
