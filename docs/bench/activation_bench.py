@@ -60,16 +60,12 @@ def _measure(path: Path, backend: str, opts: dict[str, Any] | None) -> int | Non
 
 
 def _predict(path: Path, opts: dict[str, Any] | None) -> int:
+    """Predicted ORT CPU steady-state activations (the estimator models the session options,
+    the memory pattern included)."""
     from memshrink.estimate import estimate
-    from memshrink.recommend import _steady as steady_peak
 
     est = estimate(str(path), backend="ort", session_options=opts or {})
-    act = next(s for s in est.prediction.stages if s.name == "steady_state").activations
-    if opts and str(opts.get("enable_mem_pattern", True)).lower() == "false":
-        run1 = next(s for s in est.prediction.stages if s.name == "run_1").activations
-        act = min(act, run1)
-    _ = steady_peak  # same rule as the recommendation
-    return int(act)
+    return int(next(s for s in est.prediction.stages if s.name == "steady_state").activations)
 
 
 def _predict_ov(path: Path) -> int:
@@ -166,9 +162,11 @@ def run_model(name: str, work: Path, openvino: bool, search_seconds: float) -> l
 
 def table(rows: list[dict]) -> str:
     head = (
-        "| model | variant | pred. ORT default | pred. ×orig | ORT default | ×orig | ORT PRIORITY | "
-        "×orig | pred. ORT rec. | ORT rec. opts | ×orig default | pred. OpenVINO | pred. ×orig | "
-        "OpenVINO | ×orig | extra FLOPs | max abs err (cpu, ov) |\n|" + "---|" * 17
+        "| model | variant | pred. ORT default | pred. ×orig | ORT default | ×orig | ORT PRIORITY "
+        "| ×orig | pred. ORT rec. | pred. ×orig default | ORT rec. opts | ×orig default | "
+        "pred. OpenVINO | pred. ×orig | OpenVINO | ×orig | extra FLOPs | max abs err (cpu, ov) |\n|"
+        + "---|"
+        * 18
     )
     lines = [head]
     orig: dict[str, dict] = {}
@@ -178,7 +176,7 @@ def table(rows: list[dict]) -> str:
         o = orig.get(r["model"], {})
         if not r.get("modified") and r["variant"] != "original":
             lines.append(
-                f"| {r['model']} | {r['variant']} | no-op: {r.get('reason', '')[:90]} |" + " |" * 14
+                f"| {r['model']} | {r['variant']} | no-op: {r.get('reason', '')[:90]} |" + " |" * 15
             )
             continue
         errs = ", ".join(f"{e[1]:.1e}" if e[1] is not None else "-" for e in r.get("errors", []))
@@ -188,7 +186,8 @@ def table(rows: list[dict]) -> str:
             f"{_mib(r.get('ort_default'))} | {_ratio(r.get('ort_default'), o.get('ort_default'))} | "
             f"{_mib(r.get('ort_priority'))} | "
             f"{_ratio(r.get('ort_priority'), o.get('ort_priority'))} | "
-            f"{_mib(r.get('pred_rec'))} | {_mib(r.get('ort_rec'))} | "
+            f"{_mib(r.get('pred_rec'))} | {_ratio(r.get('pred_rec'), o.get('pred_default'))} | "
+            f"{_mib(r.get('ort_rec'))} | "
             f"{_ratio(r.get('ort_rec'), o.get('ort_default'))} | {_mib(r.get('pred_ov'))} | "
             f"{_ratio(r.get('pred_ov'), o.get('pred_ov'))} | {_mib(r.get('openvino'))} | "
             f"{_ratio(r.get('openvino'), o.get('openvino'))} | "

@@ -290,3 +290,52 @@ def test_arena_rules_match_measured_ort_micrographs():
     assert [b.size for b in scratch] == [48 * MB, 48 * MB]
     # a 48 + n 12 + 2 x 48 scratch + w 48
     assert abs(e.prediction.planners["ort_run_1"] - 204 * MB) <= 4096
+
+
+def test_inplace_metadata_makes_output_share_input_buffer():
+    # The inplace pass records ORT's in-place plan as node metadata; the generic lifetime model
+    # (OpenVINO, planners) follows it: one 1 MiB buffer instead of two.
+    m = chain(3)  # t0 -> t1 -> t2 (output)
+    body = m.graph.node[0]
+    g0 = build_view(m).graph
+    plain = tensor_buffers(g0, schedule(g0, "file"))
+    body.metadata_props.add(key="memshrink.inplace", value="t0 -> t1")
+    g1 = build_view(m).graph
+    assert g1.nodes[0].meta == {"memshrink.inplace": "t0 -> t1"}
+    # t0 is a graph input: ORT never writes into it, so no alias from the metadata either
+    assert len(tensor_buffers(g1, schedule(g1, "file"))) == len(plain)
+    m4 = chain(4)  # t0 -> t1 -> t2 -> t3
+    m4.graph.node[1].metadata_props.add(key="memshrink.inplace", value="t1 -> t2")
+    g4 = build_view(m4).graph
+    bufs = tensor_buffers(g4, schedule(g4, "file"))
+    shared = [b for b in bufs if b.tensors == ["t1", "t2"]]
+    assert len(shared) == 1 and shared[0].size == MB  # exact, atol = 0
+    assert lower_bound(bufs, len(g4.nodes)) == 2 * MB
+
+
+def test_fingerprint_sees_declared_intermediate_shapes():
+    # A pass that only completes value_info (inplace) must invalidate cached shape inference,
+    # and its declared dims must win over the ones inference could not name (unk__N).
+    import onnx_ir as ir
+
+    from memshrink.estimate import graph as est_graph
+
+    m = model(
+        HEAD
+        + """g (float[N,262144] x, int64[2] s) => (float[N,1] y) {
+            a = Sigmoid(x)
+            c = Reshape(a, s)
+            y = ReduceSum<axes = [1]>(c)
+        }"""
+    )
+    irm = ir.serde.deserialize_model(m)
+    before = est_graph._fingerprint(irm)
+    t = build_view(irm, dims={"N": 2}, allow_partial=True).graph.tensors["c"]
+    assert t.shape is None and all(str(d).startswith("unk__") for d in t.sym_shape or ())
+    c = next(v for n in irm.graph for v in n.outputs if v.name == "c")
+    c.shape = ir.Shape(["N", 262144])
+    c.dtype = ir.DataType.FLOAT
+    assert est_graph._fingerprint(irm) != before
+    t = build_view(irm, dims={"N": 2}, allow_partial=True).graph.tensors["c"]
+    assert t.sym_shape == ("N", 262144)
+    assert t.nbytes == 2 * MB  # exact, atol = 0

@@ -71,6 +71,7 @@ def estimate(
             if view.embedded
             else "in an external file (memory-mapped)"
         ),
-        "graph as written: runtime graph optimizations (fusions, constant folding) not emulated",
     ]
+    if backend != "ort":  # ORT CPU states its emulated graph optimizations itself
+        assumptions.append("graph as written: the runtime's graph optimizations not emulated")
     return Estimate(view=view, prediction=pred, assumptions=assumptions)

@@ -93,6 +93,8 @@ class NodeInfo:
     outputs: list[str]
     implicit_inputs: list[str] = field(default_factory=list)  # outer names used by subgraphs
     subgraphs: list[GraphInfo] = field(default_factory=list)
+    attrs: dict[str, Any] = field(default_factory=dict)  # int/float/string(s) attributes only
+    meta: dict[str, str] = field(default_factory=dict)  # metadata_props (memshrink.inplace)
 
 
 @dataclass
@@ -328,6 +330,7 @@ def _fingerprint(model: ir.Model) -> int:
                     (k, id(a.value) if a.type in _OPAQUE_ATTRS else repr(a.value))
                     for k, a in node.attributes.items()
                 ),
+                tuple(sorted(node.metadata_props.items())),  # memshrink.inplace records
             )
         )
     for name, v in model.graph.initializers.items():
@@ -354,9 +357,17 @@ def _cached_infer(
         _CACHE.move_to_end(key)
         return hit
     proto = _weight_free_proto(model, dims)
+    declared: dict[str, tuple[int, SymShape | None]] = {}
+    _collect_types(proto.graph, declared)
     inferred = _infer(proto)
     types: dict[str, tuple[int, SymShape | None]] = {}
     _collect_types(inferred.graph, types)
+    subst: dict[str, int] = {}
+    for v in model.graph.inputs:
+        for d, b in zip(_dims_of(v.shape) or (), dims.get(v.name or "", ()), strict=False):
+            if isinstance(d, str) and isinstance(b, int) and b >= 0:
+                subst[d] = b
+    _keep_declared(types, declared, subst)
     if symbolic_tool and _has_unknown(inferred.graph, types):
         try:
             ssi = _run_symbolic_tool(proto)
@@ -373,6 +384,37 @@ def _cached_infer(
     if len(_CACHE) > _CACHE_SIZE:
         _CACHE.popitem(last=False)
     return inferred, types
+
+
+def _keep_declared(
+    types: dict[str, tuple[int, SymShape | None]],
+    declared: Mapping[str, tuple[int, SymShape | None]],
+    subst: Mapping[str, int],
+) -> None:
+    """Declared dims (``value_info``, e.g. completed by the ``inplace`` pass) win over dims
+    shape inference could not name (``unk__N`` or none): the runtime's planner reads the
+    declared ones. ``subst``: input symbols bound in this pass (``N`` -> 2)."""
+    for name, (et, decl) in declared.items():
+        dshape = (
+            None
+            if decl is None
+            else tuple(subst.get(d, d) if isinstance(d, str) else d for d in decl)
+        )
+        cur = types.get(name)
+        if dshape is None:
+            continue
+        if cur is None or cur[1] is None:
+            types[name] = (cur[0] if cur else et, dshape)
+            continue
+        ishape = tuple(subst.get(d, d) if isinstance(d, str) else d for d in cur[1])
+        if len(ishape) != len(dshape):
+            continue
+        merged = tuple(
+            d if (i is None or (isinstance(i, str) and i.startswith("unk__"))) and d else i
+            for i, d in zip(ishape, dshape, strict=True)
+        )
+        if merged != cur[1]:
+            types[name] = (cur[0] or et, merged)
 
 
 def _run_symbolic_tool(proto: onnx.ModelProto) -> Any:
@@ -506,6 +548,8 @@ def _build_graph(
             outputs=list(np_.output),
             implicit_inputs=sorted({n for n in implicit if n in local or n in tensors}),
             subgraphs=subgraphs,
+            attrs=_small_attrs(np_),
+            meta={m.key: m.value for m in getattr(np_, "metadata_props", [])},
         )
         nodes.append(node)
         for n in node.inputs + node.implicit_inputs:
@@ -531,6 +575,25 @@ def _build_graph(
         initializers=init_names,
         unknown=unknown,
     )
+
+
+_SMALL_ATTR_TYPES = (
+    onnx.AttributeProto.INT,
+    onnx.AttributeProto.INTS,
+    onnx.AttributeProto.FLOAT,
+    onnx.AttributeProto.STRING,
+)
+
+
+def _small_attrs(np_: onnx.NodeProto) -> dict[str, Any]:
+    """Scalar attributes (group, axis, kernel_shape, ...): rewrite rules such as ORT's NCHWc
+    transformer decide on them; tensors and graphs are left out."""
+    out: dict[str, Any] = {}
+    for a in np_.attribute:
+        if a.type in _SMALL_ATTR_TYPES:
+            v = onnx.helper.get_attribute_value(a)
+            out[a.name] = v.decode() if isinstance(v, bytes) else v
+    return out
 
 
 def _free_names(gp: onnx.GraphProto) -> list[str]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from memshrink.estimate.graph import GraphInfo, NodeInfo
 
 ALIAS_OPS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
+INPLACE_META = "memshrink.inplace"  # written by the ``inplace`` pass: "<input> -> <output>"
 
 
 @dataclass
@@ -47,8 +48,15 @@ def last_use(g: GraphInfo, pos: dict[int, int], name: str) -> int | None:
 
 
 def alias_source(node: NodeInfo, out_index: int) -> str | None:
+    """The input whose buffer this output shares: alias ops' first output, or the pair the
+    ``inplace`` pass recorded in ``metadata_props`` (the runtime's in-place plan)."""
     if node.op_type in ALIAS_OPS and node.domain in ("", "ai.onnx") and out_index == 0:
         return node.inputs[0] if node.inputs and node.inputs[0] else None
+    rec = node.meta.get(INPLACE_META)
+    if rec and "->" in rec:
+        src, _, dst = (x.strip() for x in rec.partition("->"))
+        if dst == node.outputs[out_index] and src in node.inputs:
+            return src
     return None
 
 
@@ -93,7 +101,7 @@ def tensor_buffers(g: GraphInfo, order: Sequence[int], *, aliases: bool = True) 
                         b.end = max(b.end, lu)
                     continue
                 src_t = g.tensors.get(src)
-                if src_t is not None and src_t.kind != "activation":
+                if node.op_type in ALIAS_OPS and src_t is not None and src_t.kind != "activation":
                     continue  # a view of a graph input or weight: no new memory
             lu = last_use(g, pos, name)
             end = end_step if t.is_output else (lu if lu is not None else step)

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from memshrink.estimate.graph import GraphInfo, NodeInfo
 from memshrink.estimate.lifetimes import ALIAS_OPS, Buffer, positions, subgraph_peak
+from memshrink.estimate.ort_optimized import MS_DOMAIN, NCHWC_DOMAIN
 from memshrink.estimate.planners import best_fit
 
 # CPU kernels registered with MayInplace(0, 0).
@@ -208,19 +209,20 @@ def plan(
                 result.reused[out] = inp
                 result.kinds[out] = "alias"
                 continue
-            if reuse and std and k == 0 and node.op_type in MAY_INPLACE_OPS and inp:
-                cand = owner.get(inp)
+            src_in = _inplace_input(node) if reuse and k == 0 else None
+            if src_in:
+                cand = owner.get(src_in)
                 if (
                     cand is not None
                     and cand in buf_of
                     and count.get(cand, 0) == 1
                     and not buf_of[cand].is_output
-                    and _same_size(g, inp, out)
+                    and _same_size(g, src_in, out)
                 ):
                     owner[out] = cand
                     count[cand] += uses.get(out, 0)
                     buf_of[cand].tensors.append(out)
-                    result.reused[out] = inp
+                    result.reused[out] = src_in
                     result.kinds[out] = "inplace"
                     continue
             key = _size_key(g, out) if reuse else None
@@ -273,6 +275,17 @@ def plan(
     return result
 
 
+def _inplace_input(node: NodeInfo) -> str | None:
+    """The input a kernel may overwrite with its output (``MayInplace(i, 0)``), if any:
+    unary activations etc. (input 0); NCHWc Conv and FusedConv accumulate into their ``Sum``
+    input (input 3, ``nchwc_ops.cc`` / ``fused_conv.cc``)."""
+    if node.domain in ("", "ai.onnx") and node.op_type in MAY_INPLACE_OPS:
+        return node.inputs[0] if node.inputs and node.inputs[0] else None
+    if (node.op_type, node.domain) in (("Conv", NCHWC_DOMAIN), ("FusedConv", MS_DOMAIN)):
+        return node.inputs[3] if len(node.inputs) > 3 and node.inputs[3] else None
+    return None
+
+
 def kernel_scratch(g: GraphInfo, node: NodeInfo) -> list[int]:
     """Temporaries a CPU kernel takes from the arena while it runs (not in the plan).
 
@@ -306,7 +319,6 @@ class _Chunk:
     offset: int
     size: int
     used: bool = False
-    tag: int | None = None  # generation of the run whose planned tensor used it last
 
 
 class BFCArena:
@@ -341,26 +353,23 @@ class BFCArena:
         if not grew:
             self.next_region *= 2
 
-    def alloc(self, nbytes: int, touch: bool = True, tag: int | None = None) -> _Chunk:
+    def alloc(self, nbytes: int, touch: bool = True) -> _Chunk:
         rounded = max(BFC_MIN, -(-nbytes // BFC_MIN) * BFC_MIN)
-        best = None
+        best: _Chunk | None = None
+        best_key = (0, 0, 0)
         for c in self.chunks:
-            if (
-                not c.used
-                and c.size >= rounded
-                and (c.tag is None or tag is None or c.tag == tag)
-                and (best is None or c.size < best.size)
-            ):
-                best = c
+            if not c.used and c.size >= rounded:
+                key = (c.size, -c.region, c.offset)  # equal sizes: lowest address first
+                if best is None or key < best_key:
+                    best, best_key = c, key
         if best is None:
             self._extend(rounded)
             best = self.chunks[-1]
         if best.size >= 2 * rounded or best.size - rounded >= self.max_dead:
-            rest = _Chunk(best.region, best.offset + rounded, best.size - rounded, tag=best.tag)
+            rest = _Chunk(best.region, best.offset + rounded, best.size - rounded)
             best.size = rounded
             self.chunks.insert(self.chunks.index(best) + 1, rest)
         best.used = True
-        best.tag = tag
         if touch:
             self._touch(best.region, best.offset, best.offset + nbytes)
         self.in_use += best.size
@@ -389,11 +398,11 @@ class BFCArena:
         self.in_use -= chunk.size
         i = self.chunks.index(chunk)
         nxt = self.chunks[i + 1] if i + 1 < len(self.chunks) else None
-        if nxt is not None and not nxt.used and nxt.region == chunk.region and nxt.tag == chunk.tag:
+        if nxt is not None and not nxt.used and nxt.region == chunk.region:
             chunk.size += nxt.size
             del self.chunks[i + 1]
         prv = self.chunks[i - 1] if i > 0 else None
-        if prv is not None and not prv.used and prv.region == chunk.region and prv.tag == chunk.tag:
+        if prv is not None and not prv.used and prv.region == chunk.region:
             prv.size += chunk.size
             del self.chunks[i]
 
@@ -420,11 +429,14 @@ def simulate(
 ) -> OrtRunModel:
     """Replay three runs through the BFC arena and report the pages written.
 
-    Measured on ORT 1.32 (``docs/estimate.md``): from the second run on, a run's planned
-    tensors do not land in the chunks the previous run's planned tensors used (they come
-    back only one run later), while chunks freed by kernel temporaries are reused at once. So
-    steady state holds two generations of planned buffers, minus what the previous run's
-    scratch chunks absorb; the same happens with ``enable_mem_pattern`` on or off.
+    Run 1 allocates every planned buffer (and kernel scratch) from the arena. With the memory
+    pattern on, run 1 traces the planned allocations and every later run takes one block of
+    their best-fit peak from the arena (``execution_frame.cc``); the block lands in a free
+    chunk only if one is large enough, which after run 1 it rarely is, so steady state is
+    run 1 plus the block — measured on ResNet-50 b16 (117 -> 216 MiB, block 98), U-Net
+    (385 -> 769, block 384; ORT's verbose arena log shows the 384 MiB request extending the
+    arena in run 2) and multibranch (76 -> 151). With the pattern off, later runs repeat run 1
+    in the warm arena: steady state = run 1 (measured 117/124, 385/385, 67/67).
     """
     bufs = plan_.buffers
     outputs = sum(b.size for b in bufs if b.is_output)
@@ -449,17 +461,19 @@ def simulate(
         by_end.setdefault(b.end, []).append(b)
     arena_ = BFCArena()
 
-    def run(gen: int) -> None:
+    def run(pattern: bool) -> None:
+        block = arena_.alloc(_aligned(block_size)) if pattern and block_size else None
         chunks: dict[int, _Chunk] = {}
         for s in range(n_steps):
             temps = []
             for b in by_start.get(s, []):
-                if not b.size:
-                    continue
+                if not b.size or (block is not None and not b.is_output and not b.scratch):
+                    continue  # planned tensors live inside the pattern block
+                c = arena_.alloc(_aligned(b.size))
                 if b.scratch:
-                    temps.append(arena_.alloc(_aligned(b.size), tag=None))
+                    temps.append(c)
                 else:
-                    chunks[b.id] = arena_.alloc(_aligned(b.size), tag=gen)
+                    chunks[b.id] = c
             for c in temps:
                 arena_.free(c)
             for b in by_end.get(s, []):
@@ -467,14 +481,17 @@ def simulate(
                     arena_.free(chunks.pop(b.id))
         for c in chunks.values():  # outputs are released after they are returned
             arena_.free(c)
+        if block is not None:
+            arena_.free(block)
 
-    run(0)
+    run(False)
     run_1 = arena_.resident
-    run(1)
-    run(0)
+    run(mem_pattern)
+    run(mem_pattern)
     notes.append(
-        "steady state: two generations of planned buffers in the BFC arena (measured rule), "
-        f"memory-pattern block would be {block_size} B"
+        f"steady state: run 1's arena + the memory-pattern block ({block_size} B)"
+        if mem_pattern
+        else "memory pattern off: later runs repeat run 1 in the warm arena"
     )
     return OrtRunModel(run_1, arena_.resident, block_size, arena_.reserved, peak, outputs, notes)
 
@@ -494,6 +511,18 @@ def session_options_rules(opts: Mapping[str, str]) -> dict[str, bool | str]:
         "enable_mem_pattern": flag("enable_mem_pattern", True),
         "enable_cpu_mem_arena": flag("enable_cpu_mem_arena", True),
         "enable_mem_reuse": flag("enable_mem_reuse", True),
-        "fusions": "DISABLE" not in str(opts.get("graph_optimization_level", "ALL")).upper()
-        and "BASIC" not in str(opts.get("graph_optimization_level", "ALL")).upper(),
+        "fusions": _level(opts) in ("extended", "all"),
+        "graph_optimization_level": _level(opts),
     }
+
+
+def _level(opts: Mapping[str, str]) -> str:
+    """``graph_optimization_level`` as ``disable`` | ``basic`` | ``extended`` | ``all``."""
+    v = str(opts.get("graph_optimization_level", "ALL")).upper()
+    if "DISABLE" in v or v == "0":
+        return "disable"
+    if "BASIC" in v or v == "1":
+        return "basic"
+    if "EXTENDED" in v or v == "2":
+        return "extended"
+    return "all"

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memshrink.estimate.backends import BackendPrediction
-from memshrink.estimate.graph import ModelView
+from memshrink.estimate.graph import GraphInfo, ModelView
 from memshrink.estimate.lifetimes import Buffer, live_bytes, tensor_buffers
 from memshrink.units import format_bytes
 
@@ -40,7 +40,11 @@ class Estimate:
         plan = self.prediction.details.get("plan")
         if plan is not None:
             return list(plan.buffers)
-        return tensor_buffers(self.view.graph, self.prediction.order)
+        return tensor_buffers(self._graph(), self.prediction.order)
+
+    def _graph(self) -> GraphInfo:
+        """The graph the schedule indexes: the runtime's rewritten one where it has one."""
+        return self.prediction.graph or self.view.graph
 
     def timeline(self) -> list[int]:
         """Activation bytes alive at each step of the schedule (the runtime's own plan)."""
@@ -51,7 +55,7 @@ class Estimate:
         if not tl:
             return []
         step = max(range(len(tl)), key=tl.__getitem__)
-        g = self.view.graph
+        g = self._graph()
         live = sorted((b for b in self._buffers() if b.live_at(step)), key=lambda b: -b.size)
         out = []
         for b in live[:k]:
@@ -72,7 +76,7 @@ class Estimate:
     def to_dict(self) -> dict[str, Any]:
         p = self.prediction
         w = p.weights
-        g = self.view.graph
+        g = self._graph()
         tl = self.timeline()
         return {
             "backend": p.backend,

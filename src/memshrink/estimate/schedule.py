@@ -13,8 +13,10 @@ not a textbook topological sort:
 * ``openvino`` — an approximation of ``ov::topological_sort``: depth-first post-order from the
   graph outputs in order, visiting a node's inputs in argument order.
 
-ONNX Runtime's graph optimizations (fusions) renumber nodes; they are not emulated, which is
-listed in the result's assumptions.
+ONNX Runtime's graph optimizations replace and renumber nodes: for ORT CPU the estimator takes
+these orders on the rewritten graph (``ort_optimized.py``), which is how PRIORITY_BASED comes to
+run about ``D(F)`` and DEFAULT about ``D(D(F))`` of a file order ``F`` on fused CNNs; the
+``reorder``/``recompute`` passes score the graph as written with all three.
 """
 
 from __future__ import annotations

@@ -191,15 +191,4 @@ class InplacePass(Pass):
             nodes = list(model.graph)
             for idx, (src, dst) in plan.items():
                 nodes[idx].metadata_props[META_KEY] = f"{src} -> {dst}"
-        _drop_stale_estimates()
         return PassResult(True, stats)
-
-
-def _drop_stale_estimates() -> None:
-    """The estimator caches shape inference by a structural fingerprint that ignores declared
-    intermediate shapes; after changing them, drop that cache so later estimates see them."""
-    from memshrink.estimate import graph as est_graph
-
-    cache = getattr(est_graph, "_CACHE", None)
-    if cache is not None:
-        cache.clear()

@@ -1,0 +1,583 @@
+"""The graph ONNX Runtime CPU really runs: its fusion and NCHWc transformers, emulated.
+
+With the default ``ORT_ENABLE_ALL`` the CPU session does not run the graph as written. Three
+rewrites change which activations exist, how big they are and in which order they are made
+(read in ``onnxruntime/core/optimizer``; checked against ``optimized_model_filepath`` dumps):
+
+* level 1: ``EliminateDropout``; in place (the Conv keeps its node index) ``ConvBNFusion``,
+  ``ConvMulFusion``, ``ConvAddFusion`` fold a BatchNormalization / Mul / Add of constants into
+  the Conv, repeated until nothing matches;
+* level 2, ``GemmActivationFusion`` and ``ConvActivationFusion``: Gemm/Conv + an activation
+  become one new ``FusedGemm``/``FusedConv`` node (the transformer fusions — SkipLayerNorm,
+  FusedMatMul, FastGelu — are not emulated: they drop short-lived intermediates only);
+* level 3, ``nchwc_transformer.cc`` (x86 with AVX2: block 8; AVX-512F: block 16): fp32 2-D
+  Conv/FusedConv with constant weights, block-aligned channels (or fewer input channels than a
+  block: NCHW input read directly) become ``nchwc`` Conv nodes whose outputs are padded to the
+  block; MaxPool/AveragePool (channels aligned), and — when every producer is NCHWc —
+  Global pools, Concat on axis 1, Add/Sum, Mul, Relu/Sigmoid/Tanh and BatchNormalization follow;
+  a Mul by a per-channel constant becomes a depthwise NCHWc Conv.
+  An Add of a single-use, activation-free NCHWc Conv and another NCHWc tensor of the same
+  shape is fused as the Conv's ``Sum`` input (the kernel accumulates into that buffer:
+  ``MayInplace(3, 0)``); a later activation then fuses too. ``ReorderInput`` nodes convert
+  NCHW inputs, ``ReorderOutput`` nodes convert back wherever a plain consumer or a graph
+  output needs the tensor.
+
+Each transformer walks the graph in its current DEFAULT topological order and appends the
+nodes it creates, so new nodes are numbered in that order; ORT's DEFAULT execution order (a
+reverse DFS steered by node index, ``schedule.ort_default``) is then taken on the rewritten
+graph. That renumbering is why PRIORITY_BASED runs about ``D(F)`` and DEFAULT about
+``D(D(F))`` on heavily fused models (``docs/activation-passes.md``).
+
+Only shapes, dtypes and small attributes are read: no weight byte.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Any
+
+from memshrink.estimate.graph import GraphInfo, NodeInfo, TensorInfo
+
+NCHWC_DOMAIN = "com.microsoft.nchwc"
+MS_DOMAIN = "com.microsoft"
+FLOAT = 1
+CONV_ACTIVATIONS = frozenset({"Relu", "Sigmoid", "Tanh", "LeakyRelu", "Clip", "HardSigmoid"})
+NCHWC_ACTIVATIONS = frozenset({"Relu", "Sigmoid", "Tanh"})
+GEMM_ACTIVATIONS = frozenset(
+    {"Relu", "Sigmoid", "Tanh", "LeakyRelu", "HardSigmoid", "Elu", "Selu", "Softplus", "Softsign"}
+)
+
+
+@functools.lru_cache(maxsize=1)
+def nchwc_block_size() -> int:
+    """MLAS's NCHWc block on this host: 16 with AVX-512F, 8 with AVX2 (or AVX), 1 = none.
+
+    Read from ``/proc/cpuinfo``; an assumption the estimate states (the target machine may
+    differ from the one estimating)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    if "avx512f" in flags:
+                        return 16
+                    if "avx2" in flags or "avx" in flags:
+                        return 8
+                    return 1
+    except OSError:
+        pass
+    return 1
+
+
+@dataclass
+class _Node:
+    idx: int  # ORT node index: survivors keep theirs, new nodes are appended
+    name: str
+    op_type: str
+    domain: str
+    inputs: list[str]
+    outputs: list[str]
+    attrs: dict[str, Any] = field(default_factory=dict)
+    orig: NodeInfo | None = None  # the node it came from (control flow, implicit inputs)
+
+
+@dataclass
+class OptimizedGraph:
+    """The rewritten graph (``graph``) and what the rewrite did (for the assumptions)."""
+
+    graph: GraphInfo
+    block: int
+    counts: dict[str, int]
+
+
+class _Rewriter:
+    def __init__(self, g: GraphInfo, block: int) -> None:
+        self.g = g
+        self.block = block
+        self.tensors: dict[str, TensorInfo] = dict(g.tensors)
+        self.nodes: dict[int, _Node] = {}
+        for n in g.nodes:
+            if n.index in g.folded:
+                continue
+            self.nodes[n.index] = _Node(
+                n.index, n.name, n.op_type, n.domain, list(n.inputs), list(n.outputs),
+                dict(n.attrs), n,
+            )  # fmt: skip
+        self.next_idx = len(g.nodes)
+        self.counts: dict[str, int] = {}
+        self.outputs = set(g.outputs)
+
+    # ------------------------------------------------------------------ graph helpers
+    def _bump(self, key: str) -> None:
+        self.counts[key] = self.counts.get(key, 0) + 1
+
+    def producers(self) -> dict[str, int]:
+        return {o: n.idx for n in self.nodes.values() for o in n.outputs if o}
+
+    def consumers(self) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        for n in self.nodes.values():
+            for i in self._reads(n):
+                out.setdefault(i, []).append(n.idx)
+        return out
+
+    @staticmethod
+    def _reads(n: _Node) -> list[str]:
+        extra = n.orig.implicit_inputs if n.orig is not None else []
+        return [i for i in n.inputs + extra if i]
+
+    def topo(self) -> list[int]:
+        """ORT's DEFAULT order of the current graph (reverse DFS from the leaves)."""
+        prod = self.producers()
+        preds: dict[int, list[int]] = {}
+        has_consumer: set[int] = set()
+        for n in self.nodes.values():
+            ps = sorted({prod[i] for i in self._reads(n) if i in prod})
+            preds[n.idx] = ps
+            has_consumer.update(ps)
+        keys = sorted(self.nodes)
+        stack = [(i, False) for i in keys if i not in has_consumer]
+        seen: set[int] = set()
+        order: list[int] = []
+        while stack:
+            i, leave = stack.pop()
+            if leave:
+                order.append(i)
+                continue
+            if i in seen:
+                continue
+            seen.add(i)
+            stack.append((i, True))
+            stack.extend((p, False) for p in preds[i])
+        return order
+
+    def add(self, name: str, op: str, domain: str, ins: list[str], outs: list[str],
+            attrs: dict[str, Any] | None = None, orig: NodeInfo | None = None) -> _Node:  # fmt: skip
+        n = _Node(self.next_idx, name, op, domain, ins, outs, dict(attrs or {}), orig)
+        self.nodes[n.idx] = n
+        self.next_idx += 1
+        return n
+
+    def t(self, name: str) -> TensorInfo | None:
+        return self.tensors.get(name) if name else None
+
+    def _is_const(self, name: str) -> bool:
+        t = self.t(name)
+        return t is not None and t.kind == "initializer"
+
+    def _single_use(self, name: str, cons: dict[str, list[int]]) -> bool:
+        return name not in self.outputs and len(cons.get(name, [])) == 1
+
+    # ------------------------------------------------------------------ level 1 and 2
+    def eliminate_dropout(self) -> None:
+        """Level 1, EliminateDropout: an inference Dropout whose mask nobody reads is removed
+        and its readers take its input."""
+        cons = self.consumers()
+        for n in list(self.nodes.values()):
+            if n.op_type != "Dropout" or n.domain not in ("", "ai.onnx") or not n.inputs:
+                continue
+            out = n.outputs[0]
+            mask = n.outputs[1] if len(n.outputs) > 1 else ""
+            if out in self.outputs or (mask and (mask in cons or mask in self.outputs)):
+                continue
+            for c in cons.get(out, []):
+                m = self.nodes[c]
+                m.inputs = [n.inputs[0] if i == out else i for i in m.inputs]
+            del self.nodes[n.idx]
+            self._bump("EliminateDropout")
+
+    def conv_const_fusions(self) -> None:
+        """Level 1, in place: ConvBNFusion, ConvAddFusion, ConvMulFusion (constants folded
+        into the Conv's weights; the Conv keeps its index and takes the fused output)."""
+        changed = True
+        while changed:  # rule-based: applied until nothing matches (Conv -> BN -> Mul -> Add)
+            changed = self._conv_const_round()
+
+    def _conv_const_round(self) -> bool:
+        changed = False
+        for op in ("BatchNormalization", "Mul", "Add"):
+            cons = self.consumers()
+            for idx in self.topo():
+                n = self.nodes.get(idx)
+                if n is None or n.op_type != "Conv" or n.domain not in ("", "ai.onnx"):
+                    continue
+                out = n.outputs[0]
+                if not self._single_use(out, cons) or not all(
+                    self._is_const(i) for i in n.inputs[1:] if i
+                ):
+                    continue
+                nxt = self.nodes[cons[out][0]]
+                if nxt.op_type != op or nxt.domain not in ("", "ai.onnx"):
+                    continue
+                others = [i for i in nxt.inputs if i and i != out]
+                if not others or not all(self._is_const(i) for i in others):
+                    continue
+                if len([o for o in nxt.outputs if o]) > 1:
+                    continue
+                n.outputs[0] = nxt.outputs[0]
+                del self.nodes[nxt.idx]
+                cons = self.consumers()
+                self._bump(f"Conv+{op}")
+                changed = True
+        return changed
+
+    def activation_fusions(self) -> None:
+        """Level 2: GemmActivationFusion, then ConvActivationFusion (new FusedGemm/FusedConv)."""
+        self._activation_fusion("Gemm", "FusedGemm", GEMM_ACTIVATIONS)
+        self._activation_fusion("Conv", "FusedConv", CONV_ACTIVATIONS)
+
+    def _activation_fusion(self, op: str, fused: str, acts: frozenset[str]) -> None:
+        cons = self.consumers()
+        for idx in self.topo():
+            n = self.nodes.get(idx)
+            if n is None or n.op_type != op or n.domain not in ("", "ai.onnx"):
+                continue
+            out = n.outputs[0]
+            if not self._single_use(out, cons):
+                continue
+            act = self.nodes[cons[out][0]]
+            if act.op_type not in acts or act.domain not in ("", "ai.onnx"):
+                continue
+            if act.op_type == "Clip" and not all(self._is_const(i) for i in act.inputs[1:] if i):
+                continue
+            attrs = dict(n.attrs, activation=act.op_type)
+            del self.nodes[n.idx], self.nodes[act.idx]
+            self.add(n.name + "_fused", fused, MS_DOMAIN, list(n.inputs),
+                     [act.outputs[0]], attrs, n.orig)  # fmt: skip
+            cons = self.consumers()
+            self._bump(fused)
+
+    # ------------------------------------------------------------------ level 3: NCHWc
+    def nchwc(self) -> None:
+        b = self.block
+        args: dict[str, _Arg] = {}  # original tensor -> its NCHWc form
+        reordered: dict[str, str] = {}  # NCHW tensor -> its ReorderInput output
+        orig_cons = self.consumers()
+        prod = self.producers()
+        converted: set[int] = set()  # nodes whose output edges were removed
+        counter = [0]
+
+        def new_name(base: str) -> str:
+            counter[0] += 1
+            return f"{base}/nchwc_{counter[0]}"
+
+        def make_arg(orig: str, node: _Node, channels: int) -> None:
+            """CreateNchwcArgument: the node now writes a padded NCHWc tensor."""
+            t = self.tensors[orig]
+            name = new_name(orig)
+            self.tensors[name] = _padded(t, name, b)
+            uses = len(orig_cons.get(orig, [])) + (1 if orig in self.outputs else 0)
+            args[orig] = _Arg(node, name, uses, uses, channels)
+            node.outputs[0] = name
+
+        def reorder_input(node: _Node) -> None:
+            src = node.inputs[0]
+            if src not in reordered:
+                name = new_name(src)
+                self.tensors[name] = _padded(self.tensors[src], name, b)
+                reordered[src] = name
+                self.add(name + "/ReorderInput", "ReorderInput", NCHWC_DOMAIN, [src], [name])
+                self._bump("ReorderInput")
+            node.inputs[0] = reordered[src]
+
+        def use(orig: str) -> str:
+            a = args[orig]
+            a.remaining -= 1
+            return a.name
+
+        def all_edges_converted(n: _Node) -> bool:
+            ps = [prod[i] for i in n.inputs if i and i in prod]
+            return bool(n.inputs) and all(p in converted for p in ps)
+
+        for idx in self.topo():
+            n = self.nodes.get(idx)
+            if n is None:
+                continue
+            std = n.domain in ("", "ai.onnx")
+            op = n.op_type
+            if (op == "Conv" and std) or (op == "FusedConv" and n.domain == MS_DOMAIN):
+                self._conv(n, args, make_arg, reorder_input, use, converted)
+            elif op in ("MaxPool", "AveragePool") and std:
+                self._pool(n, args, make_arg, reorder_input, use, converted, need_nchwc=False)
+            elif std and all_edges_converted(n):
+                if op in ("Add", "Sum", "Mul"):
+                    self._binary(n, args, make_arg, use, converted, add=op != "Mul")
+                elif op == "Concat":
+                    self._concat(n, args, make_arg, use, converted)
+                elif op in NCHWC_ACTIVATIONS:
+                    self._activation(n, args, make_arg, use, converted)
+                elif op == "BatchNormalization":
+                    self._batchnorm(n, args, make_arg, use, converted)
+                elif op in ("GlobalAveragePool", "GlobalMaxPool"):
+                    self._pool(n, args, make_arg, reorder_input, use, converted, need_nchwc=True)
+        # Finalize: back to NCHW where a plain use remains. ORT walks an unordered_map keyed by
+        # NodeArg pointers, so its numbering of these nodes changes from process to process
+        # (measured: U-Net's PRIORITY_BASED order differs between runs); creation order here.
+        for orig, a in args.items():
+            if a.remaining > 0:
+                self.add(orig + "/ReorderOutput", "ReorderOutput", NCHWC_DOMAIN, [a.name], [orig],
+                         {"channels": a.channels})  # fmt: skip
+                self._bump("ReorderOutput")
+
+    def _conv(self, n: _Node, args: dict, make_arg: Any, reorder_input: Any, use: Any,
+              converted: set[int]) -> None:  # fmt: skip
+        w = self.t(n.inputs[1]) if len(n.inputs) > 1 else None
+        if w is None or w.kind != "initializer" or w.elem_type != FLOAT:
+            return
+        ws = w.shape
+        if ws is None or len(ws) != 4:
+            return
+        out_c, in_c = ws[0], ws[1]
+        group = int(n.attrs.get("group", 1))
+        b = self.block
+        reorder = True
+        if group > 1:
+            if out_c % b:
+                return
+            if not (in_c == 1 and out_c == group) and (
+                in_c % b or out_c % group or (out_c // group) % b
+            ):
+                return
+        elif in_c < b:
+            reorder = False
+        elif in_c % b:
+            return
+        if len(n.inputs) > 2 and n.inputs[2] and not self._is_const(n.inputs[2]):
+            return
+        del self.nodes[n.idx]
+        nn = self.add(n.name + "_nchwc", "Conv", NCHWC_DOMAIN, list(n.inputs), list(n.outputs),
+                      dict(n.attrs), n.orig)  # fmt: skip
+        if reorder:
+            if nn.inputs[0] in args:
+                nn.inputs[0] = use(nn.inputs[0])
+            else:
+                reorder_input(nn)
+        converted.add(n.idx)
+        make_arg(n.outputs[0], nn, out_c)
+        self._bump("NchwcConv")
+
+    def _pool(self, n: _Node, args: dict, make_arg: Any, reorder_input: Any, use: Any,
+              converted: set[int], *, need_nchwc: bool) -> None:  # fmt: skip
+        if len([o for o in n.outputs if o]) > 1:
+            return
+        x = self.t(n.inputs[0])
+        if x is None or x.elem_type != FLOAT or x.shape is None or len(x.shape) != 4:
+            return
+        c = x.shape[1]
+        if c % self.block or (need_nchwc and n.inputs[0] not in args):
+            return
+        del self.nodes[n.idx]
+        nn = self.add(n.name + "_nchwc", n.op_type, NCHWC_DOMAIN, list(n.inputs),
+                      list(n.outputs), dict(n.attrs), n.orig)  # fmt: skip
+        if nn.inputs[0] in args:
+            nn.inputs[0] = use(nn.inputs[0])
+        else:
+            reorder_input(nn)
+        converted.add(n.idx)
+        make_arg(n.outputs[0], nn, c)
+        self._bump("NchwcPool")
+
+    def _binary(self, n: _Node, args: dict, make_arg: Any, use: Any, converted: set[int],
+                *, add: bool) -> None:  # fmt: skip
+        ins = [i for i in n.inputs if i]
+        if (
+            not add
+            and len(ins) == 2
+            and ins[0] in args
+            and self._channel_const(ins[1], args[ins[0]])
+        ):
+            # Mul by a per-channel constant: a depthwise 1x1 NCHWc Conv ("mul_scale"; checked
+            # against ORT 1.32's optimized DenseNet-121)
+            a = args[ins[0]]
+            del self.nodes[n.idx]
+            nn = self.add(n.name + "_mul_nchwc", "Conv", NCHWC_DOMAIN, [use(ins[0])],
+                          list(n.outputs), {"group": a.channels}, n.orig)  # fmt: skip
+            converted.add(n.idx)
+            make_arg(n.outputs[0], nn, a.channels)
+            self._bump("NchwcMulScale")
+            return
+        if not ins or not all(i in args for i in ins):
+            return
+        a0 = args[ins[0]]
+        if any(args[i].channels != a0.channels for i in ins[1:]):
+            return
+        shapes = {self.tensors[i].sym_shape for i in ins}
+        if len(shapes) != 1 or None in shapes:
+            return  # (ORT reshapes unprovable Add shapes; not emulated)
+        n.inputs = [use(i) for i in ins]
+        converted.add(n.idx)
+        if add and len(ins) == 2:
+            for k in (0, 1):
+                a = args[ins[k]]
+                cn = a.node
+                if (
+                    cn.op_type == "Conv"
+                    and cn.domain == NCHWC_DOMAIN
+                    and len(cn.inputs) < 4
+                    and a.starting == 1
+                    and "activation" not in cn.attrs
+                ):
+                    cn.inputs = (cn.inputs + ["", ""])[:3] + [args[ins[k ^ 1]].node.outputs[0]]
+                    del self.nodes[n.idx]
+                    args[n.outputs[0]] = _Arg(cn, cn.outputs[0], *self._uses(n), a.channels)
+                    self._bump("NchwcConvSum")
+                    return
+        make_arg(n.outputs[0], n, a0.channels)
+
+    def _channel_const(self, name: str, a: _Arg) -> bool:
+        t = self.t(name)
+        if t is None or t.kind != "initializer" or t.elem_type != FLOAT or t.shape is None:
+            return False
+        return t.shape in ((a.channels, 1, 1), (1, a.channels, 1, 1))
+
+    def _uses(self, n: _Node) -> tuple[int, int]:
+        cons = self.consumers()
+        u = len(cons.get(n.outputs[0], [])) + (1 if n.outputs[0] in self.outputs else 0)
+        return u, u
+
+    def _concat(self, n: _Node, args: dict, make_arg: Any, use: Any, converted: set[int]) -> None:
+        ins = [i for i in n.inputs if i]
+        if not ins or not all(i in args for i in ins):
+            return
+        if int(n.attrs.get("axis", 0)) != 1:
+            return
+        if any(args[i].channels % self.block for i in ins):
+            return
+        n.inputs = [use(i) for i in ins]
+        converted.add(n.idx)
+        make_arg(n.outputs[0], n, sum(args[i].channels for i in ins))
+
+    def _activation(self, n: _Node, args: dict, make_arg: Any, use: Any,
+                    converted: set[int]) -> None:  # fmt: skip
+        src = n.inputs[0]
+        if src not in args:
+            return
+        a = args[src]
+        n.inputs[0] = use(src)
+        converted.add(n.idx)
+        cn = a.node
+        if (
+            cn.op_type == "Conv"
+            and cn.domain == NCHWC_DOMAIN
+            and a.starting == 1
+            and "activation" not in cn.attrs
+        ):
+            cn.attrs["activation"] = n.op_type
+            del self.nodes[n.idx]
+            args[n.outputs[0]] = _Arg(cn, cn.outputs[0], *self._uses(n), a.channels)
+            self._bump("NchwcConvActivation")
+            return
+        make_arg(n.outputs[0], n, a.channels)
+
+    def _batchnorm(self, n: _Node, args: dict, make_arg: Any, use: Any,
+                   converted: set[int]) -> None:  # fmt: skip
+        src = n.inputs[0]
+        if src not in args or len([o for o in n.outputs if o]) > 1:
+            return
+        if not all(self._is_const(i) for i in n.inputs[1:5]):
+            return
+        a = args[src]
+        del self.nodes[n.idx]
+        nn = self.add(n.name + "_bn_nchwc", "Conv", NCHWC_DOMAIN, [use(src)], list(n.outputs),
+                      {"group": a.channels}, n.orig)  # fmt: skip
+        converted.add(n.idx)
+        make_arg(n.outputs[0], nn, a.channels)
+        self._bump("NchwcBatchNorm")
+
+    # ------------------------------------------------------------------ result
+    def build(self) -> GraphInfo:
+        """Renumber compactly in ORT index order and rebuild producers/consumers."""
+        nodes = [self.nodes[i] for i in sorted(self.nodes)]
+        tensors: dict[str, TensorInfo] = {}
+
+        def info(name: str) -> TensorInfo:
+            t = tensors.get(name)
+            if t is None:
+                src = self.tensors[name]
+                t = _copy(src)
+                tensors[name] = t
+            return t
+
+        for name in list(self.g.inputs) + list(self.g.initializers):
+            info(name)
+        out_nodes: list[NodeInfo] = []
+        for k, n in enumerate(nodes):
+            orig = n.orig
+            ni = NodeInfo(
+                index=k,
+                name=n.name,
+                op_type=n.op_type,
+                domain=n.domain,
+                inputs=list(n.inputs),
+                outputs=list(n.outputs),
+                implicit_inputs=list(orig.implicit_inputs) if orig is not None else [],
+                subgraphs=list(orig.subgraphs) if orig is not None else [],
+                attrs=dict(n.attrs),
+            )
+            out_nodes.append(ni)
+            for i in ni.inputs + ni.implicit_inputs:
+                if i:
+                    info(i).consumers.append(k)
+            for o in ni.outputs:
+                if o:
+                    info(o).producer = k
+        for o in self.g.outputs:
+            if o in tensors:
+                tensors[o].is_output = True
+        return GraphInfo(
+            nodes=out_nodes,
+            tensors=tensors,
+            inputs=list(self.g.inputs),
+            outputs=list(self.g.outputs),
+            initializers=[i for i in self.g.initializers if i in tensors],
+            unknown=[u for u in self.g.unknown if u in tensors],
+        )
+
+
+@dataclass
+class _Arg:
+    node: _Node  # the NCHWc node writing it
+    name: str  # the NCHWc tensor
+    starting: int  # uses of the original tensor when converted
+    remaining: int  # uses still wanting NCHW (ReorderOutput if > 0 at the end)
+    channels: int  # logical (unpadded) channels
+
+
+def _copy(t: TensorInfo) -> TensorInfo:
+    return TensorInfo(
+        name=t.name, kind=t.kind, elem_type=t.elem_type, sym_shape=t.sym_shape, shape=t.shape,
+        producer=None, consumers=[], is_output=False, external=t.external,
+        init_bytes=t.init_bytes, folded=t.folded,
+    )  # fmt: skip
+
+
+def _padded(t: TensorInfo, name: str, block: int) -> TensorInfo:
+    """The NCHWc form of ``t``: channels rounded up to the block (zero padded by MLAS)."""
+
+    def pad(shape: Any) -> Any:
+        if shape is None or len(shape) < 2 or not isinstance(shape[1], int):
+            return shape
+        s = list(shape)
+        s[1] = -(-s[1] // block) * block
+        return tuple(s)
+
+    return TensorInfo(
+        name=name, kind="activation", elem_type=t.elem_type or FLOAT,
+        sym_shape=pad(t.sym_shape), shape=pad(t.shape),
+    )  # fmt: skip
+
+
+def optimize(g: GraphInfo, *, level: str = "all", block: int | None = None) -> OptimizedGraph:
+    """Return the graph ORT CPU runs at graph optimization ``level`` (``all`` | ``extended``
+    | ``basic`` | ``disable``). ``block``: NCHWc block size (default: this host's)."""
+    b = nchwc_block_size() if block is None else block
+    rw = _Rewriter(g, b)
+    if level in ("basic", "extended", "all"):
+        rw.eliminate_dropout()
+        rw.conv_const_fusions()
+    if level in ("extended", "all"):
+        rw.activation_fusions()
+    if level == "all" and b > 1:
+        rw.nchwc()
+    return OptimizedGraph(rw.build(), b if level == "all" else 1, dict(rw.counts))
