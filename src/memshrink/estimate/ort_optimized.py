@@ -33,11 +33,11 @@ Only shapes, dtypes and small attributes are read: no weight byte.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from typing import Any
 
 from memshrink.estimate.graph import GraphInfo, NodeInfo, TensorInfo
+from memshrink.estimate.ort_weights import nchwc_block_size
 
 NCHWC_DOMAIN = "com.microsoft.nchwc"
 MS_DOMAIN = "com.microsoft"
@@ -47,27 +47,6 @@ NCHWC_ACTIVATIONS = frozenset({"Relu", "Sigmoid", "Tanh"})
 GEMM_ACTIVATIONS = frozenset(
     {"Relu", "Sigmoid", "Tanh", "LeakyRelu", "HardSigmoid", "Elu", "Selu", "Softplus", "Softsign"}
 )
-
-
-@functools.lru_cache(maxsize=1)
-def nchwc_block_size() -> int:
-    """MLAS's NCHWc block on this host: 16 with AVX-512F, 8 with AVX2 (or AVX), 1 = none.
-
-    Read from ``/proc/cpuinfo``; an assumption the estimate states (the target machine may
-    differ from the one estimating)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    if "avx512f" in flags:
-                        return 16
-                    if "avx2" in flags or "avx" in flags:
-                        return 8
-                    return 1
-    except OSError:
-        pass
-    return 1
 
 
 @dataclass
