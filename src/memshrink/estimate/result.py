@@ -114,13 +114,28 @@ class Estimate:
                 if self.partial
                 else ""
             ),
-            f"{'stage':<18}{'peak':>12}{'weights anon':>14}{'weights file':>14}{'activations':>13}{'overhead':>11}",
+            f"{'stage':<18}{'peak':>12}{'weights anon':>14}{'weights file':>14}{'activations':>13}"
+            f"{'overhead':>11}",
         ]
+        host = p.details.get("host") if p.backend == "cuda" else None
+        if host is not None:  # device figures, plus the host process beside them
+            rows[1] = (
+                f"{'stage':<18}{'GPU peak':>12}{'GPU weights':>14}{'':>14}{'GPU activ.':>13}"
+                f"{'GPU fixed':>11}{'host peak':>12}"
+            )
         for s in p.stages:
-            rows.append(
+            line = (
                 f"{s.name:<18}{format_bytes(s.peak):>12}{format_bytes(s.weights_anon):>14}"
-                f"{format_bytes(s.weights_file):>14}{format_bytes(s.activations):>13}"
-                f"{format_bytes(s.overhead):>11}"
+                f"{format_bytes(s.weights_file) if host is None else '':>14}"
+                f"{format_bytes(s.activations):>13}{format_bytes(s.overhead):>11}"
+            )
+            if host is not None:
+                line += f"{format_bytes(host.get(s.name, 0)):>12}"
+            rows.append(line)
+        if host is not None:
+            rows.append(
+                "GPU figures are over an empty CUDA session (the verifier's baseline), so the "
+                "fixed part can be negative; host figures are over the process baseline"
             )
         rows.append(
             "planners (activations): "
