@@ -448,9 +448,11 @@ def simulate(
     ORT 1.32 returns numpy arrays that wrap the outputs' arena chunks (zero copy), so those
     chunks are released only when the next run returns. On BERT b4x512 after ``chunk`` the
     held 6 MiB output splits run 1's 64 MiB region, the 63.5 MiB pattern block takes a new
-    128 MiB region in run 2 and the 64 MiB region in run 3 (arena log): +191 MiB measured
-    held, +125 released before each run. Off by default: on U-Net (pattern off) it predicts
-    512 MiB where ``verify`` measured 385, not yet understood (``docs/activation-passes.md``).
+    128 MiB region in run 2 and the 64 MiB region in run 3 (arena log): +192 MiB measured
+    held (184 predicted), +125 released before each run (120). Off by default: on U-Net (pattern off) it predicts
+    512 MiB where ``verify`` measured 385; ORT's log shows two 8 MiB regions made at session
+    creation whose free tails take U-Net's 1 MiB output, and session-time arena allocations
+    are not replayed here yet (``docs/activation-passes.md``).
     """
     bufs = plan_.buffers
     outputs = sum(b.size for b in bufs if b.is_output)

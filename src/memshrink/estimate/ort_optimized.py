@@ -7,9 +7,14 @@ rewrites change which activations exist, how big they are and in which order the
 * level 1: ``EliminateDropout``; in place (the Conv keeps its node index) ``ConvBNFusion``,
   ``ConvMulFusion``, ``ConvAddFusion`` fold a BatchNormalization / Mul / Add of constants into
   the Conv, repeated until nothing matches;
+* level 1, transformer shapes: Transpose -> size-1 Reshape -> Transpose merged, Slices that
+  tile a tensor -> ``Split``, MatMul + bias Add -> Reshape/``Gemm``/Reshape;
 * level 2, ``GemmActivationFusion`` and ``ConvActivationFusion``: Gemm/Conv + an activation
-  become one new ``FusedGemm``/``FusedConv`` node (the transformer fusions — SkipLayerNorm,
-  FusedMatMul, FastGelu — are not emulated: they drop short-lived intermediates only);
+  become one new ``FusedGemm``/``FusedConv`` node; Add + LayerNormalization ->
+  ``SkipLayerNormalization``, MatMul of scalar-scaled inputs -> ``FusedMatMul`` (checked
+  against ORT's dump of the batch-chunked BERT: the same op counts, and its memory-pattern
+  block to the byte; FastGelu (GPT-2's tanh Gelu), BiasGelu and Attention fusions are not
+  emulated: BERT's Erf Gelu stays unfused in ORT too);
 * level 3, ``nchwc_transformer.cc`` (x86 with AVX2: block 8; AVX-512F: block 16): fp32 2-D
   Conv/FusedConv with constant weights, block-aligned channels (or fewer input channels than a
   block: NCHW input read directly) become ``nchwc`` Conv nodes whose outputs are padded to the
