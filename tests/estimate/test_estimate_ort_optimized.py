@@ -91,18 +91,28 @@ def _key(op: str, domain: str) -> tuple[str, str]:
     return (op, "nchwc" if domain == NCHWC_DOMAIN else "")
 
 
-def _check_against_ort(path: str, tmp_path, *, exact_priority: bool = True) -> None:
+def _check_against_ort(
+    path: str, tmp_path, *, exact_priority: bool = True, skip: frozenset[str] = frozenset()
+) -> None:
+    """``skip``: op types left out of both sides (aliases that cost no memory)."""
     g = optimize(build_view(path).graph).graph
     ref = _ort_optimized(path, tmp_path)
     ours = [_key(g.nodes[i].op_type, g.nodes[i].domain) for i in ort_default(g)]
     # ORT writes its optimized graph in its DEFAULT execution order.
-    assert ours == [_key(n.op_type, n.domain) for n in ref.node]
+    assert [k for k in ours if k[0] not in skip] == [
+        _key(n.op_type, n.domain) for n in ref.node if n.op_type not in skip
+    ]
     for priority, order in ((False, ort_default(g)), (True, ort_priority(g))):
         events = _profile(path, tmp_path, priority)
-        real = [(e["args"]["op_name"], int(e["args"]["output_size"])) for e in events]
+        real = [
+            (e["args"]["op_name"], int(e["args"]["output_size"]))
+            for e in events
+            if e["args"]["op_name"] not in skip
+        ]
         mine = [
             (g.nodes[i].op_type, sum(g.tensors[o].nbytes or 0 for o in g.nodes[i].outputs if o))
             for i in order
+            if g.nodes[i].op_type not in skip
         ]
         if priority and not exact_priority:
             # ORT numbers its final ReorderOutput nodes in hash order (an unordered_map over
@@ -168,3 +178,70 @@ def test_mem_pattern_steady_state_rule():
     block = on["ort_mem_pattern_block"]
     assert block == 2 * 4 * (1 << 20)  # two 4 MiB tensors alive at once, exact
     assert abs(on["ort_steady_state"] - (on["ort_run_1"] + block)) <= 4096  # atol 4 KiB
+
+
+def chunked_attention() -> onnx.ModelProto:
+    """Two batch-1 chunks of a scaled-attention block the way the ``chunk`` pass writes BERT:
+    Slices of the batch, MatMul+bias, K transposed through a size-1 Reshape, both MatMul
+    inputs scaled, a residual Add read only by LayerNormalization, a Concat of the chunks."""
+    nodes = [oh.make_node("Slice", ["x", f"st{i}", f"en{i}", "ax0"], [f"x{i}"]) for i in (0, 1)]
+    for i in (0, 1):
+        c = f"_{i}"
+        nodes += [
+            oh.make_node("MatMul", [f"x{i}", "wq"], ["mq" + c]),
+            oh.make_node("Add", ["mq" + c, "bq"], ["q" + c]),
+            oh.make_node("MatMul", [f"x{i}", "wk"], ["mk" + c]),
+            oh.make_node("Add", ["mk" + c, "bk"], ["k" + c]),
+            oh.make_node("Reshape", ["q" + c, "s4"], ["qv" + c]),
+            oh.make_node("Transpose", ["qv" + c], ["qt" + c], perm=[0, 2, 1, 3]),
+            oh.make_node("Mul", ["qt" + c, "scale"], ["qs" + c]),
+            oh.make_node("Reshape", ["k" + c, "s4"], ["kv" + c]),
+            oh.make_node("Transpose", ["kv" + c], ["kt" + c], perm=[0, 2, 1, 3]),
+            oh.make_node("Reshape", ["kt" + c, "s3"], ["k3" + c]),
+            oh.make_node("Transpose", ["k3" + c], ["kT" + c], perm=[0, 2, 1]),
+            oh.make_node("Reshape", ["kT" + c, "s4t"], ["k4" + c]),
+            oh.make_node("Mul", ["k4" + c, "scale"], ["ks" + c]),
+            oh.make_node("MatMul", ["qs" + c, "ks" + c], ["sc" + c]),
+            oh.make_node("Softmax", ["sc" + c], ["p" + c], axis=-1),
+            oh.make_node("Reshape", ["p" + c, "s_out"], ["ctx" + c]),
+            oh.make_node("Add", ["ctx" + c, f"x{i}"], ["r" + c]),
+            oh.make_node("LayerNormalization", ["r" + c, "g", "b"], ["y" + c], axis=-1),
+        ]
+    nodes.append(oh.make_node("Concat", ["y_0", "y_1"], ["y"], axis=0))
+
+    def i64(name: str, *v: int) -> onnx.TensorProto:
+        return numpy_helper.from_array(np.array(v, np.int64), name)
+
+    inits = [
+        i64("st0", 0), i64("en0", 1), i64("st1", 1), i64("en1", 2), i64("ax0", 0),
+        i64("s4", 1, 32, 4, 32), i64("s3", 4, 32, 32), i64("s4t", 1, 4, 32, 32),
+        i64("s_out", 1, 32, 128),
+        _w("wq", 128, 128), _w("bq", 128), _w("wk", 128, 128), _w("bk", 128),
+        numpy_helper.from_array(np.array(0.35, np.float32), "scale"),
+        _w("g", 128), _w("b", 128),
+    ]  # fmt: skip
+    g = oh.make_graph(
+        nodes,
+        "attn",
+        [oh.make_tensor_value_info("x", F, [2, 32, 128])],
+        [oh.make_tensor_value_info("y", F, [2, 32, 128])],
+        inits,
+    )
+    m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_transformer_fusions_match_ort(tmp_path):
+    """MatMul+Add -> Reshape/Gemm/Reshape, Transpose->size-1 Reshape->Transpose merged,
+    scaled MatMul -> FusedMatMul, Add+LayerNormalization -> SkipLayerNormalization, batch
+    Slices -> Split: op sequence in ORT's DEFAULT order and per-node output bytes exact."""
+    path = str(tmp_path / "attn.onnx")
+    onnx.save(chunked_attention(), path)
+    opt = optimize(build_view(path).graph)
+    assert opt.counts["SkipLayerNormalization"] == 2 and opt.counts["FusedMatMul"] == 2
+    # ORT also merges a Gemm's output Reshape with the next Reshape here (not in BERT):
+    # Reshapes are aliases, so they are left out of the comparison. DEFAULT is exact; under
+    # PRIORITY_BASED ORT runs every Gemm before the Transposes (its transpose optimizer
+    # renumbers them after the Gemms are made): same steps, not the same order.
+    _check_against_ort(path, tmp_path, exact_priority=False, skip=frozenset({"Reshape"}))

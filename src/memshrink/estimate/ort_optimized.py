@@ -7,9 +7,14 @@ rewrites change which activations exist, how big they are and in which order the
 * level 1: ``EliminateDropout``; in place (the Conv keeps its node index) ``ConvBNFusion``,
   ``ConvMulFusion``, ``ConvAddFusion`` fold a BatchNormalization / Mul / Add of constants into
   the Conv, repeated until nothing matches;
+* level 1, transformer shapes: Transpose -> size-1 Reshape -> Transpose merged, Slices that
+  tile a tensor -> ``Split``, MatMul + bias Add -> Reshape/``Gemm``/Reshape;
 * level 2, ``GemmActivationFusion`` and ``ConvActivationFusion``: Gemm/Conv + an activation
-  become one new ``FusedGemm``/``FusedConv`` node (the transformer fusions — SkipLayerNorm,
-  FusedMatMul, FastGelu — are not emulated: they drop short-lived intermediates only);
+  become one new ``FusedGemm``/``FusedConv`` node; Add + LayerNormalization ->
+  ``SkipLayerNormalization``, MatMul of scalar-scaled inputs -> ``FusedMatMul`` (checked
+  against ORT's dump of the batch-chunked BERT: the same op counts, and its memory-pattern
+  block to the byte; FastGelu (GPT-2's tanh Gelu), BiasGelu and Attention fusions are not
+  emulated: BERT's Erf Gelu stays unfused in ORT too);
 * level 3, ``nchwc_transformer.cc`` (x86 with AVX2: block 8; AVX-512F: block 16): fp32 2-D
   Conv/FusedConv with constant weights, block-aligned channels (or fewer input channels than a
   block: NCHW input read directly) become ``nchwc`` Conv nodes whose outputs are padded to the
@@ -226,6 +231,193 @@ class _Rewriter:
                      [act.outputs[0]], attrs, n.orig)  # fmt: skip
             cons = self.consumers()
             self._bump(fused)
+
+    # ------------------------------------------------------------------ transformer fusions
+    def merge_transposes(self) -> None:
+        """Level 1, the transpose optimizer: a Reshape that only adds or drops size-1 dims acts
+        like an Unsqueeze/Squeeze, which Transposes are pushed through, so Transpose -> such a
+        Reshape -> Transpose (-> such a Reshape) collapses to one Transpose writing the last
+        tensor (ORT's dump of BERT chunked to batch 1: one Transpose per K projection where
+        the export wrote two). The first Transpose's output is not materialized."""
+        cons = self.consumers()
+        for idx in self.topo():
+            t2 = self.nodes.get(idx)
+            if t2 is None or t2.op_type != "Transpose" or t2.domain not in ("", "ai.onnx"):
+                continue
+            prods = self.producers()
+            r = self.nodes.get(prods.get(t2.inputs[0], -1))
+            if r is None or not self._unit_reshape(r, cons):
+                continue
+            t1 = self.nodes.get(prods.get(r.inputs[0], -1))
+            if t1 is None or t1.op_type != "Transpose" or t1.domain not in ("", "ai.onnx"):
+                continue
+            if not self._single_use(t1.outputs[0], cons):
+                continue
+            out = t2.outputs[0]
+            nxt = self.nodes.get(cons[out][0]) if self._single_use(out, cons) else None
+            if nxt is not None and self._unit_reshape(nxt, cons, allow_output=True):
+                out = nxt.outputs[0]
+                del self.nodes[nxt.idx]
+            del self.nodes[t1.idx], self.nodes[r.idx]
+            t2.inputs[0], t2.outputs[0] = t1.inputs[0], out
+            cons = self.consumers()
+            self._bump("Transpose+Reshape+Transpose")
+
+    def _unit_reshape(
+        self, n: _Node, cons: dict[str, list[int]], allow_output: bool = False
+    ) -> bool:
+        """A single-use Reshape whose input and output have the same dims once 1s are dropped."""
+        if n.op_type != "Reshape" or n.domain not in ("", "ai.onnx") or not n.inputs:
+            return False
+        a, b = self.t(n.inputs[0]), self.t(n.outputs[0])
+        if a is None or b is None or a.shape is None or b.shape is None:
+            return False
+        if not allow_output and not self._single_use(n.outputs[0], cons):
+            return False
+        if not self._single_use(n.inputs[0], cons):
+            return False
+        return [d for d in a.shape if d != 1] == [d for d in b.shape if d != 1]
+
+    def slices_to_split(self) -> None:
+        """Level 1 (``GatherSliceToSplitFusion`` family): Slices of one tensor whose outputs
+        tile it along one axis (shapes equal elsewhere, sizes summing to the axis) become one
+        new ``Split``: every part is written at once and the source is freed right after
+        (ORT's dump of the batch-chunked BERT: 3 Splits for 12 Slices)."""
+        groups: dict[str, list[_Node]] = {}
+        for idx in self.topo():
+            n = self.nodes[idx]
+            if n.op_type == "Slice" and n.domain in ("", "ai.onnx") and n.inputs:
+                groups.setdefault(n.inputs[0], []).append(n)
+        for src, sl in groups.items():
+            t = self.t(src)
+            outs = [self.t(n.outputs[0]) for n in sl]
+            if len(sl) < 2 or t is None or t.shape is None:
+                continue
+            if any(o is None or o.shape is None or len(o.shape) != len(t.shape) for o in outs):
+                continue
+            full = t.shape
+            shapes = [o.shape for o in outs if o is not None and o.shape is not None]
+            axes = {k for sh in shapes for k, d in enumerate(sh) if d != full[k]}
+            if len(axes) != 1:
+                continue
+            ax = axes.pop()
+            if sum(sh[ax] for sh in shapes) != full[ax]:
+                continue
+            sl.sort(key=lambda n: n.idx)  # parts in the order they were written
+            for n in sl:
+                del self.nodes[n.idx]
+            self.add(src + "/split", "Split", "", [src], [n.outputs[0] for n in sl],
+                     {"axis": ax})  # fmt: skip
+            self._bump("Slice->Split")
+
+    def matmul_add_fusion(self) -> None:
+        """Level 1, ``MatMulAddFusion``: MatMul(A, B 2-D) whose only reader is an Add of a
+        bias becomes ``Gemm``; an A of rank > 2 is reshaped to 2-D first and the Gemm's 2-D
+        output reshaped back (new Reshape, Gemm, Reshape nodes). The MatMul's own output is gone."""
+        cons = self.consumers()
+        for idx in self.topo():
+            n = self.nodes.get(idx)
+            if n is None or n.op_type != "MatMul" or n.domain not in ("", "ai.onnx"):
+                continue
+            a, b = (self.t(i) for i in n.inputs[:2])
+            out = n.outputs[0]
+            o = self.t(out)
+            if a is None or b is None or o is None or not self._single_use(out, cons):
+                continue
+            if b.shape is None or len(b.shape) != 2 or a.shape is None or len(a.shape) < 2:
+                continue
+            add = self.nodes[cons[out][0]]
+            if add.op_type != "Add" or add.domain not in ("", "ai.onnx") or len(add.inputs) != 2:
+                continue
+            bias = self.t(next((i for i in add.inputs if i != out), ""))
+            if (
+                bias is None
+                or bias.shape is None
+                or len(bias.shape) > 1
+                and any(d != 1 for d in bias.shape[:-1])
+            ):
+                continue  # only a bias broadcast along the rows is Gemm's C
+            res = add.outputs[0]
+            del self.nodes[n.idx], self.nodes[add.idx]
+            if len(a.shape) == 2:
+                self.add(n.name + "/gemm", "Gemm", "", [n.inputs[0], n.inputs[1], bias.name],
+                         [res], {}, n.orig)  # fmt: skip
+            else:
+                rows = 1
+                for d in a.shape[:-1]:
+                    rows *= d
+                a2, o2 = f"{n.inputs[0]}/gemm_in_{n.idx}", f"{res}/gemm_out"
+                self.tensors[a2] = _reshaped(a, a2, (rows, a.shape[-1]))
+                self.tensors[o2] = _reshaped(o, o2, (rows, b.shape[1]))
+                self.add(a2 + "/Reshape", "Reshape", "", [n.inputs[0]], [a2])
+                self.add(n.name + "/gemm", "Gemm", "", [a2, n.inputs[1], bias.name], [o2],
+                         {}, n.orig)  # fmt: skip
+                self.add(o2 + "/Reshape", "Reshape", "", [o2], [res])
+            cons = self.consumers()
+            self._bump("MatMul+Add->Gemm")
+
+    def skip_layer_norm_fusion(self) -> None:
+        """Level 2, ``SkipLayerNormFusion``: Add(X, skip) read only by a LayerNormalization
+        over the last axis of 3-D tensors becomes one ``SkipLayerNormalization`` (new node):
+        the sum is not materialized."""
+        cons = self.consumers()
+        for idx in self.topo():
+            n = self.nodes.get(idx)
+            if n is None or n.op_type != "LayerNormalization" or n.domain not in ("", "ai.onnx"):
+                continue
+            if int(n.attrs.get("axis", -1)) not in (-1, 2) or len(n.inputs) < 2:
+                continue
+            x = n.inputs[0]
+            prod = self.producers().get(x)
+            add = self.nodes.get(prod) if prod is not None else None
+            if add is None or add.op_type != "Add" or add.domain not in ("", "ai.onnx"):
+                continue
+            if not self._single_use(x, cons) or len([o for o in n.outputs if o]) != 1:
+                continue
+            ins = [self.t(i) for i in add.inputs]
+            if len(ins) != 2 or any(t is None or t.shape is None or len(t.shape) != 3 for t in ins):
+                continue
+            if ins[0].shape != ins[1].shape:  # type: ignore[union-attr]
+                continue
+            del self.nodes[n.idx], self.nodes[add.idx]
+            self.add(n.name + "/skip", "SkipLayerNormalization", MS_DOMAIN,
+                     list(add.inputs) + list(n.inputs[1:3]), [n.outputs[0]], {}, n.orig)  # fmt: skip
+            cons = self.consumers()
+            self._bump("SkipLayerNormalization")
+
+    def matmul_scale_fusion(self) -> None:
+        """Level 2, ``MatMulScaleFusion``: a MatMul input scaled by a scalar constant (Mul or
+        Div read only by the MatMul) is read unscaled by a new ``FusedMatMul`` (alpha): the
+        scaled copies are not materialized."""
+        cons = self.consumers()
+        for idx in self.topo():
+            n = self.nodes.get(idx)
+            if n is None or n.op_type != "MatMul" or n.domain not in ("", "ai.onnx"):
+                continue
+            prods = self.producers()
+            ins, fused = list(n.inputs[:2]), 0
+            for k, name in enumerate(ins):
+                p = self.nodes.get(prods.get(name, -1))
+                if p is None or p.op_type not in ("Mul", "Div") or p.domain not in ("", "ai.onnx"):
+                    continue
+                if not self._single_use(name, cons) or len(p.inputs) != 2:
+                    continue
+                for j, other in ((0, 1), (1, 0)):
+                    c = self.t(p.inputs[other])
+                    if p.op_type == "Div" and other == 0:
+                        continue  # only x / s scales x
+                    if c is not None and c.kind == "initializer" and _is_scalar(c):
+                        ins[k] = p.inputs[j]
+                        del self.nodes[p.idx]
+                        fused += 1
+                        break
+            if not fused:
+                continue
+            del self.nodes[n.idx]
+            self.add(n.name + "/scaled", "FusedMatMul", MS_DOMAIN, ins, list(n.outputs),
+                     {}, n.orig)  # fmt: skip
+            cons = self.consumers()
+            self._bump("FusedMatMul")
 
     # ------------------------------------------------------------------ level 3: NCHWc
     def nchwc(self) -> None:
@@ -531,6 +723,16 @@ def _copy(t: TensorInfo) -> TensorInfo:
     )  # fmt: skip
 
 
+def _reshaped(t: TensorInfo, name: str, shape: tuple[int, ...]) -> TensorInfo:
+    return TensorInfo(
+        name=name, kind="activation", elem_type=t.elem_type, sym_shape=shape, shape=shape
+    )
+
+
+def _is_scalar(t: TensorInfo) -> bool:
+    return t.shape is not None and all(d == 1 for d in t.shape)
+
+
 def _padded(t: TensorInfo, name: str, block: int) -> TensorInfo:
     """The NCHWc form of ``t``: channels rounded up to the block (zero padded by MLAS)."""
 
@@ -555,8 +757,13 @@ def optimize(g: GraphInfo, *, level: str = "all", block: int | None = None) -> O
     if level in ("basic", "extended", "all"):
         rw.eliminate_dropout()
         rw.conv_const_fusions()
+        rw.merge_transposes()
+        rw.slices_to_split()
+        rw.matmul_add_fusion()
     if level in ("extended", "all"):
         rw.activation_fusions()
+        rw.skip_layer_norm_fusion()
+        rw.matmul_scale_fusion()
     if level == "all" and b > 1:
         rw.nchwc()
     return OptimizedGraph(rw.build(), b if level == "all" else 1, dict(rw.counts))
