@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from memshrink.estimate.graph import GraphInfo, NodeInfo
+from memshrink.estimate.ort_heap import CreationBlocks
 from memshrink.estimate.weights import WeightSplit
 
 MiB = 1 << 20
@@ -239,6 +240,7 @@ class OrtWeights:
     classes: dict[str, int] = field(default_factory=dict)  # bytes per rule, for the report
     notes: list[str] = field(default_factory=list)
     assumptions: list[str] = field(default_factory=list)
+    blocks: CreationBlocks = field(default_factory=CreationBlocks)  # for the heap replay
 
 
 def ort_cpu_weights(
@@ -258,6 +260,7 @@ def ort_cpu_weights(
     use_nchwc = level >= 99 and block > 1
     convs = conv_weights(g, block, fusions=level >= 1, nchwc=use_nchwc)
     res = OrtWeights(nchwc_block=block if use_nchwc else 1)
+    res.blocks = creation_blocks(g, w, convs, embedded=embedded)
     res.assumptions.append(
         f"ORT CPU NCHWc block size {block if use_nchwc else 'off'} "
         "(MlasNchwcGetBlockSize: 16 with AVX512F, else 8 on x86-64; from this host's CPU flags); "
@@ -337,3 +340,42 @@ def ort_cpu_weights(
         }
     )
     return res
+
+
+def creation_blocks(
+    g: GraphInfo, w: WeightSplit, convs: list[ConvWeight], *, embedded: bool
+) -> CreationBlocks:
+    """The large allocations and frees of session creation in ORT's order, for the heap replay
+    (``ort_heap``): (embedded) the ModelProto's raw-data strings; per rewritten Conv weight the
+    fusion's A, S, K and the NCHWc conversion's A, V, S, K (``conv_copies``); the packed B of
+    each prepacked weight (embedded: from a session copy, freed after packing) and the copies
+    kept; last the ModelProto (embedded) freed."""
+    b = CreationBlocks()
+    inits = [n for n in g.initializers if not g.tensors[n].folded]
+    rewritten = {cw.name for cw in convs if cw.nchwc or cw.fused}
+    if embedded:
+        for n in inits:
+            b.alloc(f"str:{n}", g.tensors[n].nbytes or 0, grown=True)
+        for n in inits:
+            b.alloc(f"copy:{n}", g.tensors[n].nbytes or 0)
+            b.free(f"str:{n}")
+    for cw in convs:
+        key = cw.name
+        if cw.fused:
+            b.alloc(f"fA:{key}", cw.nbytes)
+            b.alloc(f"fS:{key}", cw.nbytes)
+            b.alloc(f"fK:{key}", cw.nbytes)
+            b.free(f"fA:{key}", f"fS:{key}")
+        if cw.nchwc:
+            b.alloc(f"A:{key}", cw.nbytes)
+            b.alloc(f"V:{key}", cw.resident)
+            b.alloc(f"S:{key}", cw.resident)
+            b.alloc(f"K:{key}", cw.resident)
+            b.free(f"A:{key}", f"V:{key}", f"S:{key}", f"fK:{key}")
+    order = sorted(
+        (min(g.tensors[n].consumers, default=0), n) for n, k in w.names.items() if k == "prepacked"
+    )
+    for _, n in order:
+        b.alloc(f"pack:{n}", _packed_size(g, n))
+    b.free(*(f"copy:{n}" for n in inits if n in rewritten or w.names.get(n) == "prepacked"))
+    return b
