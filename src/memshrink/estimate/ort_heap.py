@@ -44,15 +44,10 @@ class Heap:
     top: int = 0
     mmapped: dict[int, int] = field(default_factory=dict)  # handle -> size of mmapped blocks
     next_mmap: int = -1
-    peak: int = 0  # largest footprint seen
-
-    @property
-    def footprint(self) -> int:
-        """Resident bytes: the heap up to its top (holes included) plus live mappings."""
-        return self.top + sum(self.mmapped.values())
 
     @property
     def holes(self) -> int:
+        """Free bytes below the top: resident, reusable."""
         return sum(s.size for s in self.segs if s.free)
 
     def alloc(self, n: int, heap: bool = False) -> tuple[int, str]:
@@ -73,11 +68,9 @@ class Heap:
             h = self.next_mmap
             self.next_mmap -= 1
             self.mmapped[h] = n
-            self.peak = max(self.peak, self.footprint)
             return h, "mmap"
         self.segs.append(_Seg(self.top, n, False))
         self.top += n
-        self.peak = max(self.peak, self.footprint)
         return self.segs[-1].addr, "top"
 
     def free(self, handle: int) -> None:
