@@ -339,7 +339,11 @@ class BFCArena:
 
     @property
     def resident(self) -> int:
-        return sum(hi - lo for ranges in self.touched for lo, hi in ranges)
+        return sum(self.region_resident())
+
+    def region_resident(self) -> list[int]:
+        """Bytes ever written, per region."""
+        return [sum(hi - lo for lo, hi in ranges) for ranges in self.touched]
 
     def _extend(self, rounded: int) -> None:
         grew = False
@@ -422,6 +426,9 @@ class OrtRunModel:
     live_peak: int  # peak of the planned buffers alive together (no arena effects)
     outputs: int  # graph outputs bytes (copied to numpy on return)
     assumptions: list[str]
+    regions: list[int] = field(default_factory=list)  # arena region sizes, extension order
+    touched_run_1: list[int] = field(default_factory=list)  # per region: bytes written, run 1
+    touched: list[int] = field(default_factory=list)  # per region: bytes written, steady state
 
 
 def simulate(
@@ -511,6 +518,7 @@ def simulate(
 
     run(False)
     run_1 = arena_.resident
+    touched_1 = arena_.region_resident()
     run(mem_pattern)
     run(mem_pattern)
     notes.append(
@@ -518,7 +526,18 @@ def simulate(
         if mem_pattern
         else "memory pattern off: later runs repeat run 1 in the warm arena"
     )
-    return OrtRunModel(run_1, arena_.resident, block_size, arena_.reserved, peak, outputs, notes)
+    return OrtRunModel(
+        run_1,
+        arena_.resident,
+        block_size,
+        arena_.reserved,
+        peak,
+        outputs,
+        notes,
+        list(arena_.regions),
+        touched_1,
+        arena_.region_resident(),
+    )
 
 
 def session_options_rules(opts: Mapping[str, str]) -> dict[str, bool | str]:
