@@ -239,12 +239,11 @@ class _Rewriter:
         Reshape -> Transpose (-> such a Reshape) collapses to one Transpose writing the last
         tensor (ORT's dump of BERT chunked to batch 1: one Transpose per K projection where
         the export wrote two). The first Transpose's output is not materialized."""
-        cons = self.consumers()
+        cons, prods = self.consumers(), self.producers()
         for idx in self.topo():
             t2 = self.nodes.get(idx)
             if t2 is None or t2.op_type != "Transpose" or t2.domain not in ("", "ai.onnx"):
                 continue
-            prods = self.producers()
             r = self.nodes.get(prods.get(t2.inputs[0], -1))
             if r is None or not self._unit_reshape(r, cons):
                 continue
@@ -260,7 +259,7 @@ class _Rewriter:
                 del self.nodes[nxt.idx]
             del self.nodes[t1.idx], self.nodes[r.idx]
             t2.inputs[0], t2.outputs[0] = t1.inputs[0], out
-            cons = self.consumers()
+            cons, prods = self.consumers(), self.producers()
             self._bump("Transpose+Reshape+Transpose")
 
     def _unit_reshape(
@@ -360,7 +359,7 @@ class _Rewriter:
         """Level 2, ``SkipLayerNormFusion``: Add(X, skip) read only by a LayerNormalization
         over the last axis of 3-D tensors becomes one ``SkipLayerNormalization`` (new node):
         the sum is not materialized."""
-        cons = self.consumers()
+        cons, prods = self.consumers(), self.producers()
         for idx in self.topo():
             n = self.nodes.get(idx)
             if n is None or n.op_type != "LayerNormalization" or n.domain not in ("", "ai.onnx"):
@@ -368,7 +367,7 @@ class _Rewriter:
             if int(n.attrs.get("axis", -1)) not in (-1, 2) or len(n.inputs) < 2:
                 continue
             x = n.inputs[0]
-            prod = self.producers().get(x)
+            prod = prods.get(x)
             add = self.nodes.get(prod) if prod is not None else None
             if add is None or add.op_type != "Add" or add.domain not in ("", "ai.onnx"):
                 continue
@@ -382,19 +381,18 @@ class _Rewriter:
             del self.nodes[n.idx], self.nodes[add.idx]
             self.add(n.name + "/skip", "SkipLayerNormalization", MS_DOMAIN,
                      list(add.inputs) + list(n.inputs[1:3]), [n.outputs[0]], {}, n.orig)  # fmt: skip
-            cons = self.consumers()
+            cons, prods = self.consumers(), self.producers()
             self._bump("SkipLayerNormalization")
 
     def matmul_scale_fusion(self) -> None:
         """Level 2, ``MatMulScaleFusion``: a MatMul input scaled by a scalar constant (Mul or
         Div read only by the MatMul) is read unscaled by a new ``FusedMatMul`` (alpha): the
         scaled copies are not materialized."""
-        cons = self.consumers()
+        cons, prods = self.consumers(), self.producers()
         for idx in self.topo():
             n = self.nodes.get(idx)
             if n is None or n.op_type != "MatMul" or n.domain not in ("", "ai.onnx"):
                 continue
-            prods = self.producers()
             ins, fused = list(n.inputs[:2]), 0
             for k, name in enumerate(ins):
                 p = self.nodes.get(prods.get(name, -1))
@@ -416,7 +414,7 @@ class _Rewriter:
             del self.nodes[n.idx]
             self.add(n.name + "/scaled", "FusedMatMul", MS_DOMAIN, ins, list(n.outputs),
                      {}, n.orig)  # fmt: skip
-            cons = self.consumers()
+            cons, prods = self.consumers(), self.producers()  # only after a fusion: O(N) each
             self._bump("FusedMatMul")
 
     # ------------------------------------------------------------------ level 3: NCHWc
