@@ -514,17 +514,25 @@ class _Rewriter:
             return
         if len(n.inputs) > 2 and n.inputs[2] and not self._is_const(n.inputs[2]):
             return
+        self._to_nchwc(n, "Conv", out_c, args, make_arg, reorder_input if reorder else None, use,
+                       converted)  # fmt: skip
+        self._bump("NchwcConv")
+
+    def _to_nchwc(self, n: _Node, op: str, channels: int, args: dict, make_arg: Any,
+                  reorder_input: Any, use: Any, converted: set[int]) -> None:  # fmt: skip
+        """Replace ``n`` by its NCHWc-domain twin reading the NCHWc form of its input (made by a
+        ReorderInput unless the producer already writes it; ``reorder_input=None``: the NCHW
+        input is read as is) and writing a padded NCHWc output."""
         del self.nodes[n.idx]
-        nn = self.add(n.name + "_nchwc", "Conv", NCHWC_DOMAIN, list(n.inputs), list(n.outputs),
+        nn = self.add(n.name + "_nchwc", op, NCHWC_DOMAIN, list(n.inputs), list(n.outputs),
                       dict(n.attrs), n.orig)  # fmt: skip
-        if reorder:
+        if reorder_input is not None:
             if nn.inputs[0] in args:
                 nn.inputs[0] = use(nn.inputs[0])
             else:
                 reorder_input(nn)
         converted.add(n.idx)
-        make_arg(n.outputs[0], nn, out_c)
-        self._bump("NchwcConv")
+        make_arg(n.outputs[0], nn, channels)
 
     def _pool(self, n: _Node, args: dict, make_arg: Any, reorder_input: Any, use: Any,
               converted: set[int], *, need_nchwc: bool) -> None:  # fmt: skip
@@ -536,15 +544,7 @@ class _Rewriter:
         c = x.shape[1]
         if c % self.block or (need_nchwc and n.inputs[0] not in args):
             return
-        del self.nodes[n.idx]
-        nn = self.add(n.name + "_nchwc", n.op_type, NCHWC_DOMAIN, list(n.inputs),
-                      list(n.outputs), dict(n.attrs), n.orig)  # fmt: skip
-        if nn.inputs[0] in args:
-            nn.inputs[0] = use(nn.inputs[0])
-        else:
-            reorder_input(nn)
-        converted.add(n.idx)
-        make_arg(n.outputs[0], nn, c)
+        self._to_nchwc(n, n.op_type, c, args, make_arg, reorder_input, use, converted)
         self._bump("NchwcPool")
 
     def _binary(self, n: _Node, args: dict, make_arg: Any, use: Any, converted: set[int],
