@@ -136,6 +136,13 @@ class _Rewriter:
             stack.extend((p, False) for p in preds[i])
         return order
 
+    def _scan(self, op: str) -> list[int]:
+        """The DEFAULT order to scan for a fusion rooted at ``op``; empty (no DFS) when the
+        graph has no such node, which keeps graphs without, say, Convs cheap to estimate."""
+        if not any(n.op_type == op for n in self.nodes.values()):
+            return []
+        return self.topo()
+
     def add(self, name: str, op: str, domain: str, ins: list[str], outs: list[str],
             attrs: dict[str, Any] | None = None, orig: NodeInfo | None = None) -> _Node:  # fmt: skip
         n = _Node(self.next_idx, name, op, domain, ins, outs, dict(attrs or {}), orig)
@@ -182,7 +189,7 @@ class _Rewriter:
         changed = False
         for op in ("BatchNormalization", "Mul", "Add"):
             cons = self.consumers()
-            for idx in self.topo():
+            for idx in self._scan("Conv"):
                 n = self.nodes.get(idx)
                 if n is None or n.op_type != "Conv" or n.domain not in ("", "ai.onnx"):
                     continue
@@ -213,7 +220,7 @@ class _Rewriter:
 
     def _activation_fusion(self, op: str, fused: str, acts: frozenset[str]) -> None:
         cons = self.consumers()
-        for idx in self.topo():
+        for idx in self._scan(op):
             n = self.nodes.get(idx)
             if n is None or n.op_type != op or n.domain not in ("", "ai.onnx"):
                 continue
@@ -240,7 +247,7 @@ class _Rewriter:
         tensor (ORT's dump of BERT chunked to batch 1: one Transpose per K projection where
         the export wrote two). The first Transpose's output is not materialized."""
         cons, prods = self.consumers(), self.producers()
-        for idx in self.topo():
+        for idx in self._scan("Transpose"):
             t2 = self.nodes.get(idx)
             if t2 is None or t2.op_type != "Transpose" or t2.domain not in ("", "ai.onnx"):
                 continue
@@ -283,7 +290,7 @@ class _Rewriter:
         new ``Split``: every part is written at once and the source is freed right after
         (ORT's dump of the batch-chunked BERT: 3 Splits for 12 Slices)."""
         groups: dict[str, list[_Node]] = {}
-        for idx in self.topo():
+        for idx in self._scan("Slice"):
             n = self.nodes[idx]
             if n.op_type == "Slice" and n.domain in ("", "ai.onnx") and n.inputs:
                 groups.setdefault(n.inputs[0], []).append(n)
@@ -314,7 +321,7 @@ class _Rewriter:
         bias becomes ``Gemm``; an A of rank > 2 is reshaped to 2-D first and the Gemm's 2-D
         output reshaped back (new Reshape, Gemm, Reshape nodes). The MatMul's own output is gone."""
         cons = self.consumers()
-        for idx in self.topo():
+        for idx in self._scan("MatMul"):
             n = self.nodes.get(idx)
             if n is None or n.op_type != "MatMul" or n.domain not in ("", "ai.onnx"):
                 continue
@@ -360,7 +367,7 @@ class _Rewriter:
         over the last axis of 3-D tensors becomes one ``SkipLayerNormalization`` (new node):
         the sum is not materialized."""
         cons, prods = self.consumers(), self.producers()
-        for idx in self.topo():
+        for idx in self._scan("LayerNormalization"):
             n = self.nodes.get(idx)
             if n is None or n.op_type != "LayerNormalization" or n.domain not in ("", "ai.onnx"):
                 continue
@@ -389,7 +396,7 @@ class _Rewriter:
         Div read only by the MatMul) is read unscaled by a new ``FusedMatMul`` (alpha): the
         scaled copies are not materialized."""
         cons, prods = self.consumers(), self.producers()
-        for idx in self.topo():
+        for idx in self._scan("MatMul"):
             n = self.nodes.get(idx)
             if n is None or n.op_type != "MatMul" or n.domain not in ("", "ai.onnx"):
                 continue
