@@ -43,6 +43,7 @@ from typing import Any
 
 from memshrink.estimate.graph import GraphInfo, NodeInfo, TensorInfo
 from memshrink.estimate.ort_weights import nchwc_block_size
+from memshrink.estimate.schedule import reverse_dfs
 
 NCHWC_DOMAIN = "com.microsoft.nchwc"
 MS_DOMAIN = "com.microsoft"
@@ -114,27 +115,11 @@ class _Rewriter:
     def topo(self) -> list[int]:
         """ORT's DEFAULT order of the current graph (reverse DFS from the leaves)."""
         prod = self.producers()
-        preds: dict[int, list[int]] = {}
-        has_consumer: set[int] = set()
-        for n in self.nodes.values():
-            ps = sorted({prod[i] for i in self._reads(n) if i in prod})
-            preds[n.idx] = ps
-            has_consumer.update(ps)
-        keys = sorted(self.nodes)
-        stack = [(i, False) for i in keys if i not in has_consumer]
-        seen: set[int] = set()
-        order: list[int] = []
-        while stack:
-            i, leave = stack.pop()
-            if leave:
-                order.append(i)
-                continue
-            if i in seen:
-                continue
-            seen.add(i)
-            stack.append((i, True))
-            stack.extend((p, False) for p in preds[i])
-        return order
+        preds = {
+            n.idx: sorted({prod[i] for i in self._reads(n) if i in prod})
+            for n in self.nodes.values()
+        }
+        return reverse_dfs(sorted(self.nodes), preds)
 
     def _scan(self, op: str) -> list[int]:
         """The DEFAULT order to scan for a fusion rooted at ``op``; empty (no DFS) when the

@@ -22,6 +22,7 @@ run about ``D(F)`` and DEFAULT about ``D(D(F))`` of a file order ``F`` on fused 
 from __future__ import annotations
 
 import heapq
+from collections.abc import Mapping, Sequence
 
 from memshrink.errors import UsageError
 from memshrink.estimate.graph import GraphInfo
@@ -42,27 +43,30 @@ def _producers(g: GraphInfo) -> list[list[int]]:
     return out
 
 
-def ort_default(g: GraphInfo) -> list[int]:
-    prods = _producers(g)
-    has_consumer = [False] * len(g.nodes)
-    for ps in prods:
-        for p in ps:
-            has_consumer[p] = True
-    stack: list[tuple[int, bool]] = [(i, False) for i in range(len(g.nodes)) if not has_consumer[i]]
-    visited = [False] * len(g.nodes)
+def reverse_dfs(keys: Sequence[int], preds: Mapping[int, Sequence[int]]) -> list[int]:
+    """ORT DEFAULT's walk: from the nodes nobody consumes (in ``keys`` order), a depth-first
+    post-order over ``preds`` (ascending: the highest index ends on top of the stack and runs
+    first). Shared by the written graph and ``ort_optimized``'s rewritten one."""
+    has_consumer = {p for k in keys for p in preds[k]}
+    stack: list[tuple[int, bool]] = [(i, False) for i in keys if i not in has_consumer]
+    visited: set[int] = set()
     order: list[int] = []
     while stack:
         idx, leave = stack.pop()
         if leave:
             order.append(idx)
             continue
-        if visited[idx]:
+        if idx in visited:
             continue
-        visited[idx] = True
+        visited.add(idx)
         stack.append((idx, True))
-        for p in prods[idx]:  # ascending: the highest index ends on top and runs first
-            stack.append((p, False))
+        stack.extend((p, False) for p in preds[idx])
     return order
+
+
+def ort_default(g: GraphInfo) -> list[int]:
+    prods = _producers(g)
+    return reverse_dfs(range(len(g.nodes)), dict(enumerate(prods)))
 
 
 def ort_priority(g: GraphInfo) -> list[int]:
