@@ -33,8 +33,9 @@ CALIBRATION: dict[str, float] = {
     "ort_session_transient": 4 * MiB,
     "ort_run": 1 * MiB,  # per-run bookkeeping outside the arena
     # ORT CPU weights (rules in ort_weights.py; constants measured, docs/estimate.md).
-    "ort_freed_copy_resident": 0.27,  # x freed weight copies <= 32 MiB glibc keeps (external)
-    "ort_freed_copy_resident_embedded": 0.34,  # the same, weights embedded in the .onnx
+    # x freed weight copies <= 32 MiB glibc keeps, weights embedded in the .onnx (external
+    # data: replayed instead, ``glibc_heap``)
+    "ort_freed_copy_resident_embedded": 0.34,
     # CUDA EP: ``cuda.CUDA_CALIBRATION`` (measured on a GPU).
 }
 

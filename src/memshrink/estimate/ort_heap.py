@@ -98,10 +98,13 @@ class CreationBlocks:
 
     events: list[tuple[str, str, int]] = field(default_factory=list)  # (op, key, bytes)
     # op: alloc | grow (a string read piecewise: reallocated while it grows, so heap-served) | free
+    aligned: set[str] = field(default_factory=set)  # keys from ORT's allocator (posix_memalign)
 
-    def alloc(self, key: str, n: int, *, grown: bool = False) -> None:
+    def alloc(self, key: str, n: int, *, grown: bool = False, aligned: bool = False) -> None:
         if n > 0:
             self.events.append(("grow" if grown else "alloc", key, n + CHUNK_OVERHEAD))
+            if aligned:
+                self.aligned.add(key)
 
     def free(self, *keys: str) -> None:
         self.events.extend(("free", k, 0) for k in keys)

@@ -496,9 +496,9 @@ class _Rewriter:
         # dumped: C_in 12 -> 16 and 500 -> 504 padded, a 20-channel depthwise Conv converted
         # with C_out padded to 24; a grouped Conv with unaligned channels per group stays NCHW)
         reorder = in_c >= b or group > 1  # C_in < block (group 1): NCHW input read directly
-        if group > 1 and not (in_c == 1 and out_c == group):
-            if out_c % b or in_c % b or out_c % group or (out_c // group) % b:
-                return
+        depthwise = in_c == 1 and out_c == group
+        if group > 1 and not depthwise and (out_c % b or in_c % b or (out_c // group) % b):
+            return
         if len(n.inputs) > 2 and n.inputs[2] and not self._is_const(n.inputs[2]):
             return
         self._to_nchwc(n, "Conv", out_c, args, make_arg, reorder_input if reorder else None, use,
