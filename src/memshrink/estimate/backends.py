@@ -117,7 +117,10 @@ def _ort_cpu(
         assumptions.append(
             "arena regions placed in freed weight-copy holes of the heap (glibc best fit) add "
             f"no RSS: run 1 {(sim.run_1 - acts[0]) / MiB:.1f} MiB, steady state "
-            f"{(sim.steady_state - acts[1]) / MiB:.1f} MiB of arena pages credited"
+            f"{(sim.steady_state - acts[1]) / MiB:.1f} MiB of arena pages credited; a region "
+            "that only just fits its hole misses it in some processes (small allocations move "
+            "the hole's edge; ResNet-50 b16 under the verifier's child: 1 of 10 processes, +47 MiB), "
+            "which adds those pages"
         )
     # The outputs' numpy copies are not added: measured on GPT-2 (external data, 24.5 MiB of
     # logits) run 1 grew by the arena alone (+39.4 MiB, arena 38.4): the copies land in heap

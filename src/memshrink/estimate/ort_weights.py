@@ -17,9 +17,10 @@ malloc logger (docs/estimate.md, "Weights on ONNX Runtime CPU"):
   stays unless the weight was rewritten or prepacked.
 * **Freed copies**: the ``Initializer`` source, the reorder vector and the TensorProto of each
   conversion, the fused intermediates, and (embedded) the ModelProto strings and released
-  copies. glibc returns blocks over 32 MiB (always mmapped); of the smaller ones a measured
-  fraction stays resident as heap fragments (``ort_freed_copy_resident``): which ones do depends
-  on the allocation history, not on ORT.
+  copies. What glibc keeps of them is replayed (``glibc_heap``: the heap's extent after
+  session creation's blocks, in ORT's order, ``creation_blocks``); embedded models keep a
+  calibrated fraction of the freed bytes (``ort_freed_copy_resident_embedded``) because their
+  ModelProto strings are bimodal per process.
 
 Everything here reads shapes, dtypes and the external flag only, never weight bytes.
 """
