@@ -30,6 +30,7 @@ same replay of an ``LD_PRELOAD`` malloc trace (docs/estimate.md).
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 
 from memshrink.estimate.ort_heap import CHUNK_OVERHEAD, CreationBlocks
@@ -58,7 +59,9 @@ class _Chunk:
 
 @dataclass
 class GlibcHeap:
-    """glibc's main arena for large blocks, by address."""
+    """glibc's main arena for large blocks, by address. Chunks are kept in address order
+    (``_addrs`` for bisection) and the free ones also by (size, address), so best fit and
+    coalescing cost a bisection each."""
 
     threshold: int = MMAP_THRESHOLD_START
     trim_threshold: int = MMAP_THRESHOLD_START
@@ -67,6 +70,9 @@ class GlibcHeap:
     chunks: list[_Chunk] = field(default_factory=list)
     mmapped: dict[int, int] = field(default_factory=dict)
     peak: int = 0  # the largest ``resident`` seen
+    _addrs: list[int] = field(default_factory=list)
+    _by_size: list[tuple[int, int]] = field(default_factory=list)  # free chunks (size, addr)
+    _mapped_bytes: int = 0
     _next_mmap: int = -1
 
     def alloc(self, n: int, *, aligned: bool = False, pin: bool = True) -> int:
@@ -74,61 +80,79 @@ class GlibcHeap:
         self.peak = max(self.peak, self.resident)
         return h
 
+    def _insert(self, c: _Chunk) -> None:
+        i = bisect.bisect_left(self._addrs, c.addr)
+        self._addrs.insert(i, c.addr)
+        self.chunks.insert(i, c)
+        if c.free:
+            bisect.insort(self._by_size, (c.size, c.addr))
+
+    def _remove(self, i: int) -> _Chunk:
+        c = self.chunks.pop(i)
+        self._addrs.pop(i)
+        if c.free:
+            self._by_size.remove((c.size, c.addr))
+        return c
+
     def _place(self, n: int, aligned: bool, pin: bool) -> int:
         need = request2size(n + ALIGN_SPARE) if aligned else request2size(n)
-        best: _Chunk | None = None
-        for c in self.chunks:
-            if c.free and c.size >= need and (best is None or c.size < best.size):
-                best = c
-        if best is not None:
-            if best.size - need >= 32:
-                i = self.chunks.index(best)
-                self.chunks.insert(i + 1, _Chunk(best.addr + need, best.size - need, True))
-                best.size = need
-            best.free, best.pinned = False, aligned and pin
-            return best.addr
+        k = bisect.bisect_left(self._by_size, (need, -1))
+        if k < len(self._by_size):  # best fit: the smallest free chunk that fits
+            _, addr = self._by_size[k]
+            i = bisect.bisect_left(self._addrs, addr)
+            c = self._remove(i)
+            if c.size - need >= 32:
+                self._insert(_Chunk(c.addr + need, c.size - need, True))
+                c.size = need
+            c.free, c.pinned = False, aligned and pin
+            self._insert(c)
+            return c.addr
         if self.brk - self.top < need:
             if need >= self.threshold:
                 h = self._next_mmap
                 self._next_mmap -= 1
                 self.mmapped[h] = (need + 8 + PAGE - 1) // PAGE * PAGE
+                self._mapped_bytes += self.mmapped[h]
                 return h
             self.brk += (need - (self.brk - self.top) + TOP_PAD + PAGE - 1) // PAGE * PAGE
-        self.chunks.append(_Chunk(self.top, need, False, aligned and pin))
+        c = _Chunk(self.top, need, False, aligned and pin)
         self.top += need
-        return self.chunks[-1].addr
+        self._insert(c)
+        return c.addr
 
     def free(self, handle: int) -> None:
         if handle in self.mmapped:
             size = self.mmapped.pop(handle)
+            self._mapped_bytes -= size
             if self.threshold < size <= MMAP_THRESHOLD_MAX:
                 self.threshold, self.trim_threshold = size, 2 * size
             return
-        i = next(k for k, c in enumerate(self.chunks) if c.addr == handle and not c.free)
-        c = self.chunks[i]
-        c.free = True
+        i = bisect.bisect_left(self._addrs, handle)
+        c = self._remove(i)
+        addr, size = c.addr, c.size
         if c.pinned:  # the trailing spare stays allocated (tcache): no merge forward
-            c.pinned = False
-            c.size -= FRAGMENT
-            self.chunks.insert(i + 1, _Chunk(c.addr + c.size, FRAGMENT, False))
-        elif i + 1 < len(self.chunks) and self.chunks[i + 1].free:
-            c.size += self.chunks.pop(i + 1).size
+            size -= FRAGMENT
+            self._insert(_Chunk(addr + size, FRAGMENT, False))
+        elif i < len(self.chunks) and self.chunks[i].free:
+            size += self._remove(i).size
         if i > 0 and self.chunks[i - 1].free:
-            self.chunks[i - 1].size += self.chunks.pop(i).size
-            i -= 1
-        if i == len(self.chunks) - 1 and self.chunks[i].free:  # merges into the top
-            self.top = self.chunks.pop().addr
+            prev = self._remove(i - 1)
+            addr, size = prev.addr, prev.size + size
+        if addr + size == self.top:  # merges into the top
+            self.top = addr
             if self.brk - self.top >= self.trim_threshold:
                 self.brk = min(self.brk, (self.top + TOP_PAD + PAGE - 1) // PAGE * PAGE)
+        else:
+            self._insert(_Chunk(addr, size, True))
 
     @property
     def resident(self) -> int:
         """Heap pages below the top (written) plus the live mmapped blocks."""
-        return self.top + sum(self.mmapped.values())
+        return self.top + self._mapped_bytes
 
     @property
     def holes(self) -> int:
-        return sum(c.size for c in self.chunks if c.free)
+        return sum(size for size, _ in self._by_size)
 
 
 def replay(blocks: CreationBlocks, rotation: int = 0) -> GlibcHeap:

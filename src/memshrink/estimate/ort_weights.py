@@ -279,12 +279,13 @@ def ort_cpu_weights(
     res.blocks = creation_blocks(g, w, convs, embedded=embedded)
     # what glibc keeps of the copies session creation writes: the replayed heap's extent plus
     # the live mmapped blocks (``glibc_heap``), instead of a calibrated fraction of the freed
-    heap, heap_peak = resident_after_creation(res.blocks)
+    # (embedded models use the calibrated fraction below: no replay)
+    heap, heap_peak = (0, 0) if embedded else resident_after_creation(res.blocks)
     res.assumptions.append(
         f"ORT CPU NCHWc block size {block if use_nchwc else 'off'} "
         "(MlasNchwcGetBlockSize: 16 with AVX512F, else 8 on x86-64; from this host's CPU flags); "
-        "glibc malloc with its default dynamic mmap threshold (session creation's weight "
-        f"copies replayed: {heap / MiB:.1f} MiB resident after it)"
+        "glibc malloc with its default dynamic mmap threshold"
+        + ("" if embedded else f" (weight copies replayed: {heap / MiB:.1f} MiB resident)")
     )
     # the conversions' scratch (A + V + S) as the replay places it: in holes where they fit
     scratch = heap_peak - heap
