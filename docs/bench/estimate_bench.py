@@ -50,11 +50,13 @@ def _shape_args(path: Path, dims: dict[str, int]) -> list[str]:
     return [f"{k}={','.join(map(str, v))}" for k, v in view.bindings.items()]
 
 
-def measure(path: Path, backend: str, shapes: list[str], repeat: int = 1) -> dict:
+def measure(
+    path: Path, backend: str, shapes: list[str], ov_static: bool = False, repeat: int = 1
+) -> dict:
     """Stage measurements of ``repeat`` fresh processes; each figure is the per-stage median
     (``median_low``: a value one process really measured, the more frequent mode when glibc
     makes a stage bimodal) and ``spread`` keeps every process's peaks."""
-    runs = [_measure_once(path, backend, shapes) for _ in range(repeat)]
+    runs = [_measure_once(path, backend, shapes, ov_static) for _ in range(repeat)]
     out: dict = {}
     for stage in runs[0]:
         out[stage] = {k: statistics.median_low(r[stage][k] for r in runs) for k in runs[0][stage]}
@@ -62,7 +64,7 @@ def measure(path: Path, backend: str, shapes: list[str], repeat: int = 1) -> dic
     return out
 
 
-def _measure_once(path: Path, backend: str, shapes: list[str]) -> dict:
+def _measure_once(path: Path, backend: str, shapes: list[str], ov_static: bool) -> dict:
     cmd = [
         sys.executable,
         str(Path(__file__).parent / "estimate_measure.py"),
@@ -72,6 +74,8 @@ def _measure_once(path: Path, backend: str, shapes: list[str]) -> dict:
     ]
     for s in shapes:
         cmd += ["--shape", s]
+    if ov_static:
+        cmd.append("--ov-reshape")
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     if out.returncode != 0:
         raise RuntimeError(out.stderr.strip().splitlines()[-1] if out.stderr else "failed")
@@ -105,6 +109,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-zoo", action="store_true")
     ap.add_argument("--json")
     ap.add_argument("--repeat", type=int, default=1, help="fresh processes per model (median)")
+    ap.add_argument(
+        "--ov-static",
+        action="store_true",
+        help="OpenVINO: reshape to the bound shapes before compiling (and predict that); "
+        "default: compile as `memshrink verify` does, dynamic when the model's dims are symbolic",
+    )
     a = ap.parse_args(argv)
     from memshrink.estimate import estimate
 
@@ -130,13 +140,12 @@ def main(argv: list[str] | None = None) -> int:
         arena = onnxsim_arena(path, dims)
         for be in a.backends:
             t = time.perf_counter()
-            # estimate_measure.py reshapes OpenVINO models to the bound shapes: static compile
-            so = {"reshape": 1} if be == "openvino" else None
+            so = {"reshape": 1} if be == "openvino" and a.ov_static else None
             est = estimate(str(path), backend=be, dims=dims, session_options=so)
             secs = time.perf_counter() - t
             pred = est.stage_peaks()
             try:
-                meas = measure(path, be, shapes, a.repeat)
+                meas = measure(path, be, shapes, a.ov_static, a.repeat)
             except Exception as exc:  # noqa: BLE001
                 print(f"{name} {be}: measurement failed: {exc}", file=sys.stderr)
                 continue

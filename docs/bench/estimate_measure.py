@@ -119,6 +119,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="ORT: measure in this process (the old harness) instead of the verifier's child",
     )
+    ap.add_argument(
+        "--ov-reshape",
+        action="store_true",
+        help="OpenVINO: reshape to the bound shapes before compiling (static compile); "
+        "default compiles as `memshrink verify` does (dynamic when dims are symbolic)",
+    )
     a = ap.parse_args(argv)
     import numpy as np
 
@@ -181,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         feeds = _feeds(a.model, shapes, rng)
         base = _status()
         model = stage("read_model", lambda: core.read_model(a.model))
-        if shapes:
+        if shapes and a.ov_reshape:
             model.reshape({n: list(d) for n, d in shapes.items()})
         compiled = stage("compile_model", lambda: core.compile_model(model, "CPU"))
         req = compiled.create_infer_request()
