@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memshrink.estimate import ort as ortsim
+from memshrink.estimate.gather_pages import gather_pages
 from memshrink.estimate.graph import GraphInfo, ModelView
 from memshrink.estimate.lifetimes import tensor_buffers
 from memshrink.estimate.ort_heap import CreationBlocks, regions_in_holes
@@ -83,11 +84,15 @@ def _ort_cpu(
     w = split_weights(view.graph)
     g, order, opt_notes = _ort_graph(view, order, sched, str(rules["graph_optimization_level"]))
     plan = ortsim.plan(g, order, reuse=bool(rules["enable_mem_reuse"]), fusions=False)
+    hold = bool(rules["hold_outputs"])
+    creation = ortsim.creation_arena(g)
     sim = ortsim.simulate(
         plan,
         len(order),
         mem_pattern=bool(rules["enable_mem_pattern"]),
         arena=bool(rules["enable_cpu_mem_arena"]),
+        hold_outputs=hold,
+        creation=creation,
     )
     assumptions = [f"ORT session options: {rules}"] + opt_notes + sim.assumptions
     c = CALIBRATION
@@ -111,6 +116,20 @@ def _ort_cpu(
         notes=list(ww.notes),
     )
     retained_anon, run_file = ww.retained_anon, ww.run_file
+    tables = {n for n, k in w.names.items() if k == "gather"} if not view.embedded else set()
+    gp = gather_pages(view.graph, tables)
+    if gp.touched:
+        run_file += gp.touched
+        assumptions.append(
+            f"Gather reads {len(gp.tables)} mapped table(s) in place: {gp.touched / MiB:.1f} MiB "
+            "of file pages touched by the runs (64 KiB fault-around windows"
+            + (
+                "; ids from graph inputs assumed uniform random over the whole table, as "
+                "`memshrink verify` feeds them: real text touches less)"
+                if gp.random_ids
+                else ")"
+            )
+        )
     acts = _arena_after_holes(sim, ww.blocks)
     if acts != (sim.run_1, sim.steady_state):
         assumptions.append(
@@ -140,7 +159,9 @@ def _ort_cpu(
     planners["ort_steady_state"] = sim.steady_state
     planners["ort_mem_pattern_block"] = sim.pattern_block
     if rules["enable_mem_pattern"]:
-        off = ortsim.simulate(plan, len(order), mem_pattern=False)
+        off = ortsim.simulate(
+            plan, len(order), mem_pattern=False, hold_outputs=hold, creation=creation
+        )
         planners["ort_steady_state_mem_pattern_off"] = off.steady_state
     if rules["enable_cpu_mem_arena"]:
         planners["ort_arena_off"] = ortsim.simulate(plan, len(order), arena=False).steady_state

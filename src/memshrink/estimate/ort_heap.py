@@ -107,13 +107,27 @@ class CreationBlocks:
         self.events.extend(("free", k, 0) for k in keys)
 
 
+SEPARATOR = 64  # a live small block (the next TensorProto's name, dims) after each string
+
+
 def replay(blocks: CreationBlocks) -> Heap:
-    """The heap after session creation's large allocations and frees."""
+    """The heap after session creation's large allocations and frees.
+
+    The ModelProto's raw-data strings (``grow`` events) are parsed one TensorProto after
+    another, each followed by the next tensor's small objects, which stay live while the strings
+    are freed: a live separator after each string placed at the top keeps their holes apart.
+    Measured (ORT's arena log, region addresses): embedded BERT b4x512 puts its 1, 2, 8 and 8
+    MiB arena regions in the heap and every region from 16 MiB up in a fresh mapping (four
+    processes, +433 to +461 MiB steady), while one coalesced hole of the freed strings (308 MiB
+    in the replay) would have held them all (+230 predicted); its largest freed string under
+    32 MiB is 9 MiB."""
     heap = Heap()
     live: dict[str, int] = {}
     for op, key, n in blocks.events:
         if op in ("alloc", "grow"):
-            live[key] = heap.alloc(n, heap=op == "grow")[0]
+            live[key], where = heap.alloc(n, heap=op == "grow")
+            if op == "grow" and where == "top":
+                heap.alloc(SEPARATOR, heap=True)
         elif key in live:
             heap.free(live.pop(key))
     return heap
