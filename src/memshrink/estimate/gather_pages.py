@@ -13,6 +13,11 @@ numpy reading random rows from the mapped file: 0.092 / 0.305 / 0.770 / 0.996 of
 b4x512 after ``external-data`` (2,048 ids, the verifier's uniform ids): +68.9 MiB ``RssFile``
 in run 1, 69.5 predicted (with the 1.5 MiB position table).
 
+Caveat (Linux 6.18, ext4): a file written with large ``write`` calls can sit in the page
+cache as large folios, and a fault maps the whole folio: a 12 MiB table written in one call was
+mapped whole by 32 random reads (1.01 of it), the same table written in 64 KiB pieces or read
+back after dropping it from the cache by 0.15 (0.16 predicted). The rule assumes small folios.
+
 Ids that come from a graph input are assumed **uniform random over the whole table** (what
 ``memshrink verify`` feeds: uniform in the sidecar's range, which for the suite models is the
 vocabulary); real text repeats ids and touches less, so this is an upper estimate of the
