@@ -89,5 +89,9 @@ def test_estimator_counts_mapped_gather_pages(tmp_path: Path) -> None:
     assert run.weights_file >= word + pos - 8192  # atol: page rounding, plus in-place weights
     assert run.weights_file <= word + pos + 2 * MiB
     assert any("uniform random" in a for a in ext.to_dict()["assumptions"])
+    # ids in [0, 2) (``memshrink.int_range``, like verify --int-range): two rows' windows
+    few = estimate(_model(tmp_path), session_options={"memshrink.int_range": "0,2"})
+    run_few = {s.name: s for s in few.prediction.stages}["steady_state"]
+    assert run_few.weights_file <= run.weights_file - word + FAULT_AROUND  # atol 64 KiB
     emb = estimate(_model(None))  # embedded: the tables are heap copies made at creation
     assert {s.name: s for s in emb.prediction.stages}["steady_state"].weights_file == 0

@@ -57,8 +57,7 @@ def _upsample(n_nodes: int) -> onnx.ModelProto:
     (a chunked decoder shares it) -> a small output."""
     w = onnx.numpy_helper.from_array(np.zeros((256, 128, 2, 2), np.float32), "W")
     nodes = [
-        oh.make_node("ConvTranspose", ["x", "W"], [f"u{i}"], strides=[2, 2])
-        for i in range(n_nodes)
+        oh.make_node("ConvTranspose", ["x", "W"], [f"u{i}"], strides=[2, 2]) for i in range(n_nodes)
     ]
     nodes += [oh.make_node("ReduceSum", [f"u{i}"], [f"y{i}"]) for i in range(n_nodes)]
     g = oh.make_graph(

@@ -117,15 +117,20 @@ def _ort_cpu(
     )
     retained_anon, run_file = ww.retained_anon, ww.run_file
     tables = {n for n, k in w.names.items() if k == "gather"} if not view.embedded else set()
-    gp = gather_pages(view.graph, tables)
+    gp = gather_pages(view.graph, tables, _int_range(opts.get(ortsim.INT_RANGE)))
     if gp.touched:
         run_file += gp.touched
         assumptions.append(
             f"Gather reads {len(gp.tables)} mapped table(s) in place: {gp.touched / MiB:.1f} MiB "
             "of file pages touched by the runs (64 KiB fault-around windows"
             + (
-                "; ids from graph inputs assumed uniform random over the whole table, as "
-                "`memshrink verify` feeds them: real text touches less)"
+                "; ids from graph inputs assumed uniform random over "
+                + (
+                    f"[{opts[ortsim.INT_RANGE]})"
+                    if opts.get(ortsim.INT_RANGE) is not None
+                    else "the whole table, as `memshrink verify` feeds them: real text "
+                    "touches less; set memshrink.int_range=LO,HI otherwise)"
+                )
                 if gp.random_ids
                 else ")"
             )
@@ -177,6 +182,14 @@ def _ort_cpu(
     return BackendPrediction(
         "ort", sched, order, stages, planners, w, details, assumptions, graph=g
     )
+
+
+def _int_range(value: Any) -> tuple[int, int] | None:
+    """``memshrink.int_range`` ("LO,HI" or a pair) as a tuple; None when unset."""
+    if value is None:
+        return None
+    lo, hi = (value.split(",") if isinstance(value, str) else value)[:2]
+    return int(lo), int(hi)
 
 
 def _arena_after_holes(sim: ortsim.OrtRunModel, blocks: CreationBlocks) -> tuple[int, int]:

@@ -81,10 +81,14 @@ def _contiguous(n_ids: int, table: int, row: int, window: int = FAULT_AROUND) ->
     return min(table, -(-min(table, n_ids * row) // window) * window)
 
 
-def gather_pages(g: GraphInfo, tables: set[str]) -> GatherPages:
+def gather_pages(
+    g: GraphInfo, tables: set[str], id_range: tuple[int, int] | None = None
+) -> GatherPages:
     """Predicted file pages touched by the runs in the mapped ``tables`` (initializers read
     only by ``Gather`` along axis 0, ``weights.split_weights``; the caller passes them only when
-    the weights are stored externally)."""
+    the weights are stored externally). ``id_range`` (``[lo, hi)``, the estimator-only session
+    option ``memshrink.int_range``, like ``verify --int-range``): input ids are uniform in it,
+    so only those rows can be read; default: the whole table."""
     out: dict[str, int] = {}
     random_any = False
     for name in sorted(tables):
@@ -113,7 +117,11 @@ def gather_pages(g: GraphInfo, tables: set[str]) -> GatherPages:
         touched = 0
         if n_random:
             random_any = True
-            touched = int(t.nbytes * touched_fraction(n_random, t.nbytes, row))
+            span = t.nbytes
+            if id_range is not None:
+                lo, hi = max(0, id_range[0]), min(rows, id_range[1])
+                span = max(0, hi - lo) * row
+            touched = int(span * touched_fraction(n_random, span, row))
         if n_range:
             touched = max(touched, _contiguous(n_range, t.nbytes, row))
         out[name] = -(-touched // PAGE) * PAGE if touched else 0

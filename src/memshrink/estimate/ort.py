@@ -588,6 +588,7 @@ def creation_arena(g: GraphInfo) -> list[int]:
 
 
 HOLD_OUTPUTS = "memshrink.hold_outputs"  # estimator-only key in ``session_options``
+INT_RANGE = "memshrink.int_range"  # estimator-only: "LO,HI" of integer inputs (Gather ids)
 
 
 def session_options_rules(opts: Mapping[str, str]) -> dict[str, bool | str]:
