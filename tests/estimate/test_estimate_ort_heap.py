@@ -25,7 +25,12 @@ def test_heap_threshold_best_fit_coalescing_and_trim():
     big, where = h.alloc(4 * MiB)
     assert where == "mmap"  # above the 128 KiB starting threshold
     h.free(big)
-    assert h.threshold == 4 * MiB  # freeing an mmapped block raises the threshold
+    # freeing an mmapped block raises the threshold to its mapped size (page-rounded n + 8)
+    assert h.threshold == 4 * MiB + 4096
+    again, where = h.alloc(4 * MiB)
+    assert where == "top"  # the same request is now below the threshold: heap-served
+    h.free(again)  # the freed top (4 MiB < 2 x threshold) stays: a 4 MiB hole
+    h.alloc(4 * MiB)  # ... taken back
     a, where_a = h.alloc(3 * MiB)
     b, _ = h.alloc(3 * MiB)
     pin, _ = h.alloc(1 * MiB)

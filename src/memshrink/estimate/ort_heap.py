@@ -25,6 +25,7 @@ MiB = 1 << 20
 MMAP_THRESHOLD_START = 128 * 1024  # glibc DEFAULT_MMAP_THRESHOLD
 MMAP_THRESHOLD_MAX = 32 * MiB  # DEFAULT_MMAP_THRESHOLD_MAX, 64-bit
 CHUNK_OVERHEAD = 16  # malloc chunk header
+PAGE = 4096
 MEMALIGN_OVERHEAD = 64 + 32  # posix_memalign(64, n): alignment slack + MINSIZE
 
 
@@ -67,7 +68,9 @@ class Heap:
         if n > MMAP_THRESHOLD_MAX or (n >= self.threshold and not heap):
             h = self.next_mmap
             self.next_mmap -= 1
-            self.mmapped[h] = n
+            # sysmalloc maps ALIGN_UP(n + SIZE_SZ, page): the chunk's size, which a free
+            # turns into the new threshold, so a later request of the same size is heap-served
+            self.mmapped[h] = -(-(n + 8) // PAGE) * PAGE
             return h, "mmap"
         self.segs.append(_Seg(self.top, n, False))
         self.top += n
