@@ -113,7 +113,7 @@ class CreationBlocks:
 SEPARATOR = 64  # a live small block (the next TensorProto's name, dims) after each string
 
 
-def replay(blocks: CreationBlocks) -> Heap:
+def replay(blocks: CreationBlocks, *, separate: bool = True) -> Heap:
     """The heap after session creation's large allocations and frees.
 
     The ModelProto's raw-data strings (``grow`` events) are parsed one TensorProto after
@@ -123,21 +123,25 @@ def replay(blocks: CreationBlocks) -> Heap:
     MiB arena regions in the heap and every region from 16 MiB up in a fresh mapping (four
     processes, +433 to +461 MiB steady), while one coalesced hole of the freed strings (308 MiB
     in the replay) would have held them all (+230 predicted); its largest freed string under
-    32 MiB is 9 MiB."""
+    32 MiB is 9 MiB. ``separate=False`` replays the other mode, seen on embedded ResNet-50 b16
+    in about half the processes: its first 64 MiB region inside one ~98 MiB hole (steady +160
+    instead of +216 MiB)."""
     heap = Heap()
     live: dict[str, int] = {}
     for op, key, n in blocks.events:
         if op in ("alloc", "grow"):
             live[key], where = heap.alloc(n, heap=op == "grow")
-            if op == "grow" and where == "top":
+            if separate and op == "grow" and where == "top":
                 heap.alloc(SEPARATOR, heap=True)
         elif key in live:
             heap.free(live.pop(key))
     return heap
 
 
-def regions_in_holes(blocks: CreationBlocks, regions: Iterable[int]) -> list[bool]:
+def regions_in_holes(
+    blocks: CreationBlocks, regions: Iterable[int], *, separate: bool = True
+) -> list[bool]:
     """Replay creation, then place each arena region (in extension order): True where glibc
     serves it from a free heap chunk (resident already: its pages add nothing)."""
-    heap = replay(blocks)
+    heap = replay(blocks, separate=separate)
     return [heap.alloc(r + MEMALIGN_OVERHEAD)[1] == "hole" for r in regions]
