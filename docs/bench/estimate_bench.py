@@ -48,7 +48,7 @@ def _shape_args(path: Path, dims: dict[str, int]) -> list[str]:
     return [f"{k}={','.join(map(str, v))}" for k, v in view.bindings.items()]
 
 
-def measure(path: Path, backend: str, shapes: list[str]) -> dict:
+def measure(path: Path, backend: str, shapes: list[str], ov_static: bool = False) -> dict:
     cmd = [
         sys.executable,
         str(Path(__file__).parent / "estimate_measure.py"),
@@ -58,6 +58,8 @@ def measure(path: Path, backend: str, shapes: list[str]) -> dict:
     ]
     for s in shapes:
         cmd += ["--shape", s]
+    if ov_static:
+        cmd.append("--ov-reshape")
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     if out.returncode != 0:
         raise RuntimeError(out.stderr.strip().splitlines()[-1] if out.stderr else "failed")
@@ -90,6 +92,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--zoo-dir", default="/tmp/estimate_zoo")
     ap.add_argument("--no-zoo", action="store_true")
     ap.add_argument("--json")
+    ap.add_argument(
+        "--ov-static",
+        action="store_true",
+        help="OpenVINO: reshape to the bound shapes before compiling (and predict that); "
+        "default: compile as `memshrink verify` does, dynamic when the model's dims are symbolic",
+    )
     a = ap.parse_args(argv)
     from memshrink.estimate import estimate
 
@@ -115,20 +123,18 @@ def main(argv: list[str] | None = None) -> int:
         arena = onnxsim_arena(path, dims)
         for be in a.backends:
             t = time.perf_counter()
-            # estimate_measure.py reshapes OpenVINO models to the bound shapes (static
-            # compile), deletes each run's outputs before the next run (the estimator's default
-            # is the caller holding them, as ``memshrink verify`` does) and feeds integer
-            # inputs (token ids) in [0, 2) (the default: uniform over the Gather table)
-            so = (
-                {"reshape": 1}
-                if be == "openvino"
-                else {"memshrink.hold_outputs": 0, "memshrink.int_range": "0,2"}
-            )
+            # ORT: estimate_measure.py deletes each run's outputs before the next run (the
+            # estimator's default is the caller holding them, as ``memshrink verify`` does) and
+            # feeds integer inputs (token ids) in [0, 2) (the default: uniform over the table)
+            if be == "openvino":
+                so: dict | None = {"reshape": 1} if a.ov_static else None
+            else:
+                so = {"memshrink.hold_outputs": 0, "memshrink.int_range": "0,2"}
             est = estimate(str(path), backend=be, dims=dims, session_options=so)
             secs = time.perf_counter() - t
             pred = est.stage_peaks()
             try:
-                meas = measure(path, be, shapes)
+                meas = measure(path, be, shapes, a.ov_static)
             except Exception as exc:  # noqa: BLE001
                 print(f"{name} {be}: measurement failed: {exc}", file=sys.stderr)
                 continue

@@ -68,6 +68,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shape", action="append", default=[])
     ap.add_argument("--session-option", action="append", default=[])
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument(
+        "--ov-reshape",
+        action="store_true",
+        help="OpenVINO: reshape to the bound shapes before compiling (static compile); "
+        "default compiles as `memshrink verify` does (dynamic when dims are symbolic)",
+    )
     a = ap.parse_args(argv)
     import numpy as np
 
@@ -125,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         feeds = _feeds(a.model, shapes, rng)
         base = _status()
         model = stage("read_model", lambda: core.read_model(a.model))
-        if shapes:
+        if shapes and a.ov_reshape:
             model.reshape({n: list(d) for n, d in shapes.items()})
         compiled = stage("compile_model", lambda: core.compile_model(model, "CPU"))
         req = compiled.create_infer_request()
