@@ -140,7 +140,13 @@ def main(argv: list[str] | None = None) -> int:
         arena = onnxsim_arena(path, dims)
         for be in a.backends:
             t = time.perf_counter()
-            so = {"reshape": 1} if be == "openvino" and a.ov_static else None
+            # ORT: estimate_measure.py deletes each run's outputs before the next run (the
+            # estimator's default is the caller holding them, as ``memshrink verify`` does) and
+            # feeds integer inputs (token ids) in [0, 2) (the default: uniform over the table)
+            if be == "openvino":
+                so: dict | None = {"reshape": 1} if a.ov_static else None
+            else:
+                so = {"memshrink.hold_outputs": 0, "memshrink.int_range": "0,2"}
             est = estimate(str(path), backend=be, dims=dims, session_options=so)
             secs = time.perf_counter() - t
             pred = est.stage_peaks()

@@ -41,7 +41,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="ORT setting: execution_order=PRIORITY_BASED, enable_mem_pattern=0, "
-        "enable_cpu_mem_arena=0, enable_mem_reuse=0",
+        "enable_cpu_mem_arena=0, enable_mem_reuse=0; estimator-only: "
+        "memshrink.hold_outputs=0 (the caller drops each run's outputs before the next run; "
+        "default: held, as verify does), memshrink.int_range=LO,HI (token ids' range; default: "
+        "uniform over the embedding table)",
     )
     p.add_argument(
         "--schedule", choices=["file", "ort_default", "ort_priority", "openvino"], default=None
