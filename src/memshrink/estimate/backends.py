@@ -252,8 +252,29 @@ def _cuda(
     return predict(view, order, opts, sched)
 
 
-PREDICTORS = {"ort": _ort_cpu, "openvino": _openvino, "cuda": _cuda}
-DEFAULT_SCHEDULE = {"ort": "ort_default", "openvino": "openvino", "cuda": "ort_default"}
+def _ort_openvino(
+    view: ModelView, order: list[int], opts: Mapping[str, Any], sched: str
+) -> BackendPrediction:
+    """ORT's OpenVINO EP: native OpenVINO's rules plus ORT's copies (``ort_openvino.py``)."""
+    from memshrink.estimate.ort_openvino import predict
+
+    return predict(view, order, opts, sched)
+
+
+PREDICTORS = {
+    "ort": _ort_cpu,
+    "openvino": _openvino,
+    "cuda": _cuda,
+    "ort-openvino": _ort_openvino,
+}
+DEFAULT_SCHEDULE = {
+    "ort": "ort_default",
+    "openvino": "openvino",
+    "cuda": "ort_default",
+    "ort-openvino": "openvino",
+}
+# The verifier's backend names (``memshrink verify --backends``) accepted by ``estimate`` too.
+BACKEND_ALIASES = {"cpu": "ort"}
 
 # OpenVINO's constants are defined beside its rules; imported last (the module imports Stage).
 from memshrink.estimate.openvino import OV_CALIBRATION  # noqa: E402
