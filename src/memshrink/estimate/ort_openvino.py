@@ -1,17 +1,19 @@
 """ONNX Runtime's OpenVINO execution provider (``ort-openvino``, device CPU): stage peaks.
 
-How the EP spends memory (``onnxruntime/core/providers/openvino``, ORT 1.24 with OpenVINO
-2026.x, and micro-graphs measured through ``memshrink profile``, ``docs/estimate.md``, "ORT
+How the EP spends memory (``onnxruntime/core/providers/openvino``; onnxruntime-openvino 1.24.1,
+which bundles OpenVINO 2025.4.1; micro-graphs measured through ``memshrink profile``, ``docs/estimate.md``, "ORT
 OpenVINO EP"):
 
 * ORT loads the model and keeps its own initializers: embedded weights as heap copies,
   external ones memory-mapped. When every node is supported the whole graph becomes one fused
   node; ORT builds no CPU kernels, so nothing is prepacked and ORT plans no activation arena.
 * ``BackendManager`` turns the fused subgraph into a ModelProto (``GraphViewer::ToProto`` with
-  initializers) and ``BasicBackend`` has OpenVINO read and compile it on the CPU plugin. Large
-  initializers travel as references to ORT's memory: measured, OpenVINO keeps no second copy of
-  an *external* weight (it reads ORT's mapping, as native ``read_model`` maps the file), but it
-  builds its own Constants from *embedded* ones (one more 1x, anonymous).
+  initializers) and ``BasicBackend`` has OpenVINO read and compile it on the CPU plugin.
+  *External* weights travel as references to ORT's mapping: OpenVINO keeps no second copy (as
+  native ``read_model`` maps the file). *Embedded* ones are inlined in the proto: with static
+  dims it is serialized and compiled from the string, whose weight copy is freed afterwards
+  but stays resident in glibc's heap for tensors up to 32 MiB (one more 1x; larger ones are
+  unmapped after session creation); with dynamic dims the proto and the string are both kept.
 * ORT's basic (level 1) graph optimizations run before partitioning, for every EP: a weight
   constant-folded by ORT (GPT-2's ``Transpose(lm_head.weight)``, 147 MiB) is a new ORT-owned
   initializer (1x anon) that reaches OpenVINO inside the serialized ModelProto: OpenVINO keeps
@@ -73,6 +75,16 @@ def ort_initializer_bytes(view: ModelView) -> int:
             continue  # made by the estimator's constant folding, not stored in the file
         total += t.nbytes or 0
     return total
+
+
+GLIBC_MMAP_THRESHOLD_MAX = 32 << 20  # 64-bit glibc: larger blocks are always mmapped
+
+
+def big_initializer_bytes(view: ModelView) -> int:
+    """Bytes of stored initializers larger than glibc's largest mmap threshold."""
+    g = view.graph
+    sizes = (g.tensors[n].nbytes or 0 for n in g.initializers if not g.tensors[n].folded)
+    return sum(nb for nb in sizes if nb > GLIBC_MMAP_THRESHOLD_MAX)
 
 
 def folded_bytes(view: ModelView) -> int:
@@ -164,6 +176,11 @@ def predict(
     # the weights on MatMul chains of 32 and 128 MiB, against 3x with static dims).
     kept_proto = 2 * ort_initializer_bytes(view) if view.embedded and dynamic and not cut else 0
     ort_copy += kept_proto
+    # Static dims, embedded: OpenVINO compiles straight from the serialized string, whose
+    # weight copy is freed once compiled; glibc keeps the freed pages of tensors up to its
+    # largest mmap threshold (32 MiB) resident, and unmaps larger ones (2 x 36 MiB Conv chain:
+    # session 272 MiB, run 1 202; 4 x 20 MiB: 298 / 279; U-Net's 36 MiB tensor).
+    unmapped = big_initializer_bytes(view) if view.embedded and not dynamic else 0
     acts: int | None = None
     n_sub = 1
     planners = dict(native.planners)
@@ -186,6 +203,10 @@ def predict(
             st.notes.append("ORT's own initializers on the heap beside OpenVINO's")
         stages.append(st)
     stages[0].notes.append("ORT load + OpenVINO read_model + compile_model")
+    if unmapped:
+        for st in stages[1:]:
+            st.weights_anon -= unmapped
+            st.notes.append("the compile-time copies of weights > 32 MiB are unmapped")
     if kept_proto:
         for st in stages:
             st.notes.append("dynamic shapes: the EP's ModelProto and its serialized string kept")
