@@ -1,8 +1,8 @@
 """ONNX Runtime's OpenVINO execution provider (``ort-openvino``, device CPU): stage peaks.
 
-How the EP spends memory (``onnxruntime/core/providers/openvino``; onnxruntime-openvino 1.24.1,
-which bundles OpenVINO 2025.4.1; micro-graphs measured through ``memshrink profile``, ``docs/estimate.md``, "ORT
-OpenVINO EP"):
+How the EP spends memory (source: ``onnxruntime/core/providers/openvino``; runtime:
+onnxruntime-openvino 1.24.1, which bundles OpenVINO 2025.4.1; micro-graphs measured through
+``memshrink profile``, ``docs/estimate.md`` section "ORT OpenVINO EP"):
 
 * ORT loads the model and keeps its own initializers: embedded weights as heap copies,
   external ones memory-mapped. When every node is supported the whole graph becomes one fused
