@@ -22,33 +22,43 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 
 MiB = 1 << 20
-SUITE = (
-    "bert-base",
-    "bert-base-ext",
-    "gpt2",
-    "gpt2-ext",
-    "vit-b16-ext",
-    "resnet50",
-    "resnet50-b16",
-    "mobilenetv2",
-    "unet",
-    "multibranch",
-    "zoo-resnet50",
-    "zoo-squeezenet",
-    "zoo-densenet121",
-)
+SUITE: dict[str, tuple[str, dict[str, int]]] = {
+    # name: (file in .cache/models, dims binding; {} = the model's sidecar)
+    **{
+        n: (f"{n}.onnx", {})
+        for n in (
+            "bert-base",
+            "bert-base-ext",
+            "gpt2",
+            "gpt2-ext",
+            "vit-b16-ext",
+            "resnet50",
+            "resnet50-b16",
+            "mobilenetv2",
+            "unet",
+            "multibranch",
+            "zoo-resnet50",
+            "zoo-squeezenet",
+            "zoo-densenet121",
+        )
+    },
+    "bert-base-b4s512-ext": ("bert-base-ext.onnx", {"batch": 4, "sequence": 512}),
+}
 STAGES = (("session_creation", "session"), ("run_1", "run1"), ("steady_state", "run3"))
 
 
-def measured(path: Path, python: str, profiles: Path | None) -> dict[str, float]:
+def measured(
+    name: str, path: Path, dims: dict[str, int], python: str, profiles: Path | None
+) -> dict[str, float]:
     """Stage peak deltas (MiB) of the ``ort-openvino`` run."""
-    if profiles is not None and (profiles / f"{path.stem}.json").is_file():
-        runs = json.loads((profiles / f"{path.stem}.json").read_text())["runs"]
+    if profiles is not None and (profiles / f"{name}.json").is_file():
+        runs = json.loads((profiles / f"{name}.json").read_text())["runs"]
         run = next(r for r in runs if r["backend"] == "ort-openvino")
     else:
         from memshrink.verify import profile
 
-        rep = profile(str(path), backends=("ort-openvino",), python={"ort-openvino": python})
+        py = {"ort-openvino": python}
+        rep = profile(str(path), backends=("ort-openvino",), dims=dims or None, python=py)
         run = rep.runs[0].to_dict()
     if run["status"] != "ok":
         raise RuntimeError(f"{path.name}: {run['status']}: {run['error']}")
@@ -73,14 +83,14 @@ def main(argv: list[str] | None = None) -> int:
     print("| model | session pred/meas | err | run 1 pred/meas | err | steady pred/meas | err |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for name in a.models:
-        path = cache / f"{name}.onnx"
+        fname, dims = SUITE.get(name, (f"{name}.onnx", {}))
+        path = cache / fname
         if not path.is_file():
             print(f"| {name} | not built |", flush=True)
             continue
-        pred = {
-            k: v / MiB for k, v in estimate(str(path), backend="ort-openvino").stage_peaks().items()
-        }
-        meas = measured(path, a.python, a.profiles)
+        est = estimate(str(path), backend="ort-openvino", dims=dims or None)
+        pred = {k: v / MiB for k, v in est.stage_peaks().items()}
+        meas = measured(name, path, dims, a.python, a.profiles)
         row: dict[str, Any] = {"model": name}
         cells = [name]
         for st, ms in STAGES:
