@@ -1,10 +1,12 @@
 """Measure one model on one runtime in a fresh process: exact per-stage RSS peaks.
 
 Ground truth of ``estimate_bench.py``. ORT CPU runs in ``memshrink verify``'s own child
-(``measure_ort_as_verifier``): the same feeds, imports, sampler thread and stages, so the bench
+(``measure_as_verifier``): the same feeds, imports, sampler thread and stages, so the bench
 measures what the verifier measures (the old in-process harness, ``--in-process``, put
-ResNet-50 b16's first arena region outside a freed-weight hole more often). OpenVINO runs in
-this process. Method (``MEASURING.md``): reset ``VmHWM`` by writing ``5`` to
+ResNet-50 b16's first arena region outside a freed-weight hole more often). OpenVINO too runs
+in the verifier's child, unless ``--ov-reshape`` (static compile) or ``--in-process``: the
+in-process harness kept embedded zoo models' freed ModelProto on the heap (zoo ResNet-50 infer
+349 MiB there, 257 in the verifier's child). Method (``MEASURING.md``): reset ``VmHWM`` by writing ``5`` to
 ``/proc/self/clear_refs`` before each stage and read it after; report deltas over the baseline
 taken after importing the runtime and building the inputs.
 
@@ -64,10 +66,13 @@ def _feeds(path: str, shapes: dict, rng):  # type: ignore[no-untyped-def]
     return feeds
 
 
-def measure_ort_as_verifier(
-    model: str, shapes: dict, opts: dict, runs: int, timeout: float = 900.0
+STAGE_NAMES = {"session": "session_creation", "read": "read_model", "compile": "compile_model"}
+
+
+def measure_as_verifier(
+    model: str, shapes: dict, opts: dict, runs: int, backend: str = "cpu", timeout: float = 900.0
 ) -> dict:
-    """ORT CPU measured by ``memshrink verify``'s own child (``memshrink.verify.child``, run by
+    """ORT CPU or OpenVINO measured by ``memshrink verify``'s own child (``memshrink.verify.child``, run by
     ``runner.run_child`` in a fresh process, feeds from ``verify.inputs.make_feeds`` written
     to ``.npz`` exactly as ``verify`` writes them): the bench then measures what the verifier
     measures, sampler thread, imports and feed loading included. Stage peaks and RSS are
@@ -88,7 +93,7 @@ def measure_ort_as_verifier(
         names = list(feeds)
         np.savez(feeds_path, **{f"i{k}": feeds[n] for k, n in enumerate(names)})
         res = run_child(
-            ModelRef("onnx", Path(model)), "bench", "cpu", workdir=Path(wd),
+            ModelRef("onnx", Path(model)), "bench", backend, workdir=Path(wd),
             feeds_path=feeds_path, feed_names=names, output_names=[o.name for o in io.outputs],
             runs=runs, timeout=timeout, session_options=opts, keep_outputs=False,
         )  # fmt: skip
@@ -97,7 +102,8 @@ def measure_ort_as_verifier(
     base = res.child["baseline"]
     stages = {}
     for st in res.stages:
-        name = "session_creation" if st["name"] == "session" else st["name"].replace("run", "run_")
+        name = STAGE_NAMES.get(st["name"]) or st["name"].replace("run", "run_")
+        name = name.replace("infer", "run_")
         stages[name] = {
             "peak": st["peak"] - base["rss"],
             "after": st["after"] - base["rss"],
@@ -117,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--in-process",
         action="store_true",
-        help="ORT: measure in this process (the old harness) instead of the verifier's child",
+        help="measure in this process (the old harness) instead of the verifier's child",
     )
     ap.add_argument(
         "--ov-reshape",
@@ -148,8 +154,9 @@ def main(argv: list[str] | None = None) -> int:
         return res
 
     rng = np.random.default_rng(0)
-    if a.backend == "ort" and not a.in_process:
-        got = measure_ort_as_verifier(a.model, shapes, opts, a.runs)
+    if not a.in_process and not a.ov_reshape:
+        backend = "cpu" if a.backend == "ort" else "openvino"
+        got = measure_as_verifier(a.model, shapes, opts, a.runs, backend)
         json.dump({"model": a.model, "backend": a.backend, **got}, sys.stdout)
         print()
         return 0
