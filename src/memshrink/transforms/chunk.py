@@ -26,7 +26,7 @@ from memshrink.transforms.chunking.region import Region, discover_best
 from memshrink.transforms.chunking.rewrite import RewriteStats, rewrite
 from memshrink.transforms.chunking.rules import Refuse
 from memshrink.transforms.chunking.specialize import specialize
-from memshrink.transforms.saved_layout import saved_embedded
+from memshrink.transforms.saved_layout import clone_with_meta, saved_embedded
 
 MODES = ("batch", "spatial")
 #: Band-size steps tried per mode (0 = equal chunks); see ``chunking.region.bands``.
@@ -35,6 +35,7 @@ STAGGERS = {"batch": (0, 1), "spatial": (0, 4, 8, 12, 16, 20)}
 #: shape kept apart between chunks (``chunking.layout``); 0 = none.
 DISTINCT = {"batch": (), "spatial": (4, 16)}
 #: Region cuts tried per mode (0 = the whole forward closure; t = outputs >= input extent / t).
+#: A cut region is tried with equal bands and the distinct-shape layouts only (fewer trials).
 TRIMS = {"batch": (0,), "spatial": (0, 4, 8)}
 
 
@@ -228,7 +229,7 @@ class ChunkPass(Pass):
                 (count, stagger, distinct, trim)
                 for trim in TRIMS[mode]
                 for count in chunk_counts(mode, extent, o.max_chunks, o.min_rows)
-                for stagger, distinct in layouts
+                for stagger, distinct in (layouts if not trim else layouts[:1] + layouts[-2:])
                 if stagger * (count - 1) < extent // count
             ]
             for count, stagger, distinct, trim in grid:
@@ -240,7 +241,7 @@ class ChunkPass(Pass):
                     "mode": mode, "chunks": count, "stagger": stagger, "distinct": distinct,
                     "trim": trim,
                 }  # fmt: skip
-                trial = model.clone()
+                trial = clone_with_meta(model)
                 try:
                     region, st = apply(
                         trial, shapes, mode, count, o.spatial_axis, stagger, trim, distinct

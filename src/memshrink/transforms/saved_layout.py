@@ -20,3 +20,12 @@ def saved_embedded(model: ir.Model) -> bool | None:
     """False when the save policy writes weights to external data; None: as loaded."""
     policy = model.meta.get(META_SAVE) or {}
     return False if isinstance(policy, dict) and policy.get("external") else None
+
+
+def clone_with_meta(model: ir.Model) -> ir.Model:
+    """``model.clone()`` keeping ``model.meta`` (the save policy, the source path), which
+    ``clone`` drops: a trial rewrite must be predicted in the same layout as the model."""
+    trial = model.clone()
+    for key, value in model.meta.items():
+        trial.meta[key] = value
+    return trial
