@@ -532,7 +532,10 @@ class ReorderPass(Pass):
             return PassResult(False, stats)
         if o.confirm > 0:
             ranked = sorted(cands, key=lambda c: (c.worst, c.priority + c.default + c.relaid))
-            confirmed = confirm_order(model, context, ranked, original, o.confirm, o.min_gain)
+            try:
+                confirmed = confirm_order(model, context, ranked, original, o.confirm, o.min_gain)
+            except Exception as exc:  # noqa: BLE001 - no full estimate: trust the ranking
+                confirmed = (best, {"skipped": f"{type(exc).__name__}: {exc}"})
             stats["steady_state"] = confirmed[1]
             if confirmed[0] is None:
                 stats["reason"] = (
