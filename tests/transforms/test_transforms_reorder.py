@@ -181,3 +181,36 @@ def test_suite_tiny_model_bit_identical(tmp_path, name):
         a = _run(src, order, feeds, disable_opt=False)
         b = _run(dst, order, feeds, disable_opt=False)
         np.testing.assert_array_equal(a[0], b[0])  # bit-identical: atol=0, rtol=0
+
+
+def test_confirmation_rejects_an_order_that_raises_a_guarded_backend(tmp_path, monkeypatch):
+    """An order ORT CPU likes but that raises a guarded backend's steady state (the CUDA EP
+    doubled on multibranch) is refused; the next one that keeps every backend is taken."""
+    from memshrink.transforms import reorder as R
+
+    path = tmp_path / "b.onnx"
+    build_branches(str(path))
+    model = load(path)
+    g = build_view(model).graph
+    original, _, cands = choose_order(g, lookahead=4, exact_branches=5, seconds=1.0)
+    others = [c for c in cands if c.order != original.order]
+    assert len({tuple(c.order) for c in others}) >= 2
+    first, second = others[0], next(c for c in others if c.order != others[0].order)
+    # Predictions per written order: (ORT DEFAULT, ORT PRIORITY_BASED, guarded backend).
+    by_order = {
+        tuple(n.name for n in model.graph): (100, 100, 50),
+        tuple(model.graph[i].name for i in first.order): (60, 60, 90),
+        tuple(model.graph[i].name for i in second.order): (90, 90, 50),
+    }
+
+    def fake(m, context, guard=()):
+        values = by_order[tuple(n.name for n in m.graph)]
+        return values[: 2 + len(guard)]
+
+    monkeypatch.setattr(R, "_steady_states", fake)
+    chosen, report = R.confirm_order(
+        model, PassContext(), [first, second], original, 4, 0.01, ["cuda"]
+    )
+    assert chosen is second and report["before"] == {"default": 100, "priority": 100, "cuda": 50}
+    chosen, _ = R.confirm_order(model, PassContext(), [first, second], original, 4, 0.01, [])
+    assert chosen is first  # without the guard, ORT CPU's best order wins

@@ -365,9 +365,11 @@ def choose_order(
     return original, best, cands
 
 
-def _steady_states(model: ir.Model, context: PassContext) -> tuple[int, int]:
-    """Predicted ORT steady-state activations (DEFAULT, PRIORITY_BASED), in the layout the
-    pipeline saves (``saved_layout``)."""
+def _steady_states(
+    model: ir.Model, context: PassContext, guard: Sequence[str] = ()
+) -> tuple[int, ...]:
+    """Predicted ORT steady-state activations (DEFAULT, PRIORITY_BASED), then the steady-state
+    peak on each ``guard`` backend, in the layout the pipeline saves (``saved_layout``)."""
     from memshrink.estimate import estimate
 
     shapes: dict[str, Any] = dict(context.shapes)
@@ -375,15 +377,15 @@ def _steady_states(model: ir.Model, context: PassContext) -> tuple[int, int]:
     if not shapes and not dims:
         shapes, dims = _sidecar_bindings(model)
     out = []
-    for opts in ({}, {"execution_order": "PRIORITY_BASED"}):
+    runs = [("ort", {}), ("ort", {"execution_order": "PRIORITY_BASED"})]
+    for backend, opts in runs + [(b, {}) for b in guard]:
         est = estimate(
-            model, backend="ort", shapes=shapes or None, dims=dims or None,
+            model, backend=backend, shapes=shapes or None, dims=dims or None,
             session_options=opts, embedded=saved_embedded(model),
         )  # fmt: skip
-        out.append(
-            int(next(s for s in est.prediction.stages if s.name == "steady_state").activations)
-        )
-    return out[0], out[1]
+        stage = next(s for s in est.prediction.stages if s.name == "steady_state")
+        out.append(int(stage.activations if backend == "ort" else stage.peak))
+    return tuple(out)
 
 
 def confirm_order(
@@ -393,6 +395,7 @@ def confirm_order(
     original: OrderScore,
     tries: int,
     min_gain: float,
+    guard: Sequence[str] = (),
 ) -> tuple[OrderScore | None, dict[str, Any]]:
     """Of the ``tries`` best-ranked orders, the one with the lowest full prediction (arena,
     memory pattern, ORT's optimized graph: ``memshrink.estimate``) of DEFAULT's steady state
@@ -402,12 +405,17 @@ def confirm_order(
     Why: the ranking scores planned live peaks of the graph as written. What ORT's arena
     holds can move the other way: on a chunked U-Net the best-ranked order (live peak -5 %)
     raised DEFAULT's predicted steady state from 400 to 455 MiB and measured 370 -> 440.
-    DEFAULT first: it is the order ORT runs unless told otherwise.
+    DEFAULT first: it is the order ORT runs unless told otherwise. An order must also keep
+    the steady-state peak of every ``guard`` backend from rising: on the CUDA EP a multibranch
+    order that ORT CPU liked doubled the steady state (BFC arena: the memory-pattern block no
+    longer fit the first run's regions; 140 -> 268 MiB of GPU memory measured, 129 -> 257
+    predicted).
     """
-    base = _steady_states(model, context)
-    report: dict[str, Any] = {"before": {"default": base[0], "priority": base[1]}, "tried": {}}
+    names = ["default", "priority", *guard]
+    base = _steady_states(model, context, guard)
+    report: dict[str, Any] = {"before": dict(zip(names, base, strict=True)), "tried": {}}
     seen: set[tuple[int, ...]] = {tuple(original.order)}
-    best: tuple[tuple[int, int], OrderScore] | None = None
+    best: tuple[tuple[int, ...], OrderScore] | None = None
     for cand in ranked:
         key = tuple(cand.order)
         if key in seen:
@@ -417,13 +425,18 @@ def confirm_order(
             break
         trial = clone_with_meta(model)
         apply_order(trial, cand.order)
-        after = _steady_states(trial, context)
-        report["tried"][f"{cand.source}#{len(report['tried'])}"] = {
-            "default": after[0], "priority": after[1]
-        }  # fmt: skip
-        ok = after[0] <= base[0] and max(after) <= max(base) * (1 - min_gain)
-        if ok and (best is None or after < best[0]):
-            best = (after, cand)
+        after = _steady_states(trial, context, guard)
+        report["tried"][f"{cand.source}#{len(report['tried'])}"] = dict(
+            zip(names, after, strict=True)
+        )
+        ort_after, ort_base = after[:2], base[:2]
+        ok = (
+            after[0] <= base[0]
+            and max(ort_after) <= max(ort_base) * (1 - min_gain)
+            and all(a <= b for a, b in zip(after[2:], base[2:], strict=True))
+        )
+        if ok and (best is None or ort_after < best[0]):
+            best = (ort_after, cand)
     return (best[1] if best else None), report
 
 
@@ -505,6 +518,8 @@ class ReorderPass(Pass):
         )
         min_gain: float = 0.01  # rewrite only when the worse ORT order's peak drops this much
         confirm: int = 4  # best-ranked orders re-scored by the full estimator (0 = trust ranking)
+        # backends whose predicted steady-state peak a confirmed order must not raise
+        guard_backends: str = "cuda"
 
     def run(self, model: ir.Model, context: PassContext) -> PassResult:
         view = bound_view(model, context)
@@ -533,14 +548,18 @@ class ReorderPass(Pass):
         if o.confirm > 0:
             ranked = sorted(cands, key=lambda c: (c.worst, c.priority + c.default + c.relaid))
             try:
-                confirmed = confirm_order(model, context, ranked, original, o.confirm, o.min_gain)
+                guard = [b for b in o.guard_backends.split(",") if b.strip()]
+                confirmed = confirm_order(
+                    model, context, ranked, original, o.confirm, o.min_gain, guard
+                )
             except Exception as exc:  # noqa: BLE001 - no full estimate: trust the ranking
                 confirmed = (best, {"skipped": f"{type(exc).__name__}: {exc}"})
             stats["steady_state"] = confirmed[1]
             if confirmed[0] is None:
                 stats["reason"] = (
                     "no order lowers the estimator's predicted ORT steady state (arena and "
-                    "memory-pattern block included) under both execution orders"
+                    "memory-pattern block included) under both execution orders without "
+                    f"raising the steady state on {o.guard_backends or 'no other backend'}"
                 )
                 return PassResult(False, stats)
             best = confirmed[0]
