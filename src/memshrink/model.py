@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import onnx
 import onnx_ir as ir
 
+from memshrink import opaque_types
 from memshrink.errors import ExternalDataError, ModelLoadError, UsageError
 from memshrink.protoscan import scan_model_file
 
@@ -44,7 +45,7 @@ def load(src: Any) -> ir.Model:
     if isinstance(src, ir.Model):
         return src
     if isinstance(src, onnx.ModelProto):
-        model = ir.serde.deserialize_model(src)
+        model = opaque_types.deserialize(src, copy=True)
         model.meta[META_SOURCE] = {"path": None, "external": False}
         return model
     if isinstance(src, (str, os.PathLike)):
@@ -78,7 +79,7 @@ def _load_path(path: Path) -> ir.Model:
     if not proto.HasField("graph") or proto.ir_version <= 0:
         raise ModelLoadError(f"{path}: not an ONNX model (no graph or ir_version)")
     try:
-        model = ir.serde.deserialize_model(proto)
+        model = opaque_types.deserialize(proto)
     except Exception as exc:
         raise ModelLoadError(f"{path}: cannot be parsed as ONNX: {exc}") from None
     del proto
@@ -239,7 +240,7 @@ def serialize_with_data(model: ir.Model) -> onnx.ModelProto:
             if isinstance(tensor, ir.ExternalTensor):
                 swapped.append((tensor, setter))
                 setter(materialize(tensor))
-        return ir.serde.serialize_model(model)
+        return opaque_types.serialize(model)
     finally:
         for tensor, setter in reversed(swapped):
             setter(tensor)
