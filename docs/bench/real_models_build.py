@@ -210,7 +210,7 @@ def script_loop_if(d: Path) -> Case:
             h = x
             for _ in range(int(n)):
                 h = torch.tanh(self.lin(h)) * self.scale
-                if bool(h.sum() > 0):
+                if bool(h.sum() > 0):  # noqa: SIM108 (a scripted If, on purpose)
                     h = h + x
                 else:
                     h = h - x

@@ -111,15 +111,16 @@ def parse_dim_args(args: Iterable[str] | None) -> dict[str, int]:
 
 
 def bind_input_shapes(
-    inputs: Sequence[tuple[str, Sequence[Dim]]],
+    inputs: Sequence[tuple[str, Sequence[Dim] | None]],
     shapes: Mapping[str, Sequence[int]] | None = None,
     dims: Mapping[str, int] | None = None,
     sidecar: Sidecar | None = None,
 ) -> dict[str, tuple[int, ...]]:
     """Resolve every graph input to a concrete shape or raise naming all unbound dims.
 
-    ``inputs`` is ``[(name, dims)]`` where a dim is an int, a symbol name, or None.
-    Precedence: explicit ``shapes`` > symbol ``dims`` > sidecar.
+    ``inputs`` is ``[(name, dims)]`` where a dim is an int, a symbol name, or None; dims None
+    means the input declares no shape at all (unknown rank): only ``--shape`` or the sidecar
+    can bind it (it is not a scalar). Precedence: explicit ``shapes`` > symbol ``dims`` > sidecar.
     """
     shapes = dict(shapes or {})
     dims = dict(dims or {})
@@ -133,6 +134,15 @@ def bind_input_shapes(
     resolved: dict[str, tuple[int, ...]] = {}
     missing: list[str] = []
     for name, declared in inputs:
+        if declared is None:  # no shape declared: any rank, but it must be given
+            side = sidecar.input(name) if sidecar else None
+            if name in shapes:
+                resolved[name] = tuple(int(d) for d in shapes[name])
+            elif side is not None:
+                resolved[name] = side.shape
+            else:
+                missing.append(f"{name} (no shape declared: unknown rank)")
+            continue
         if name in shapes:
             given = tuple(int(d) for d in shapes[name])
             if len(given) != len(declared):
