@@ -79,7 +79,7 @@ def _load_path(path: Path) -> ir.Model:
     if not proto.HasField("graph") or proto.ir_version <= 0:
         raise ModelLoadError(f"{path}: not an ONNX model (no graph or ir_version)")
     try:
-        model = opaque_types.deserialize(proto)
+        model = opaque_types.deserialize(proto, base_dir=str(path.parent))
     except Exception as exc:
         raise ModelLoadError(f"{path}: cannot be parsed as ONNX: {exc}") from None
     del proto

@@ -13,6 +13,8 @@ from __future__ import annotations
 import onnx
 import onnx_ir as ir
 
+from memshrink import sparse_init
+
 #: ``ir.Model.meta`` key: {value name: serialized TypeProto} of the top graph's inputs/outputs.
 META_OPAQUE_TYPES = "memshrink.opaque_types"
 
@@ -77,14 +79,18 @@ def restore(proto: onnx.ModelProto, kept: dict[str, bytes] | None) -> onnx.Model
     return proto
 
 
-def deserialize(proto: onnx.ModelProto, copy: bool = False) -> ir.Model:
-    """``ir.serde.deserialize_model`` that also takes models with map-typed values."""
+def deserialize(proto: onnx.ModelProto, copy: bool = False, base_dir: str = "") -> ir.Model:
+    """``ir.serde.deserialize_model`` that also takes models with map-typed values and sparse
+    initializers (made dense: ``memshrink.sparse_init``); ``copy`` leaves ``proto`` alone."""
     kept: dict[str, bytes] = {}
-    if needs_strip(proto):
+    sparse = sparse_init.has_sparse(proto)
+    if sparse or needs_strip(proto):
         if copy:
             clone = onnx.ModelProto()
             clone.CopyFrom(proto)
             proto = clone
+        if sparse:
+            sparse_init.densify(proto, base_dir)
         kept = strip(proto)
     model = ir.serde.deserialize_model(proto)
     if kept:
