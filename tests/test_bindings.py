@@ -26,6 +26,7 @@ def _sidecar(tmp_path: Path):  # noqa: ANN202
 def test_parse_args() -> None:
     assert parse_shape_args(["a=1,3,224,224", "b=1x128"]) == {"a": (1, 3, 224, 224), "b": (1, 128)}
     assert parse_dim_args(["batch=4"]) == {"batch": 4}
+    assert parse_shape_args(["n="]) == {"n": ()}  # a scalar, for inputs without a shape
     for bad in (["a"], ["=1"], ["a=x"], ["a=-1"]):
         with pytest.raises(UsageError):
             parse_shape_args(bad)

@@ -74,6 +74,8 @@ def load_sidecar(model_path: str | os.PathLike) -> Sidecar | None:
 
 
 def _parse_dims(text: str, arg: str) -> tuple[int, ...]:
+    if not text.strip():  # NAME= : a scalar (for an input that declares no shape)
+        return ()
     parts = [p for p in text.replace("x", ",").split(",") if p.strip()]
     try:
         dims = tuple(int(p) for p in parts)
