@@ -83,7 +83,7 @@ class SimplifyPass(Pass):
         )
 
 
-def _signature(values: list[ir.Value]) -> list[tuple[str, str, tuple[object, ...] | None]]:
+def _signature(values: list[ir.Value]) -> list[tuple[str, str, tuple[str, ...] | None]]:
     out = []
     for v in values:
         shape = None if v.shape is None else tuple(str(d) for d in v.shape)
