@@ -46,6 +46,7 @@ def load(src: Any) -> ir.Model:
         return src
     if isinstance(src, onnx.ModelProto):
         model = opaque_types.deserialize(src, copy=True)
+        sort_if_needed(model)
         model.meta[META_SOURCE] = {"path": None, "external": False}
         return model
     if isinstance(src, (str, os.PathLike)):
@@ -84,6 +85,7 @@ def _load_path(path: Path) -> ir.Model:
         raise ModelLoadError(f"{path}: cannot be parsed as ONNX: {exc}") from None
     del proto
     check_opsets(model, str(path))
+    sort_if_needed(model)
     base_dir = str(path.parent.resolve())
     ir.external_data.set_base_dir(model.graph, base_dir)
     _set_attribute_tensor_base_dir(model, base_dir)
@@ -96,6 +98,25 @@ def _load_path(path: Path) -> ir.Model:
         "lifted_bytes": scan.lifted_bytes,
     }
     return model
+
+
+def sort_if_needed(model: ir.Model) -> bool:
+    """Sort nodes topologically when the file does not: ONNX requires it, but ONNX Runtime
+    tolerates any order and some tools write others (``onnxruntime.transformers.float16``
+    appends its Cast nodes at the end). Every pass and ``clone`` assume the order; a sorted
+    graph is left exactly as it is. Returns whether it sorted."""
+    from memshrink.checks import check_topological
+    from memshrink.errors import PassError
+
+    try:
+        check_topological(model.graph)
+    except PassError:
+        try:
+            model.graph.sort()
+        except ValueError as exc:  # a cycle: no order exists
+            raise ModelLoadError(f"the graph has a cycle: {exc}") from None
+        return True
+    return False
 
 
 @functools.lru_cache(maxsize=1)
