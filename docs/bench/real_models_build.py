@@ -1315,6 +1315,55 @@ def big_act(d: Path) -> Case:
     return Case("big-activations-cnn", p, dims={"batch": 1, "h": 512, "w": 512})
 
 
+@builder("sparse-initializer-no-shape-input")
+def sparse_noshape(d: Path) -> list[Case]:  # type: ignore[override]
+    """A sparse initializer read inside an If branch; an input that declares no shape."""
+    sp = helper.make_sparse_tensor(
+        numpy_helper.from_array(np.array([1.0, 2.0, 3.0], np.float32), "S"),
+        numpy_helper.from_array(np.array([0, 5, 9], np.int64), "idx"),
+        [64],
+    )
+    then = helper.make_graph(
+        [helper.make_node("Add", ["x", "S"], ["t"])],
+        "then",
+        [],
+        [helper.make_tensor_value_info("t", TensorProto.FLOAT, ["b", 64])],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["e"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("e", TensorProto.FLOAT, ["b", 64])],
+    )
+    g = helper.make_graph(
+        [
+            helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+            helper.make_node("Greater", ["s", "zero"], ["cond"]),
+            helper.make_node("If", ["cond"], ["y"], then_branch=then, else_branch=other),
+        ],
+        "sparse",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 64])],
+        [numpy_helper.from_array(np.array(0, np.float32), "zero")],
+        sparse_initializer=[sp],
+    )
+    p1 = d / "sparse_if.onnx"
+    _save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), p1, check=False)
+    g2 = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["m"]), helper.make_node("Relu", ["m"], ["y"])],
+        "noshape",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [_w("W", 64, 64)],
+    )
+    p2 = d / "noshape.onnx"
+    onnx.save(helper.make_model(g2, opset_imports=[helper.make_opsetid("", 17)]), str(p2))
+    return [
+        Case("sparse-initializer-in-if", p1, dims={"b": 3}),
+        Case("input-without-shape", p2, shapes={"x": (4, 64)}),
+    ]
+
+
 @builder("big-mlp-embedded")
 def big(d: Path) -> Case:
     """The biggest model of the set (~300 MiB embedded): the tool's own RSS vs onnxsim/onnxslim."""
