@@ -344,6 +344,13 @@ add("resnet50", "ResNet-50 v1.5, batch 1, 224x224", resnet50, (1, 3, 224, 224))
 add("resnet50-b16", "ResNet-50 v1.5, batch 16, 224x224", resnet50, (16, 3, 224, 224))
 add("mobilenetv2", "MobileNetV2 (width 1.0), batch 1, 224x224", mobilenet_v2, (1, 3, 224, 224))
 add(
+    "resnet50-960",
+    "ResNet-50 v1.5 at batch 1, 960x960: a detector backbone's high-resolution activations",
+    resnet50,
+    (1, 3, 960, 960),
+    tags=("activation-heavy", "high-res"),
+)
+add(
     "unet",
     "U-Net (base 64, 4 levels), batch 1, 512x512, activation-heavy",
     unet,

@@ -60,12 +60,15 @@ def _measure(path: Path, backend: str, opts: dict[str, Any] | None) -> int | Non
 
 
 def _predict(path: Path, opts: dict[str, Any] | None) -> int:
-    """Predicted ORT CPU steady-state activations (the estimator models the session options,
-    the memory pattern included)."""
+    """Predicted ORT CPU steady-state growth over the post-session state: activations (the
+    estimator models the session options, the memory pattern and the held outputs) plus the
+    mapped weight pages the runs touch (weights read in place, Gather rows of a mapped table),
+    which the measured RSS growth includes."""
     from memshrink.estimate import estimate
 
     est = estimate(str(path), backend="ort", session_options=opts or {})
-    return int(next(s for s in est.prediction.stages if s.name == "steady_state").activations)
+    st = next(s for s in est.prediction.stages if s.name == "steady_state")
+    return int(st.activations + st.weights_file)
 
 
 def _predict_ov(path: Path) -> int:

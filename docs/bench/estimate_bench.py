@@ -6,8 +6,9 @@
 Models: the ``models/`` suite entries already built in ``.cache/models`` (BERT-base, GPT-2,
 ResNet-50, MobileNetV2, U-Net; BERT also at batch 4 x seq 512 through ``--dim``), and the
 ``onnx`` wheel's zoo graphs with seeded weights in external files (``estimate_zoo.py``).
-Ground truth: one fresh process per model x backend (``estimate_measure.py``: exact
-``VmHWM`` per stage, deltas over the post-import baseline). Errors are
+Ground truth: one fresh process per model x backend (``--repeat N``: N, median per stage;
+``estimate_measure.py``: ORT CPU through ``memshrink verify``'s own child, OpenVINO in
+process; exact ``VmHWM`` per stage, deltas over the post-import baseline). Errors are
 (predicted - measured) / measured of the stage peaks: session creation (OpenVINO:
 compile_model) and steady state (the third run). onnxsim's ``plan_activation_memory`` arena
 and a plain greedy plan are printed beside the runtime-faithful prediction.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -48,7 +50,21 @@ def _shape_args(path: Path, dims: dict[str, int]) -> list[str]:
     return [f"{k}={','.join(map(str, v))}" for k, v in view.bindings.items()]
 
 
-def measure(path: Path, backend: str, shapes: list[str]) -> dict:
+def measure(
+    path: Path, backend: str, shapes: list[str], ov_static: bool = False, repeat: int = 1
+) -> dict:
+    """Stage measurements of ``repeat`` fresh processes; each figure is the per-stage median
+    (``median_low``: a value one process really measured, the more frequent mode when glibc
+    makes a stage bimodal) and ``spread`` keeps every process's peaks."""
+    runs = [_measure_once(path, backend, shapes, ov_static) for _ in range(repeat)]
+    out: dict = {}
+    for stage in runs[0]:
+        out[stage] = {k: statistics.median_low(r[stage][k] for r in runs) for k in runs[0][stage]}
+        out[stage]["spread"] = [r[stage]["peak"] for r in runs]
+    return out
+
+
+def _measure_once(path: Path, backend: str, shapes: list[str], ov_static: bool) -> dict:
     cmd = [
         sys.executable,
         str(Path(__file__).parent / "estimate_measure.py"),
@@ -58,6 +74,8 @@ def measure(path: Path, backend: str, shapes: list[str]) -> dict:
     ]
     for s in shapes:
         cmd += ["--shape", s]
+    if ov_static:
+        cmd.append("--ov-reshape")
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     if out.returncode != 0:
         raise RuntimeError(out.stderr.strip().splitlines()[-1] if out.stderr else "failed")
@@ -90,6 +108,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--zoo-dir", default="/tmp/estimate_zoo")
     ap.add_argument("--no-zoo", action="store_true")
     ap.add_argument("--json")
+    ap.add_argument("--repeat", type=int, default=1, help="fresh processes per model (median)")
+    ap.add_argument(
+        "--ov-static",
+        action="store_true",
+        help="OpenVINO: reshape to the bound shapes before compiling (and predict that); "
+        "default: compile as `memshrink verify` does, dynamic when the model's dims are symbolic",
+    )
     a = ap.parse_args(argv)
     from memshrink.estimate import estimate
 
@@ -115,13 +140,18 @@ def main(argv: list[str] | None = None) -> int:
         arena = onnxsim_arena(path, dims)
         for be in a.backends:
             t = time.perf_counter()
-            # estimate_measure.py reshapes OpenVINO models to the bound shapes: static compile
-            so = {"reshape": 1} if be == "openvino" else None
+            # ORT: estimate_measure.py deletes each run's outputs before the next run (the
+            # estimator's default is the caller holding them, as ``memshrink verify`` does) and
+            # feeds integer inputs (token ids) in [0, 2) (the default: uniform over the table)
+            if be == "openvino":
+                so: dict | None = {"reshape": 1} if a.ov_static else None
+            else:
+                so = {"memshrink.hold_outputs": 0, "memshrink.int_range": "0,2"}
             est = estimate(str(path), backend=be, dims=dims, session_options=so)
             secs = time.perf_counter() - t
             pred = est.stage_peaks()
             try:
-                meas = measure(path, be, shapes)
+                meas = measure(path, be, shapes, a.ov_static, a.repeat)
             except Exception as exc:  # noqa: BLE001
                 print(f"{name} {be}: measurement failed: {exc}", file=sys.stderr)
                 continue
@@ -140,6 +170,9 @@ def main(argv: list[str] | None = None) -> int:
                 "meas_steady": meas["run_3"]["peak"],
                 "meas_act_run1": meas["run_1"]["peak"] - post,
                 "meas_act_steady": meas["run_3"]["peak"] - post,
+                "processes": a.repeat,
+                "spread_run1": meas["run_1"]["spread"],
+                "spread_steady": meas["run_3"]["spread"],
                 "pred_act_steady": est.prediction.stages[-1].activations,
                 "greedy": est.prediction.planners["greedy_by_size"],
                 "onnxsim_arena": arena,

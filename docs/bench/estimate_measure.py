@@ -1,7 +1,12 @@
-"""Measure one model on one runtime in *this* fresh process: exact per-stage RSS peaks.
+"""Measure one model on one runtime in a fresh process: exact per-stage RSS peaks.
 
-Used by ``estimate_bench.py`` as ground truth until ``memshrink.profile`` (the verifier) is
-available. Method (``MEASURING.md``): reset ``VmHWM`` by writing ``5`` to
+Ground truth of ``estimate_bench.py``. ORT CPU runs in ``memshrink verify``'s own child
+(``measure_as_verifier``): the same feeds, imports, sampler thread and stages, so the bench
+measures what the verifier measures (the old in-process harness, ``--in-process``, put
+ResNet-50 b16's first arena region outside a freed-weight hole more often). OpenVINO too runs
+in the verifier's child, unless ``--ov-reshape`` (static compile) or ``--in-process``: the
+in-process harness kept embedded zoo models' freed ModelProto on the heap (zoo ResNet-50 infer
+349 MiB there, 257 in the verifier's child). Method (``MEASURING.md``): reset ``VmHWM`` by writing ``5`` to
 ``/proc/self/clear_refs`` before each stage and read it after; report deltas over the baseline
 taken after importing the runtime and building the inputs.
 
@@ -61,6 +66,53 @@ def _feeds(path: str, shapes: dict, rng):  # type: ignore[no-untyped-def]
     return feeds
 
 
+STAGE_NAMES = {"session": "session_creation", "read": "read_model", "compile": "compile_model"}
+
+
+def measure_as_verifier(
+    model: str, shapes: dict, opts: dict, runs: int, backend: str = "cpu", timeout: float = 900.0
+) -> dict:
+    """ORT CPU or OpenVINO measured by ``memshrink verify``'s own child (``memshrink.verify.child``, run by
+    ``runner.run_child`` in a fresh process, feeds from ``verify.inputs.make_feeds`` written
+    to ``.npz`` exactly as ``verify`` writes them): the bench then measures what the verifier
+    measures, sampler thread, imports and feed loading included. Stage peaks and RSS are
+    deltas over the child's baseline (runtime imported, feeds loaded)."""
+    import tempfile
+
+    import numpy as np
+
+    from memshrink.verify.inputs import make_feeds
+    from memshrink.verify.kinds import ModelRef
+    from memshrink.verify.modelinfo import read_model_io
+    from memshrink.verify.runner import run_child
+
+    io = read_model_io(model)
+    feeds, _ = make_feeds(io, model, shapes=shapes)
+    with tempfile.TemporaryDirectory(prefix="estimate-measure-") as wd:
+        feeds_path = Path(wd) / "feeds.npz"
+        names = list(feeds)
+        np.savez(feeds_path, **{f"i{k}": feeds[n] for k, n in enumerate(names)})
+        res = run_child(
+            ModelRef("onnx", Path(model)), "bench", backend, workdir=Path(wd),
+            feeds_path=feeds_path, feed_names=names, output_names=[o.name for o in io.outputs],
+            runs=runs, timeout=timeout, session_options=opts, keep_outputs=False,
+        )  # fmt: skip
+    if not res.ok:
+        raise SystemExit(f"verifier child {res.status}: {res.error}")
+    base = res.child["baseline"]
+    stages = {}
+    for st in res.stages:
+        name = STAGE_NAMES.get(st["name"]) or st["name"].replace("run", "run_")
+        name = name.replace("infer", "run_")
+        stages[name] = {
+            "peak": st["peak"] - base["rss"],
+            "after": st["after"] - base["rss"],
+            "anon": st["anon_after"] - base["anon"],
+            "file": st["file_after"] - base["file"],
+        }
+    return {"baseline": base, "stages": stages}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("model")
@@ -68,6 +120,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shape", action="append", default=[])
     ap.add_argument("--session-option", action="append", default=[])
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument(
+        "--in-process",
+        action="store_true",
+        help="measure in this process (the old harness) instead of the verifier's child",
+    )
+    ap.add_argument(
+        "--ov-reshape",
+        action="store_true",
+        help="OpenVINO: reshape to the bound shapes before compiling (static compile); "
+        "default compiles as `memshrink verify` does (dynamic when dims are symbolic)",
+    )
     a = ap.parse_args(argv)
     import numpy as np
 
@@ -91,6 +154,12 @@ def main(argv: list[str] | None = None) -> int:
         return res
 
     rng = np.random.default_rng(0)
+    if not a.in_process and not a.ov_reshape:
+        backend = "cpu" if a.backend == "ort" else "openvino"
+        got = measure_as_verifier(a.model, shapes, opts, a.runs, backend)
+        json.dump({"model": a.model, "backend": a.backend, **got}, sys.stdout)
+        print()
+        return 0
     if a.backend == "ort":
         import onnxruntime as ort
 
@@ -125,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         feeds = _feeds(a.model, shapes, rng)
         base = _status()
         model = stage("read_model", lambda: core.read_model(a.model))
-        if shapes:
+        if shapes and a.ov_reshape:
             model.reshape({n: list(d) for n, d in shapes.items()})
         compiled = stage("compile_model", lambda: core.compile_model(model, "CPU"))
         req = compiled.create_infer_request()

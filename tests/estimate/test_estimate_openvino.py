@@ -141,3 +141,59 @@ def test_nonoverlapping_sets_grow_one_block_per_group() -> None:
     # [2,3] 30 B and [4,4] 5 B follow A's last box. Blocks grow to their largest box: 30 + 20.
     bufs = [Buffer(0, 10, 0, 1), Buffer(1, 30, 2, 3), Buffer(2, 20, 1, 2), Buffer(3, 5, 4, 4)]
     assert nonoverlapping_sets(bufs) == 30 + 20
+
+
+def _fc_chain(relu: bool) -> onnx.ModelProto:
+    """4 x MatMul(1024x1024)+bias on ``[B, S, 1024]`` (symbolic: dynamic compile), with or
+    without a Relu after each FC."""
+    rng = np.random.default_rng(0)
+    nodes, inits, cur = [], [], "x"
+    for i in range(4):
+        w = (rng.standard_normal((1024, 1024)) * 0.01).astype(np.float32)
+        inits += [
+            numpy_helper.from_array(w, f"w{i}"),
+            numpy_helper.from_array(np.zeros(1024, np.float32), f"b{i}"),
+        ]
+        nodes += [
+            helper.make_node("MatMul", [cur, f"w{i}"], [f"m{i}"]),
+            helper.make_node("Add", [f"m{i}", f"b{i}"], [f"a{i}"]),
+        ]
+        cur = f"a{i}"
+        if relu:
+            nodes.append(helper.make_node("Relu", [cur], [f"r{i}"]))
+            cur = f"r{i}"
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "S", 1024])],
+        [helper.make_tensor_value_info(cur, TensorProto.FLOAT, None)],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_fc_postop_rule_on_hand_built_graphs() -> None:
+    assert weight_rules(build_view(_fc_chain(relu=True), dims={"B": 1, "S": 8})).fc_postop == (
+        16 * MiB
+    )
+    assert weight_rules(build_view(_fc_chain(relu=False), dims={"B": 1, "S": 8})).fc_postop == 0
+
+
+@pytest.mark.slow
+def test_dynamic_fc_with_activation_packs_weights_at_first_infer(tmp_path: Path) -> None:
+    # Dynamic input dims (as `memshrink verify` compiles a symbolic model): FC weights are
+    # re-laid out at compile_model, except an FC with a fused activation, whose primitive
+    # (and weight copy) is made at the first infer. 16 MiB of FC weights; atol 3 MiB.
+    from memshrink.verify import profile
+
+    for relu in (False, True):
+        path = _save(_fc_chain(relu), tmp_path / f"fc{int(relu)}.onnx")
+        run = profile(path, backends=("openvino",), dims={"B": 1, "S": 128}).to_dict()["runs"][0]
+        meas = {st["name"]: int(st["peak_delta"]) for st in run["stages"]}
+        pred = estimate(path, backend="openvino", dims={"B": 1, "S": 128}).stage_peaks()
+        # What infer 1 adds over compile (the fixed costs are calibrated on real models and
+        # are not what this checks): the deferred copy plus the small activations.
+        grow_pred = pred["run_1"] - pred["compile_model"]
+        grow_meas = meas["infer1"] - meas["compile"]
+        assert grow_pred == pytest.approx(grow_meas, abs=3 * MiB)
+    assert grow_meas > 12 * MiB  # with Relu: the 16 MiB copy moved to infer 1

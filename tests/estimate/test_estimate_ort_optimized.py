@@ -171,8 +171,11 @@ def test_mem_pattern_steady_state_rule():
         '<ir_version: 8, opset_import: ["" : 17]>\n'
         f"g (float[4,262144] t0) => (float[1,1] y) {{ {body}\n y = ReduceSum(t5) }}"
     )
-    on = estimate(m).prediction.planners
-    off = estimate(m, session_options={"enable_mem_pattern": "0"}).prediction.planners
+    # the caller releases each run's outputs (a held output pins an arena chunk:
+    # test_estimate_ort_outputs.py)
+    released = {"memshrink.hold_outputs": "0"}
+    on = estimate(m, session_options=released).prediction.planners
+    off = estimate(m, session_options={**released, "enable_mem_pattern": "0"}).prediction.planners
     assert on["ort_run_1"] == off["ort_run_1"]
     assert off["ort_steady_state"] == off["ort_run_1"]  # atol = 0
     block = on["ort_mem_pattern_block"]
@@ -245,3 +248,48 @@ def test_transformer_fusions_match_ort(tmp_path):
     # PRIORITY_BASED ORT runs every Gemm before the Transposes (its transpose optimizer
     # renumbers them after the Gemms are made): same steps, not the same order.
     _check_against_ort(path, tmp_path, exact_priority=False, skip=frozenset({"Reshape"}))
+
+
+def unaligned_channels_cnn() -> onnx.ModelProto:
+    """Convs whose channel counts are not multiples of the NCHWc block: C_in 3 (read as NCHW),
+    a 20-channel depthwise Conv, C_in 20 and 12 (padded by ORT 1.32), a grouped Conv with
+    12 channels per group (stays NCHW)."""
+    nodes = [
+        oh.make_node("Conv", ["x", "w0"], ["c0"], pads=[1, 1, 1, 1]),
+        oh.make_node("Conv", ["c0", "w1"], ["c1"], pads=[1, 1, 1, 1], group=20),
+        oh.make_node("Conv", ["c1", "w2"], ["c2"]),
+        oh.make_node("Conv", ["c2", "w3"], ["c3"], pads=[1, 1, 1, 1]),
+        oh.make_node("Conv", ["c3", "w4"], ["y"], group=2),
+    ]
+    inits = [_w("w0", 20, 3, 3, 3), _w("w1", 20, 1, 3, 3), _w("w2", 12, 20, 1, 1),
+             _w("w3", 24, 12, 3, 3), _w("w4", 24, 12, 1, 1)]  # fmt: skip
+    g = oh.make_graph(
+        nodes,
+        "unaligned",
+        [oh.make_tensor_value_info("x", F, [1, 3, 16, 16])],
+        [oh.make_tensor_value_info("y", F, [1, 24, 16, 16])],
+        inits,
+    )
+    m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_unaligned_conv_channels_follow_ort_in_graph_and_weights(tmp_path):
+    """ort_optimized (activations) and ort_weights (filter copies) agree on which Convs NCHWc
+    converts, and both match the graph ORT writes and runs (ops, order, output bytes)."""
+    from memshrink.estimate.ort_weights import conv_weights
+
+    path = str(tmp_path / "unaligned.onnx")
+    onnx.save(unaligned_channels_cnn(), path)
+    _check_against_ort(path, tmp_path)
+    b = nchwc_block_size()
+    if b <= 1:
+        return
+    view = build_view(path)
+    g = optimize(view.graph).graph
+    converted = {n.inputs[1] for n in g.nodes if n.domain == NCHWC_DOMAIN and n.op_type == "Conv"}
+    by_weights = {cw.name for cw in conv_weights(view.graph, b) if cw.nchwc}
+    assert converted == by_weights
+    if b == 8:  # w4: 12 input channels per group, not a multiple of the block
+        assert converted == {"w0", "w1", "w2", "w3"}

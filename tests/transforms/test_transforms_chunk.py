@@ -21,9 +21,12 @@ from onnx import TensorProto, helper, numpy_helper
 
 from memshrink.checks import check_model
 from memshrink.manager import PassContext, PassManager
-from memshrink.model import load
-from memshrink.transforms.chunk import ChunkPass, _predict, _shapes, apply
+from memshrink.model import META_SAVE, load
+from memshrink.transforms.chunk import ChunkPass, _predict, _shapes, apply, entries_for
+from memshrink.transforms.chunking.layout import _elems, chunk_shapes, distinct_edges
+from memshrink.transforms.chunking.region import discover_best
 from memshrink.transforms.chunking.rewrite import META_KEY
+from memshrink.transforms.saved_layout import clone_with_meta, saved_embedded
 from memshrink.writer import save_model
 
 RNG = np.random.default_rng(0)
@@ -426,3 +429,61 @@ def test_budget_already_met_is_a_noop(tmp_path: Path) -> None:
     src = _save(cnn(batch=8, hw=64), tmp_path / "cnn8.onnx")
     res = ChunkPass(activation_budget=1 << 40).run(load(src), PassContext())
     assert not res.modified and "already within" in res.stats["reason"]
+
+
+# ---- band edges that keep chunks' large shapes apart; predictions in the saved layout
+
+
+def _region(tmp_path: Path):  # noqa: ANN202
+    src = _save(unet_like(hw=64), tmp_path / "u.onnx")
+    model = load(src)
+    _, est = _predict(model, PassContext())
+    shapes = _shapes(est)
+    entries = entries_for(model, shapes, "spatial", 2)
+    return src, model, shapes, discover_best(model.graph, shapes, 18, entries, "t")
+
+
+@pytest.mark.parametrize("count", [2, 3, 4])
+def test_distinct_edges_tile_and_keep_large_shapes_apart(tmp_path: Path, count: int) -> None:
+    _, _, _, region = _region(tmp_path)
+    edges = distinct_edges(region, count, min_elems=1)
+    assert edges is not None and edges[0] == 0 and edges[-1] == 64
+    assert all(a < b for a, b in zip(edges, edges[1:], strict=False))
+    sigs = [set(chunk_shapes(region, k, count, edges)) for k in range(count)]
+    clash = sum(_elems(s) for j in range(count) for k in range(j) for s in sigs[j] & sigs[k])
+    equal = [64 * k // count for k in range(count + 1)]
+    eq = [set(chunk_shapes(region, k, count, equal)) for k in range(count)]
+    eq_clash = sum(_elems(s) for j in range(count) for k in range(j) for s in eq[j] & eq[k])
+    assert clash < eq_clash  # equal bands chain buffers through the chunks; these do less
+
+
+def test_distinct_layout_matches_the_original(tmp_path: Path) -> None:
+    src, model, shapes, _ = _region(tmp_path)
+    _, st = apply(model, shapes, "spatial", 4, 2, distinct=4)
+    assert st.edges is not None and st.shape_classes == 4
+    out = tmp_path / "u4.onnx"
+    save_model(model, out)
+    feeds = _feeds(src)
+    ref, got = run_ort(src, feeds), run_ort(out, feeds)
+    np.testing.assert_allclose(got[0], ref[0], atol=1e-5, rtol=1e-5)
+
+
+def test_predictions_follow_the_saved_layout(tmp_path: Path) -> None:
+    src = _save(unet_like(), tmp_path / "u.onnx")
+    model = load(src)
+    assert saved_embedded(model) is None
+    model, _ = PassManager("external-data").run(model, PassContext())
+    assert model.meta[META_SAVE]["external"] and saved_embedded(model) is False
+    trial = clone_with_meta(model)  # model.clone() alone drops the policy
+    assert saved_embedded(trial) is False
+
+
+def test_reorder_confirms_with_the_full_estimate(tmp_path: Path) -> None:
+    src = _save(unet_like(), tmp_path / "u.onnx")
+    model, report = PassManager("chunk,reorder").run(load(src), PassContext())
+    rec = report.passes[-1]
+    if rec.modified:  # an accepted order never raises DEFAULT's predicted steady state
+        ss = rec.stats["steady_state"]
+        assert min(v["default"] for v in ss["tried"].values()) <= ss["before"]["default"]
+    else:
+        assert "reason" in rec.stats

@@ -81,3 +81,20 @@ def test_simplify_keeps_a_symbolic_input_dim(tmp_path: Path) -> None:
     if result.modified is False and "onnxsim changed input" in str(result.stats.get("reason")):
         return  # the guard fired (onnxsim 0.8.1)
     assert "reason" in result.stats or result.modified  # a future onnxsim that keeps the dim
+
+
+def test_simplify_keeps_the_original_when_the_peak_would_rise(tmp_path: Path) -> None:
+    """After dedup-weights, onnxsim's rewrite of the demo model (MatMul+Add -> Gemm, shared
+    weights split again) is predicted to peak higher, so the pass keeps the graph it got."""
+    from memshrink.demo import write_demo_model
+    from memshrink.manager import PassManager
+
+    path = write_demo_model(tmp_path / "demo.onnx")
+    context = PassContext(shapes={"input_ids": [1, 64]})
+    model, _ = PassManager("prune,dedup-weights").run(load(path), context)
+    ops = [n.op_type for n in model.graph]
+    result = get_pass("simplify")().run(model, context)
+    assert not result.modified and result.model is None
+    assert result.stats["predicted_peak_after"] > result.stats["predicted_peak_before"]
+    assert "predicted to peak higher" in result.stats["reason"]
+    assert [n.op_type for n in model.graph] == ops

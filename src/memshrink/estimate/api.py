@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from memshrink.errors import UsageError
-from memshrink.estimate.backends import DEFAULT_SCHEDULE, PREDICTORS
+from memshrink.estimate.backends import BACKEND_ALIASES, DEFAULT_SCHEDULE, PREDICTORS
 from memshrink.estimate.graph import build_view
 from memshrink.estimate.result import Estimate
 from memshrink.estimate.schedule import SCHEDULES
@@ -34,7 +34,8 @@ def estimate(
     embedded: bool | None = None,
     allow_partial: bool = False,
 ) -> Estimate:
-    """Predict per-stage memory of ``model`` on ``backend`` (``ort`` | ``openvino`` | ``cuda``).
+    """Predict per-stage memory of ``model`` on ``backend`` (``ort`` | ``openvino`` | ``cuda`` |
+    ``ort-openvino``; the verifier's name ``cpu`` means ``ort``).
 
     ``model``: a path, ``onnx.ModelProto`` or ``onnx_ir.Model`` (not modified, weights not read).
     ``shapes``/``dims`` bind symbolic input dims (else the model's sidecar; else
@@ -44,8 +45,10 @@ def estimate(
     ``schedule``: override the runtime's order (``file``, ``ort_default``, ``ort_priority``,
     ``openvino``). ``embedded``: how the *saved* file stores weights (None: as loaded).
     """
+    backend = BACKEND_ALIASES.get(backend, backend)
     if backend not in PREDICTORS:
-        raise UsageError(f"unknown backend {backend!r}; choose one of {', '.join(PREDICTORS)}")
+        names = [*PREDICTORS, *BACKEND_ALIASES]
+        raise UsageError(f"unknown backend {backend!r}; choose one of {', '.join(names)}")
     opts = dict(session_options or {})
     view = build_view(
         model, shapes=shapes, dims=dims, embedded=embedded, allow_partial=allow_partial

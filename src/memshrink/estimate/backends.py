@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memshrink.estimate import ort as ortsim
+from memshrink.estimate.gather_pages import gather_pages
 from memshrink.estimate.graph import GraphInfo, ModelView
 from memshrink.estimate.lifetimes import tensor_buffers
 from memshrink.estimate.ort_heap import CreationBlocks, regions_in_holes
@@ -33,8 +34,9 @@ CALIBRATION: dict[str, float] = {
     "ort_session_transient": 4 * MiB,
     "ort_run": 1 * MiB,  # per-run bookkeeping outside the arena
     # ORT CPU weights (rules in ort_weights.py; constants measured, docs/estimate.md).
-    "ort_freed_copy_resident": 0.27,  # x freed weight copies <= 32 MiB glibc keeps (external)
-    "ort_freed_copy_resident_embedded": 0.34,  # the same, weights embedded in the .onnx
+    # x freed weight copies <= 32 MiB glibc keeps, weights embedded in the .onnx (external
+    # data: replayed instead, ``glibc_heap``)
+    "ort_freed_copy_resident_embedded": 0.34,
     # CUDA EP: ``cuda.CUDA_CALIBRATION`` (measured on a GPU).
 }
 
@@ -83,11 +85,15 @@ def _ort_cpu(
     w = split_weights(view.graph)
     g, order, opt_notes = _ort_graph(view, order, sched, str(rules["graph_optimization_level"]))
     plan = ortsim.plan(g, order, reuse=bool(rules["enable_mem_reuse"]), fusions=False)
+    hold = bool(rules["hold_outputs"])
+    creation = ortsim.creation_arena(g)
     sim = ortsim.simulate(
         plan,
         len(order),
         mem_pattern=bool(rules["enable_mem_pattern"]),
         arena=bool(rules["enable_cpu_mem_arena"]),
+        hold_outputs=hold,
+        creation=creation,
     )
     assumptions = [f"ORT session options: {rules}"] + opt_notes + sim.assumptions
     c = CALIBRATION
@@ -111,12 +117,42 @@ def _ort_cpu(
         notes=list(ww.notes),
     )
     retained_anon, run_file = ww.retained_anon, ww.run_file
+    tables = {n for n, k in w.names.items() if k == "gather"} if not view.embedded else set()
+    gp = gather_pages(view.graph, tables, _int_range(opts.get(ortsim.INT_RANGE)))
+    if gp.touched:
+        run_file += gp.touched
+        assumptions.append(
+            f"Gather reads {len(gp.tables)} mapped table(s) in place: {gp.touched / MiB:.1f} MiB "
+            "of file pages touched by the runs (64 KiB fault-around windows"
+            + (
+                "; ids from graph inputs assumed uniform random over "
+                + (
+                    f"[{opts[ortsim.INT_RANGE]})"
+                    if opts.get(ortsim.INT_RANGE) is not None
+                    else "the whole table, as `memshrink verify` feeds them: real text "
+                    "touches less; set memshrink.int_range=LO,HI otherwise)"
+                )
+                if gp.random_ids
+                else ")"
+            )
+        )
     acts = _arena_after_holes(sim, ww.blocks)
     if acts != (sim.run_1, sim.steady_state):
         assumptions.append(
             "arena regions placed in freed weight-copy holes of the heap (glibc best fit) add "
             f"no RSS: run 1 {(sim.run_1 - acts[0]) / MiB:.1f} MiB, steady state "
-            f"{(sim.steady_state - acts[1]) / MiB:.1f} MiB of arena pages credited"
+            f"{(sim.steady_state - acts[1]) / MiB:.1f} MiB of arena pages credited; a region "
+            "that only just fits its hole misses it in some processes (small allocations move "
+            "the hole's edge; ResNet-50 b16 under the verifier's child: 1 of 10 processes, +47 MiB), "
+            "which adds those pages"
+        )
+    alt = _arena_after_holes(sim, ww.blocks, separate=False)
+    if alt != acts:
+        assumptions.append(
+            "embedded weights: in some processes the freed ModelProto strings coalesce into one "
+            "heap hole that takes arena regions too (glibc, at random per process): activations "
+            f"would then be run 1 {alt[0] / MiB:.1f} / steady {alt[1] / MiB:.1f} MiB instead of "
+            f"{acts[0] / MiB:.1f} / {acts[1] / MiB:.1f}"
         )
     # The outputs' numpy copies are not added: measured on GPT-2 (external data, 24.5 MiB of
     # logits) run 1 grew by the arena alone (+39.4 MiB, arena 38.4): the copies land in heap
@@ -140,7 +176,9 @@ def _ort_cpu(
     planners["ort_steady_state"] = sim.steady_state
     planners["ort_mem_pattern_block"] = sim.pattern_block
     if rules["enable_mem_pattern"]:
-        off = ortsim.simulate(plan, len(order), mem_pattern=False)
+        off = ortsim.simulate(
+            plan, len(order), mem_pattern=False, hold_outputs=hold, creation=creation
+        )
         planners["ort_steady_state_mem_pattern_off"] = off.steady_state
     if rules["enable_cpu_mem_arena"]:
         planners["ort_arena_off"] = ortsim.simulate(plan, len(order), arena=False).steady_state
@@ -158,12 +196,23 @@ def _ort_cpu(
     )
 
 
-def _arena_after_holes(sim: ortsim.OrtRunModel, blocks: CreationBlocks) -> tuple[int, int]:
+def _int_range(value: Any) -> tuple[int, int] | None:
+    """``memshrink.int_range`` ("LO,HI" or a pair) as a tuple; None when unset."""
+    if value is None:
+        return None
+    lo, hi = (value.split(",") if isinstance(value, str) else value)[:2]
+    return int(lo), int(hi)
+
+
+def _arena_after_holes(
+    sim: ortsim.OrtRunModel, blocks: CreationBlocks, *, separate: bool = True
+) -> tuple[int, int]:
     """Run-1 and steady-state arena pages, less those of regions glibc serves from the holes
-    session creation left (``ort_heap``): those pages are resident already."""
+    session creation left (``ort_heap``): those pages are resident already. ``separate``: the
+    ModelProto strings' holes stay apart (the usual mode; ``ort_heap.replay``)."""
     if not sim.regions:
         return sim.run_1, sim.steady_state
-    in_hole = regions_in_holes(blocks, sim.regions)
+    in_hole = regions_in_holes(blocks, sim.regions, separate=separate)
     n1 = len(sim.touched_run_1)
     run_1 = sim.run_1 - sum(t for t, h in zip(sim.touched_run_1, in_hole[:n1], strict=True) if h)
     steady = sim.steady_state - sum(t for t, h in zip(sim.touched, in_hole, strict=True) if h)
@@ -203,8 +252,29 @@ def _cuda(
     return predict(view, order, opts, sched)
 
 
-PREDICTORS = {"ort": _ort_cpu, "openvino": _openvino, "cuda": _cuda}
-DEFAULT_SCHEDULE = {"ort": "ort_default", "openvino": "openvino", "cuda": "ort_default"}
+def _ort_openvino(
+    view: ModelView, order: list[int], opts: Mapping[str, Any], sched: str
+) -> BackendPrediction:
+    """ORT's OpenVINO EP: native OpenVINO's rules plus ORT's copies (``ort_openvino.py``)."""
+    from memshrink.estimate.ort_openvino import predict
+
+    return predict(view, order, opts, sched)
+
+
+PREDICTORS = {
+    "ort": _ort_cpu,
+    "openvino": _openvino,
+    "cuda": _cuda,
+    "ort-openvino": _ort_openvino,
+}
+DEFAULT_SCHEDULE = {
+    "ort": "ort_default",
+    "openvino": "openvino",
+    "cuda": "ort_default",
+    "ort-openvino": "openvino",
+}
+# The verifier's backend names (``memshrink verify --backends``) accepted by ``estimate`` too.
+BACKEND_ALIASES = {"cpu": "ort"}
 
 # OpenVINO's constants are defined beside its rules; imported last (the module imports Stage).
 from memshrink.estimate.openvino import OV_CALIBRATION  # noqa: E402

@@ -14,6 +14,7 @@ EPILOG = """examples:
   memshrink estimate bert.onnx --shape input_ids=4,512 --shape attention_mask=4,512
   memshrink estimate det.onnx --dim batch=1 --session-option enable_mem_pattern=0
   memshrink estimate model.onnx --backend openvino --json est.json --plot est.png
+  memshrink estimate model.onnx --backend ort-openvino
   memshrink estimate model.onnx --schedule ort_priority --json -
 
 All figures are deltas over an empty process (the runtime imported, no model), split into
@@ -32,7 +33,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("model", help="path to the .onnx model")
-    p.add_argument("--backend", default="ort", choices=["ort", "openvino", "cuda"])
+    p.add_argument(
+        "--backend",
+        default="ort",
+        choices=["ort", "openvino", "cuda", "ort-openvino", "cpu"],
+        help="runtime to predict (verify's names: cpu = ort; ort-openvino = ORT's OpenVINO EP)",
+    )
     p.add_argument("--shape", action="append", default=[], metavar="NAME=D1,D2,…")
     p.add_argument("--dim", action="append", default=[], metavar="SYMBOL=N")
     p.add_argument(
@@ -41,7 +47,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="ORT setting: execution_order=PRIORITY_BASED, enable_mem_pattern=0, "
-        "enable_cpu_mem_arena=0, enable_mem_reuse=0",
+        "enable_cpu_mem_arena=0, enable_mem_reuse=0; estimator-only: "
+        "memshrink.hold_outputs=0 (the caller drops each run's outputs before the next run; "
+        "default: held, as verify does), memshrink.int_range=LO,HI (token ids' range; default: "
+        "uniform over the embedding table)",
     )
     p.add_argument(
         "--schedule", choices=["file", "ort_default", "ort_priority", "openvino"], default=None

@@ -438,6 +438,7 @@ def simulate(
     mem_pattern: bool = True,
     arena: bool = True,
     hold_outputs: bool = False,
+    creation: Sequence[int] = (),
 ) -> OrtRunModel:
     """Replay three runs through the BFC arena and report the pages written.
 
@@ -456,10 +457,14 @@ def simulate(
     chunks are released only when the next run returns. On BERT b4x512 after ``chunk`` the
     held 6 MiB output splits run 1's 64 MiB region, the 63.5 MiB pattern block takes a new
     128 MiB region in run 2 and the 64 MiB region in run 3 (arena log): +192 MiB measured
-    held (184 predicted), +125 released before each run (120). Off by default: on U-Net (pattern off) it predicts
-    512 MiB where ``verify`` measured 385; ORT's log shows two 8 MiB regions made at session
-    creation whose free tails take U-Net's 1 MiB output, and session-time arena allocations
-    are not replayed here yet (``docs/activation-passes.md``).
+    held (184 predicted), +125 released before each run (120). The estimator turns it on by
+    default (``memshrink verify`` and ``out = sess.run(...)`` loops hold them).
+
+    ``creation``: the arena allocations session creation makes and keeps (``creation_arena``:
+    ConvTranspose's prepacked filters), replayed first. They set the region size the next
+    extension starts from, and their regions' free tails take small run-time tensors (U-Net:
+    two 8 MiB regions whose tails hold its 1 MiB output, arena log); their own pages are
+    weights, so every figure here is the growth over the state they leave.
     """
     bufs = plan_.buffers
     outputs = sum(b.size for b in bufs if b.is_output)
@@ -516,19 +521,36 @@ def simulate(
                 arena_.free(c)
             held.clear()
 
+    for size in creation:
+        if size:
+            arena_.alloc(_aligned(size))
+    base = arena_.region_resident()
+
+    def grown() -> list[int]:
+        now = arena_.region_resident()
+        return [t - (base[i] if i < len(base) else 0) for i, t in enumerate(now)]
+
     run(False)
-    run_1 = arena_.resident
-    touched_1 = arena_.region_resident()
+    touched_1 = grown()
+    run_1 = sum(touched_1)
     run(mem_pattern)
     run(mem_pattern)
+    touched = grown()
     notes.append(
         f"steady state: run 1's arena + the memory-pattern block ({block_size} B)"
         if mem_pattern
         else "memory pattern off: later runs repeat run 1 in the warm arena"
     )
+    if hold_outputs:
+        notes.append("the caller holds each run's outputs (zero copy) until the next run returns")
+    if any(creation):
+        notes.append(
+            f"session creation's arena allocations replayed first ({len(creation)} kept chunks, "
+            f"{sum(creation)} B: ConvTranspose's prepacked filters)"
+        )
     return OrtRunModel(
         run_1,
-        arena_.resident,
+        sum(touched),
         block_size,
         arena_.reserved,
         peak,
@@ -536,12 +558,43 @@ def simulate(
         notes,
         list(arena_.regions),
         touched_1,
-        arena_.region_resident(),
+        touched,
     )
 
 
+# Kernels whose ``PrePack`` takes its buffer from the kernel's own (arena) allocator: ORT's
+# verbose arena log shows U-Net's ConvTranspose filters (8 and 2 MiB requests) extending the
+# arena during session creation, while MatMul/Gemm packing (BERT, ResNet-50's FC) does not.
+ARENA_PREPACK = {"ConvTranspose": 1}
+
+
+def creation_arena(g: GraphInfo) -> list[int]:
+    """Sizes of the arena chunks session creation allocates and keeps, in ORT's order (node
+    index): one prepacked copy of each constant ConvTranspose filter (same bytes as the filter;
+    once per initializer, as the arena log of U-Net shows)."""
+    seen: set[str] = set()
+    sizes: list[int] = []
+    for node in g.nodes:
+        pos = ARENA_PREPACK.get(node.op_type)
+        if pos is None or node.domain not in ("", "ai.onnx") or len(node.inputs) <= pos:
+            continue
+        name = node.inputs[pos]
+        t = g.tensors.get(name)
+        if t is None or t.kind != "initializer" or name in seen:
+            continue
+        seen.add(name)
+        sizes.append(t.nbytes or 0)
+    return sizes
+
+
+HOLD_OUTPUTS = "memshrink.hold_outputs"  # estimator-only key in ``session_options``
+INT_RANGE = "memshrink.int_range"  # estimator-only: "LO,HI" of integer inputs (Gather ids)
+
+
 def session_options_rules(opts: Mapping[str, str]) -> dict[str, bool | str]:
-    """Normalize the session options that change memory: order, pattern, arena, reuse."""
+    """Normalize the session options that change memory: order, pattern, arena, reuse, and
+    the estimator-only ``memshrink.hold_outputs`` (default on: the caller keeps the previous
+    run's outputs, as ``memshrink verify`` and an ``out = sess.run(...)`` loop do)."""
 
     def flag(key: str, default: bool) -> bool:
         v = opts.get(key)
@@ -555,6 +608,8 @@ def session_options_rules(opts: Mapping[str, str]) -> dict[str, bool | str]:
         "enable_mem_pattern": flag("enable_mem_pattern", True),
         "enable_cpu_mem_arena": flag("enable_cpu_mem_arena", True),
         "enable_mem_reuse": flag("enable_mem_reuse", True),
+        # Not an ORT option: whether the caller keeps run N's outputs while run N+1 executes.
+        "hold_outputs": flag(HOLD_OUTPUTS, True),
         "fusions": _level(opts) in ("extended", "all"),
         "graph_optimization_level": _level(opts),
     }

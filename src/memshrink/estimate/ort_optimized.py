@@ -492,17 +492,12 @@ class _Rewriter:
         out_c, in_c = ws[0], ws[1]
         group = int(n.attrs.get("group", 1))
         b = self.block
-        reorder = True
-        if group > 1:
-            if out_c % b:
-                return
-            if not (in_c == 1 and out_c == group) and (
-                in_c % b or out_c % group or (out_c // group) % b
-            ):
-                return
-        elif in_c < b:
-            reorder = False
-        elif in_c % b:
+        # the same eligibility as ort_weights.nchwc_filter_shape (ORT 1.32, optimized graph
+        # dumped: C_in 12 -> 16 and 500 -> 504 padded, a 20-channel depthwise Conv converted
+        # with C_out padded to 24; a grouped Conv with unaligned channels per group stays NCHW)
+        reorder = in_c >= b or group > 1  # C_in < block (group 1): NCHW input read directly
+        depthwise = in_c == 1 and out_c == group
+        if group > 1 and not depthwise and (out_c % b or in_c % b or (out_c // group) % b):
             return
         if len(n.inputs) > 2 and n.inputs[2] and not self._is_const(n.inputs[2]):
             return

@@ -17,9 +17,10 @@ malloc logger (docs/estimate.md, "Weights on ONNX Runtime CPU"):
   stays unless the weight was rewritten or prepacked.
 * **Freed copies**: the ``Initializer`` source, the reorder vector and the TensorProto of each
   conversion, the fused intermediates, and (embedded) the ModelProto strings and released
-  copies. glibc returns blocks over 32 MiB (always mmapped); of the smaller ones a measured
-  fraction stays resident as heap fragments (``ort_freed_copy_resident``): which ones do depends
-  on the allocation history, not on ORT.
+  copies. What glibc keeps of them is replayed (``glibc_heap``: the heap's extent after
+  session creation's blocks, in ORT's order, ``creation_blocks``); embedded models keep a
+  calibrated fraction of the freed bytes (``ort_freed_copy_resident_embedded``) because their
+  ModelProto strings are bimodal per process.
 
 Everything here reads shapes, dtypes and the external flag only, never weight bytes.
 """
@@ -30,8 +31,10 @@ import platform
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from memshrink.estimate.glibc_heap import resident_after_creation
 from memshrink.estimate.graph import GraphInfo, NodeInfo
 from memshrink.estimate.ort_heap import CreationBlocks
+from memshrink.estimate.schedule import ort_default
 from memshrink.estimate.weights import WeightSplit
 
 MiB = 1 << 20
@@ -102,6 +105,7 @@ class ConvWeight:
     resident: int  # bytes of the copy the session keeps (padded when NCHWc converts it)
     nchwc: bool
     fused: bool  # a BatchNormalization / Mul was folded into it first
+    rounds: int = 0  # fusion passes that rewrote it (Conv -> BN -> Mul by a constant: 2)
 
 
 def _group(g: GraphInfo, node: NodeInfo, w_shape: tuple[int, ...]) -> int:
@@ -112,17 +116,23 @@ def _group(g: GraphInfo, node: NodeInfo, w_shape: tuple[int, ...]) -> int:
     return max(1, x.shape[1] // w_shape[1])
 
 
-def _fused_into(g: GraphInfo, conv: NodeInfo) -> bool:
-    """ORT's ConvBNFusion / ConvMulFusion: the Conv's only consumer is a BatchNormalization (or a
-    Mul by a constant) whose other inputs are all initializers."""
-    out = g.tensors.get(conv.outputs[0]) if conv.outputs else None
-    if out is None or out.is_output or len(set(out.consumers)) != 1:
-        return False
-    nxt = g.nodes[out.consumers[0]]
-    if nxt.op_type not in ("BatchNormalization", "Mul"):
-        return False
-    others = [n for n in nxt.inputs if n and n != conv.outputs[0]]
-    return bool(others) and all(g.tensors[n].kind == "initializer" for n in others)
+def _fusion_rounds(g: GraphInfo, conv: NodeInfo) -> int:
+    """How many times ORT's ConvBNFusion / ConvMulFusion rewrite this Conv's weight: once per
+    BatchNormalization (or Mul by a constant) that is the only consumer of the chain so far,
+    its other inputs all initializers. Each is one pass of the rule-based transformer (traced:
+    DenseNet-121's Conv -> BN -> Mul(Unsqueeze(w)) writes the fused weight twice)."""
+    rounds, name = 0, conv.outputs[0] if conv.outputs else ""
+    while True:
+        out = g.tensors.get(name)
+        if out is None or out.is_output or len(set(out.consumers)) != 1:
+            return rounds
+        nxt = g.nodes[out.consumers[0]]
+        if nxt.op_type not in ("BatchNormalization", "Mul") or not nxt.outputs:
+            return rounds
+        others = [n for n in nxt.inputs if n and n != name]
+        if not others or not all(g.tensors[n].kind == "initializer" for n in others):
+            return rounds
+        rounds, name = rounds + 1, nxt.outputs[0]
 
 
 def conv_weights(
@@ -142,7 +152,7 @@ def conv_weights(
             or not node.inputs[2]
             or (g.tensors[node.inputs[2]].kind == "initializer")
         )
-        fused = fusions and _fused_into(g, node)
+        rounds = _fusion_rounds(g, node) if fusions else 0
         shape = (
             nchwc_filter_shape(tuple(t.shape), _group(g, node, tuple(t.shape)), block)
             if nchwc and bias_ok
@@ -153,7 +163,7 @@ def conv_weights(
             resident = shape[0] * shape[1] * shape[2] * shape[3] * 4
         prev = out.get(t.name)
         if prev is None or (shape is not None and not prev.nchwc):
-            out[t.name] = ConvWeight(t.name, nb, resident, shape is not None, fused)
+            out[t.name] = ConvWeight(t.name, nb, resident, shape is not None, rounds > 0, rounds)
     return list(out.values())
 
 
@@ -166,7 +176,7 @@ def _heap_bytes(nbytes: int) -> int:
 def _mmapped_part(cw: ConvWeight) -> ConvWeight:
     """``cw`` with only its blocks that glibc always mmaps (over 32 MiB) left."""
     big = {n: (n if n > DEFAULT_MMAP_THRESHOLD_MAX else 0) for n in (cw.nbytes, cw.resident)}
-    return ConvWeight(cw.name, big[cw.nbytes], big[cw.resident], cw.nchwc, cw.fused)
+    return ConvWeight(cw.name, big[cw.nbytes], big[cw.resident], cw.nchwc, cw.fused, cw.rounds)
 
 
 def conv_copies(convs: list[ConvWeight], stranded: float) -> tuple[int, int, int]:
@@ -267,23 +277,33 @@ def ort_cpu_weights(
     convs = conv_weights(g, block, fusions=level >= 1, nchwc=use_nchwc)
     res = OrtWeights(nchwc_block=block if use_nchwc else 1)
     res.blocks = creation_blocks(g, w, convs, embedded=embedded)
+    # what glibc keeps of the copies session creation writes: the replayed heap's extent plus
+    # the live mmapped blocks (``glibc_heap``), instead of a calibrated fraction of the freed
+    # (embedded models use the calibrated fraction below: no replay)
+    heap, heap_peak = (0, 0) if embedded else resident_after_creation(res.blocks)
     res.assumptions.append(
         f"ORT CPU NCHWc block size {block if use_nchwc else 'off'} "
         "(MlasNchwcGetBlockSize: 16 with AVX512F, else 8 on x86-64; from this host's CPU flags); "
         "glibc malloc with its default dynamic mmap threshold"
+        + ("" if embedded else f" (weight copies replayed: {heap / MiB:.1f} MiB resident)")
     )
-    kappa = c["ort_freed_copy_resident_embedded" if embedded else "ort_freed_copy_resident"]
-    conv_res, freed, scratch = conv_copies(convs, kappa)
+    # the conversions' scratch (A + V + S) as the replay places it: in holes where they fit
+    scratch = heap_peak - heap
+    kappa = c["ort_freed_copy_resident_embedded"]
+    conv_kept, freed, _ = conv_copies(convs, 0.0)
     if embedded:
-        # The scratch lands in the holes the ModelProto's strings leave (resident already): only
-        # blocks over 32 MiB, always mmapped, add pages. Measured on ResNet-50 (embedded, largest
-        # A+V+S 27 MiB): creation peak 8.4-8.6 MiB above the post-creation RSS in 3 processes;
-        # the same graph with external data: 22 MiB.
+        # Embedded: the replay does not reproduce the ModelProto's strings (bimodal per
+        # process, docs/estimate.md); a calibrated fraction of the freed copies stays. The
+        # scratch lands in the strings' holes: only blocks over 32 MiB, always mmapped, add
+        # pages (ResNet-50 embedded, largest A+V+S 27 MiB: creation peak 8.4-8.6 MiB above the
+        # post-creation RSS in 3 processes; the same graph with external data: 22 MiB).
         scratch = conv_copies([_mmapped_part(cw) for cw in convs], 0.0)[2]
     conv_mapped = sum(cw.nbytes for cw in convs if not (cw.nchwc or cw.fused) and not embedded)
     conv_embedded = sum(cw.nbytes for cw in convs if not (cw.nchwc or cw.fused) and embedded)
     packed, pack_transient = prepacked(g, w)
-    res.retained_anon = conv_res + packed + w.folded_anon
+    res.retained_anon = w.folded_anon + (
+        conv_kept + int(kappa * freed) + packed if embedded else heap
+    )
     # constant folding reads each source weight into a heap buffer (Initializer) while the
     # result is computed: a transient of the largest folded source
     folded_src = max(
@@ -296,9 +316,10 @@ def ort_cpu_weights(
         default=0,
     )
     transient = max(pack_transient, folded_src, scratch)
-    # the session's own transient (``ort_session_transient``, counted as overhead) and the
-    # weights' scratch do not stack: measured peaks follow the larger of the two
-    res.creation_anon = res.retained_anon + max(0, transient - int(c["ort_session_transient"]))
+    # the session's own transient (``ort_session_transient``, counted as overhead) comes first
+    # and is freed into the heap the weight copies then grow into: the peak is the larger of
+    # the transient and the weights' retained + scratch bytes
+    res.creation_anon = max(0, res.retained_anon + transient - int(c["ort_session_transient"]))
     if embedded:
         # Session state copies every initializer out of the ModelProto into its own OrtValue;
         # the copies of rewritten Conv weights and of prepacked weights are freed again (after
@@ -343,6 +364,8 @@ def ort_cpu_weights(
         )
     res.classes.update(
         {
+            "kept": conv_kept + packed + w.folded_anon + res.classes.get("embedded_kept", 0),
+            "glibc_resident": heap,
             "conv_nchwc": sum(cw.resident for cw in convs if cw.nchwc),
             "conv_fused": sum(cw.nbytes for cw in convs if cw.fused),
             "conv_in_place": conv_mapped + conv_embedded,
@@ -369,25 +392,43 @@ def creation_blocks(
         for n in inits:
             b.alloc(f"str:{n}", g.tensors[n].nbytes or 0, grown=True)
         for n in inits:
-            b.alloc(f"copy:{n}", g.tensors[n].nbytes or 0)
+            b.alloc(f"copy:{n}", g.tensors[n].nbytes or 0, aligned=True)
             b.free(f"str:{n}")
+    # ORT runs each transformer over the whole graph in its topological order (the DEFAULT
+    # reverse DFS): each pass of the Conv+BN/Mul fusions (level 1), then every NCHWc conversion
+    # (level 3); the fused weights a later pass replaced are released after the last
+    # conversion (traced). A, K (and session copies, packed B) come from ORT's allocator
+    # (posix_memalign 64), V and S (a vector, a TensorProto string) from malloc.
+    rank = {i: r for r, i in enumerate(ort_default(g))}
+    convs = sorted(
+        convs, key=lambda cw: min((rank.get(i, i) for i in g.tensors[cw.name].consumers), default=0)
+    )
+    replaced: list[str] = []  # fused weights NCHWc replaces
+    for r in range(max((cw.rounds for cw in convs), default=0)):
+        for cw in convs:
+            if cw.rounds > r:
+                key = f"{cw.name}#{r}"
+                b.alloc(f"fA:{key}", cw.nbytes, aligned=True)
+                b.alloc(f"fS:{key}", cw.nbytes)
+                b.alloc(f"fK:{key}", cw.nbytes, aligned=True)
+                b.free(f"fS:{key}", f"fA:{key}")
+                if r + 1 == cw.rounds and cw.nchwc:
+                    replaced.append(f"fK:{key}")
+    # a weight fused again is released once the fusions are done (traced: Inception v2)
+    b.free(*(f"fK:{cw.name}#{r}" for cw in convs for r in range(cw.rounds - 1)))
     for cw in convs:
-        key = cw.name
-        if cw.fused:
-            b.alloc(f"fA:{key}", cw.nbytes)
-            b.alloc(f"fS:{key}", cw.nbytes)
-            b.alloc(f"fK:{key}", cw.nbytes)
-            b.free(f"fA:{key}", f"fS:{key}")
         if cw.nchwc:
-            b.alloc(f"A:{key}", cw.nbytes)
+            key = cw.name
+            b.alloc(f"A:{key}", cw.nbytes, aligned=True)
             b.alloc(f"V:{key}", cw.resident)
             b.alloc(f"S:{key}", cw.resident)
-            b.alloc(f"K:{key}", cw.resident)
-            b.free(f"A:{key}", f"V:{key}", f"S:{key}", f"fK:{key}")
+            b.alloc(f"K:{key}", cw.resident, aligned=True)
+            b.free(f"S:{key}", f"V:{key}", f"A:{key}")
+    b.free(*replaced)
     order = sorted(
         (min(g.tensors[n].consumers, default=0), n) for n, k in w.names.items() if k == "prepacked"
     )
     for _, n in order:
-        b.alloc(f"pack:{n}", _packed_size(g, n))
+        b.alloc(f"pack:{n}", _packed_size(g, n), aligned=True)
     b.free(*(f"copy:{n}" for n in inits if n in rewritten or w.names.get(n) == "prepacked"))
     return b

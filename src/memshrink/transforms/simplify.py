@@ -5,6 +5,10 @@ refuses models whose weights exceed ``max_model_bytes`` (the reason goes into th
 the model is left untouched). Folded constants are capped by ``max_folded_bytes`` so a
 fold never trades a small subgraph for a huge constant. Outputs match within onnxsim's
 own check tolerances, not bit-for-bit (folding can reassociate arithmetic).
+
+onnxsim's rewrites are not all memory wins: it turns 3-D MatMul+Add into Reshape/Gemm/Reshape,
+which ORT cannot run in place (the bundled demo model: +2 MiB measured at session creation).
+So the simplified graph is kept only when the estimator does not predict a higher peak.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from memshrink import opaque_types
 from memshrink.manager import Pass, PassContext, PassResult
 from memshrink.model import META_SOURCE, iter_tensor_slots, serialize_with_data
 from memshrink.transforms import register
+from memshrink.transforms.predicted import predicted_peak
 
 
 @register
@@ -76,11 +81,17 @@ class SimplifyPass(Pass):
         opaque_types.carry(model, new_model)
         new_model.meta[META_SOURCE] = dict(model.meta.get(META_SOURCE) or {}, path=None)
         nodes_after = sum(1 for _ in new_model.graph)
-        return PassResult(
-            modified=True,
-            stats={"nodes_before": nodes_before, "nodes_after": nodes_after},
-            model=new_model,
-        )
+        stats: dict[str, object] = {"nodes_before": nodes_before, "nodes_after": nodes_after}
+        before, after = predicted_peak(model, context), predicted_peak(new_model, context)
+        if before is not None and after is not None:
+            stats.update(predicted_peak_before=before, predicted_peak_after=after)
+            if after > before:
+                stats["reason"] = (
+                    f"kept the original: onnxsim's graph is predicted to peak higher "
+                    f"({after} B > {before} B)"
+                )
+                return PassResult(modified=False, stats=stats)
+        return PassResult(modified=True, stats=stats, model=new_model)
 
 
 def _signature(values: list[ir.Value]) -> list[tuple[str, str, tuple[str, ...] | None]]:

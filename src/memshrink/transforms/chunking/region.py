@@ -14,7 +14,7 @@ tensor; so halos grow with depth exactly as the chain's kernels, strides and pad
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import onnx_ir as ir
@@ -230,16 +230,36 @@ def bands(extent: int, k: int, count: int, stagger: int = 0) -> Range:
     return (edge(k), edge(k + 1))
 
 
-def chunk_rows(region: Region, k: int, count: int, stagger: int = 0) -> ChunkRows:
-    """Backward: what every region node must produce, and read, for chunk ``k``."""
+def output_extent(region: Region) -> int:
+    """The largest chunk-axis extent of the region's outputs: the scale ``edges`` are given on."""
+    return max(
+        region.facts[v.producer()].out_shapes[v.index()][region.axes[v]]  # type: ignore[arg-type,index]
+        for v in region.outputs
+    )
+
+
+def chunk_rows(
+    region: Region, k: int, count: int, stagger: int = 0, edges: Sequence[int] | None = None
+) -> ChunkRows:
+    """Backward: what every region node must produce, and read, for chunk ``k``.
+
+    ``edges`` (``count + 1`` increasing rows on the scale of ``output_extent``), when given,
+    replace the near-equal / staggered ``bands``; an output of another extent is cut at the
+    proportional rows.
+    """
     want: dict[ir.Value, Range] = {}
     part: dict[ir.Value, Range] = {}
+    ref = output_extent(region) if edges is not None else 0
     for v in region.outputs:
         s = region.facts[v.producer()].out_shapes[v.index()]  # type: ignore[index,arg-type]
         assert s is not None
-        part[v] = bands(s[region.axes[v]], k, count, stagger)
+        ext = s[region.axes[v]]
+        if edges is not None:
+            part[v] = (edges[k] * ext // ref, edges[k + 1] * ext // ref)
+        else:
+            part[v] = bands(ext, k, count, stagger)
         if part[v][1] <= part[v][0]:
-            raise Refuse(f"stagger {stagger} leaves chunk {k} of {v.name} empty")
+            raise Refuse(f"band layout {edges or stagger} leaves chunk {k} of {v.name} empty")
         want[v] = part[v]
     node_range: dict[ir.Node, Range] = {}
     needs: dict[ir.Node, list[Range | None]] = {}

@@ -9,6 +9,7 @@ identical shape, and equal bands give the chunks identical shapes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -32,6 +33,7 @@ class RewriteStats:
     halo_rows: dict[str, int] = field(default_factory=dict)  # entry -> max extra rows per chunk
     outputs: list[str] = field(default_factory=list)  # names of the concatenated region outputs
     specialized: dict[str, int] = field(default_factory=dict)  # what specialize() changed
+    edges: list[int] | None = None  # explicit band edges (``chunking.layout``), if used
 
     @property
     def extra_flops(self) -> float:
@@ -119,13 +121,19 @@ def _with_extent(shape: Shape, axis: int, n: int) -> Shape:
     return tuple(s)
 
 
-def rewrite(graph: ir.Graph, region: Region, count: int, stagger: int = 0) -> RewriteStats:
+def rewrite(
+    graph: ir.Graph,
+    region: Region,
+    count: int,
+    stagger: int = 0,
+    edges: Sequence[int] | None = None,
+) -> RewriteStats:
     """Replace ``region`` in ``graph`` by ``count`` chunk copies and Concat nodes.
 
     Raises ``Refuse`` (leaving the graph untouched) when some chunk's rows cannot be derived.
     """
     plans = [
-        chunk_rows(region, k, count, stagger) for k in range(count)
+        chunk_rows(region, k, count, stagger, edges) for k in range(count)
     ]  # may Refuse: nothing written
     b = _Builder(graph, f"chunk_{region.label}")
     flops_before = sum(

@@ -1,0 +1,185 @@
+"""How much anonymous memory glibc's main arena holds after ORT CPU session creation.
+
+Session creation allocates and frees weight copies (``ort_weights.creation_blocks``); what
+stays resident is not the live bytes but the heap's extent (every page below the heap top was
+written, free or not: glibc returns heap memory only by trimming the top, and madvises free
+chunks in the middle only in ``malloc_trim``, which nobody calls) plus the live mmapped blocks.
+This replays the blocks with glibc 2.36's rules (``malloc/malloc.c``):
+
+* chunk size ``request2size(n) = max(32, (n + 8 + 15) & ~15)``; best fit among free chunks,
+  then the top chunk, then ``sysmalloc``: a request at or above the dynamic mmap threshold is
+  mmapped (``ALIGN_UP(nb + 8, 4096)`` bytes), a smaller one extends the top by the shortfall +
+  ``M_TOP_PAD`` (128 KiB), page-rounded;
+* freeing an mmapped chunk of at most 32 MiB raises the threshold to its (page-rounded) size and
+  the trim threshold to twice that; freeing a chunk that merges into a top of at least the trim
+  threshold shrinks the heap to top + ``M_TOP_PAD``;
+* ``posix_memalign(64, n)`` (ORT's CPU allocator: the ``Initializer`` source, the new OrtValue,
+  packed B, session state's copies) calls ``_int_malloc(nb + 64 + 32)`` and gives back the
+  leading and trailing spare as separate small chunks. Those go to the tcache, where they look
+  in use: the block's hole cannot merge with its neighbours after it is freed, and a same-size
+  aligned request (which needs 96 bytes more) does not fit it. That is why equal-size filter
+  conversions leapfrog and fragment the heap (VGG-19: six 9 MiB filters leave 66 MiB free). No
+  trailing spare is split when the block's address happens to need an 80-byte lead (one
+  address in four; small allocations in between make it unpredictable), so the replay runs
+  the four rotations of "every fourth aligned block unpinned" and averages them.
+
+Small allocations between the big ones are not replayed (their bytes are the calibrated
+session overhead). Checked against ``mallinfo2()`` after session creation and against the
+same replay of an ``LD_PRELOAD`` malloc trace (docs/estimate.md).
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+from memshrink.estimate.ort_heap import CHUNK_OVERHEAD, CreationBlocks
+
+MiB = 1 << 20
+PAGE = 4096
+MMAP_THRESHOLD_START = 128 * 1024  # DEFAULT_MMAP_THRESHOLD_MIN
+MMAP_THRESHOLD_MAX = 32 * MiB  # DEFAULT_MMAP_THRESHOLD_MAX, 64-bit
+TOP_PAD = 128 * 1024  # DEFAULT_TOP_PAD
+ALIGN_SPARE = 64 + 32  # posix_memalign(64, n): alignment + MINSIZE asked of _int_malloc
+FRAGMENT = ALIGN_SPARE - 8  # the spare left beside a freed aligned block
+ROTATIONS = 4
+
+
+def request2size(n: int) -> int:
+    return max(32, (n + 8 + 15) & ~15)
+
+
+@dataclass
+class _Chunk:
+    addr: int
+    size: int
+    free: bool
+    pinned: bool = False  # an aligned block whose trailing spare sits in the tcache
+
+
+@dataclass
+class GlibcHeap:
+    """glibc's main arena for large blocks, by address. Chunks are kept in address order
+    (``_addrs`` for bisection) and the free ones also by (size, address), so best fit and
+    coalescing cost a bisection each."""
+
+    threshold: int = MMAP_THRESHOLD_START
+    trim_threshold: int = MMAP_THRESHOLD_START
+    top: int = 0  # start of the top chunk
+    brk: int = 0  # end of the heap
+    chunks: list[_Chunk] = field(default_factory=list)
+    mmapped: dict[int, int] = field(default_factory=dict)
+    peak: int = 0  # the largest ``resident`` seen
+    _addrs: list[int] = field(default_factory=list)
+    _by_size: list[tuple[int, int]] = field(default_factory=list)  # free chunks (size, addr)
+    _mapped_bytes: int = 0
+    _next_mmap: int = -1
+
+    def alloc(self, n: int, *, aligned: bool = False, pin: bool = True) -> int:
+        h = self._place(n, aligned, pin)
+        self.peak = max(self.peak, self.resident)
+        return h
+
+    def _insert(self, c: _Chunk) -> None:
+        i = bisect.bisect_left(self._addrs, c.addr)
+        self._addrs.insert(i, c.addr)
+        self.chunks.insert(i, c)
+        if c.free:
+            bisect.insort(self._by_size, (c.size, c.addr))
+
+    def _remove(self, i: int) -> _Chunk:
+        c = self.chunks.pop(i)
+        self._addrs.pop(i)
+        if c.free:
+            self._by_size.remove((c.size, c.addr))
+        return c
+
+    def _place(self, n: int, aligned: bool, pin: bool) -> int:
+        need = request2size(n + ALIGN_SPARE) if aligned else request2size(n)
+        k = bisect.bisect_left(self._by_size, (need, -1))
+        if k < len(self._by_size):  # best fit: the smallest free chunk that fits
+            _, addr = self._by_size[k]
+            i = bisect.bisect_left(self._addrs, addr)
+            c = self._remove(i)
+            if c.size - need >= 32:
+                self._insert(_Chunk(c.addr + need, c.size - need, True))
+                c.size = need
+            c.free, c.pinned = False, aligned and pin
+            self._insert(c)
+            return c.addr
+        if self.brk - self.top < need:
+            if need >= self.threshold:
+                h = self._next_mmap
+                self._next_mmap -= 1
+                self.mmapped[h] = (need + 8 + PAGE - 1) // PAGE * PAGE
+                self._mapped_bytes += self.mmapped[h]
+                return h
+            self.brk += (need - (self.brk - self.top) + TOP_PAD + PAGE - 1) // PAGE * PAGE
+        c = _Chunk(self.top, need, False, aligned and pin)
+        self.top += need
+        self._insert(c)
+        return c.addr
+
+    def free(self, handle: int) -> None:
+        if handle in self.mmapped:
+            size = self.mmapped.pop(handle)
+            self._mapped_bytes -= size
+            if self.threshold < size <= MMAP_THRESHOLD_MAX:
+                self.threshold, self.trim_threshold = size, 2 * size
+            return
+        i = bisect.bisect_left(self._addrs, handle)
+        c = self._remove(i)
+        addr, size = c.addr, c.size
+        if c.pinned:  # the trailing spare stays allocated (tcache): no merge forward
+            size -= FRAGMENT
+            self._insert(_Chunk(addr + size, FRAGMENT, False))
+        elif i < len(self.chunks) and self.chunks[i].free:
+            size += self._remove(i).size
+        if i > 0 and self.chunks[i - 1].free:
+            prev = self._remove(i - 1)
+            addr, size = prev.addr, prev.size + size
+        if addr + size == self.top:  # merges into the top
+            self.top = addr
+            if self.brk - self.top >= self.trim_threshold:
+                self.brk = min(self.brk, (self.top + TOP_PAD + PAGE - 1) // PAGE * PAGE)
+        else:
+            self._insert(_Chunk(addr, size, True))
+
+    @property
+    def resident(self) -> int:
+        """Heap pages below the top (written) plus the live mmapped blocks."""
+        return self.top + self._mapped_bytes
+
+    @property
+    def holes(self) -> int:
+        return sum(size for size, _ in self._by_size)
+
+
+def replay(blocks: CreationBlocks, rotation: int = 0) -> GlibcHeap:
+    """The heap after session creation's blocks; aligned block ``k`` keeps no trailing spare
+    when ``(k + rotation) % 4 == 3``."""
+    heap = GlibcHeap()
+    live: dict[str, int] = {}
+    k = 0
+    for op, key, n in blocks.events:
+        if op == "free":
+            if key in live:
+                heap.free(live.pop(key))
+            continue
+        aligned = key in blocks.aligned
+        pin = True
+        if aligned:
+            pin = (k + rotation) % ROTATIONS != ROTATIONS - 1
+            k += 1
+        live[key] = heap.alloc(n - CHUNK_OVERHEAD, aligned=aligned, pin=pin)
+    return heap
+
+
+def resident_after_creation(blocks: CreationBlocks) -> tuple[int, int]:
+    """Anonymous bytes the replayed blocks leave resident, and the most they held at once
+    (means over the four rotations)."""
+    heaps = [replay(blocks, r) for r in range(ROTATIONS)]
+    return (
+        sum(h.resident for h in heaps) // ROTATIONS,
+        sum(h.peak for h in heaps) // ROTATIONS,
+    )
