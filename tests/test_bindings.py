@@ -26,6 +26,7 @@ def _sidecar(tmp_path: Path):  # noqa: ANN202
 def test_parse_args() -> None:
     assert parse_shape_args(["a=1,3,224,224", "b=1x128"]) == {"a": (1, 3, 224, 224), "b": (1, 128)}
     assert parse_dim_args(["batch=4"]) == {"batch": 4}
+    assert parse_shape_args(["n="]) == {"n": ()}  # a scalar, for inputs without a shape
     for bad in (["a"], ["=1"], ["a=x"], ["a=-1"]):
         with pytest.raises(UsageError):
             parse_shape_args(bad)
@@ -63,3 +64,36 @@ def test_malformed_sidecar(tmp_path: Path) -> None:
     Path(str(model) + ".json").write_text("{not json")
     with pytest.raises(UsageError, match="malformed sidecar"):
         load_sidecar(model)
+
+
+def test_an_input_without_a_shape_is_unknown_rank_not_a_scalar(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """An input with no shape field used to be bound as a scalar (estimate: 4 B; verify: fed
+    a scalar, OpenVINO refused): it must be named as unbound, and --shape gives it any rank."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from memshrink.estimate import estimate
+    from memshrink.verify.inputs import make_feeds
+    from memshrink.verify.modelinfo import read_model_io
+
+    with pytest.raises(UnboundDimensionError, match=r"x \(no shape declared: unknown rank\)"):
+        bind_input_shapes([("x", None)])
+    assert bind_input_shapes([("x", None)], shapes={"x": (2, 3)}) == {"x": (2, 3)}
+    assert bind_input_shapes([("s", ())]) == {"s": ()}  # a declared scalar stays one
+
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    path = tmp_path / "m.onnx"
+    onnx.save_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    with pytest.raises(UnboundDimensionError, match="unknown rank"):
+        estimate(str(path))
+    est = estimate(str(path), shapes={"x": (200, 300)})
+    assert est.to_dict()["bindings"]["x"] == [200, 300]
+    with pytest.raises(UnboundDimensionError, match="unknown rank"):
+        make_feeds(read_model_io(path), path)
+    feeds, _ = make_feeds(read_model_io(path), path, shapes={"x": (2, 3)})
+    assert feeds["x"].shape == (2, 3)

@@ -126,3 +126,43 @@ def test_escaping_location_is_refused(tmp_path: Path, location: str) -> None:
     onnx.save_model(proto, path)
     with pytest.raises(ExternalDataError, match="escapes|outside"):
         load(path)
+
+
+def test_unsorted_graph_is_sorted_at_load_and_sorted_one_kept(tmp_path: Path) -> None:
+    """onnxruntime.transformers.float16 appends its Cast nodes at the end of the graph (ORT
+    runs any order); ``all --dim`` then crashed in chunk (clone: "outer-scope value")."""
+    import numpy as np
+    import onnx_ir as ir
+    from onnx import TensorProto, helper, numpy_helper
+
+    from memshrink.checks import check_topological
+    from memshrink.manager import PassContext
+    from memshrink.transforms.chunk import ChunkPass
+
+    w = numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32), "w")
+    nodes = [
+        helper.make_node("Relu", ["c16"], ["y16"]),
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Cast", ["c"], ["c16"], to=TensorProto.FLOAT16),  # appended, used above
+    ]
+    g = helper.make_graph(
+        nodes,
+        "unsorted",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 32, 32])],
+        [helper.make_tensor_value_info("y16", TensorProto.FLOAT16, [2, 4, 32, 32])],
+        [w],
+    )
+    path = tmp_path / "u.onnx"
+    onnx.save_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]), path)
+    model = load(path)
+    check_topological(model.graph)
+    assert [n.op_type for n in model.graph] == ["Conv", "Cast", "Relu"]
+    ChunkPass(min_gain=-1.0).run(model.clone(), PassContext())  # must not raise
+    sorted_model = ir.from_proto(
+        helper.make_model(
+            helper.make_graph(nodes[1:] + nodes[:1], "s", g.input, g.output, [w]),
+            opset_imports=[helper.make_opsetid("", 18)],
+        )
+    )
+    onnx.save_model(ir.to_proto(sorted_model), tmp_path / "s.onnx")
+    assert [n.op_type for n in load(tmp_path / "s.onnx").graph] == ["Conv", "Cast", "Relu"]

@@ -74,6 +74,8 @@ def load_sidecar(model_path: str | os.PathLike) -> Sidecar | None:
 
 
 def _parse_dims(text: str, arg: str) -> tuple[int, ...]:
+    if not text.strip():  # NAME= : a scalar (for an input that declares no shape)
+        return ()
     parts = [p for p in text.replace("x", ",").split(",") if p.strip()]
     try:
         dims = tuple(int(p) for p in parts)
@@ -111,15 +113,16 @@ def parse_dim_args(args: Iterable[str] | None) -> dict[str, int]:
 
 
 def bind_input_shapes(
-    inputs: Sequence[tuple[str, Sequence[Dim]]],
+    inputs: Sequence[tuple[str, Sequence[Dim] | None]],
     shapes: Mapping[str, Sequence[int]] | None = None,
     dims: Mapping[str, int] | None = None,
     sidecar: Sidecar | None = None,
 ) -> dict[str, tuple[int, ...]]:
     """Resolve every graph input to a concrete shape or raise naming all unbound dims.
 
-    ``inputs`` is ``[(name, dims)]`` where a dim is an int, a symbol name, or None.
-    Precedence: explicit ``shapes`` > symbol ``dims`` > sidecar.
+    ``inputs`` is ``[(name, dims)]`` where a dim is an int, a symbol name, or None; dims None
+    means the input declares no shape at all (unknown rank): only ``--shape`` or the sidecar
+    can bind it (it is not a scalar). Precedence: explicit ``shapes`` > symbol ``dims`` > sidecar.
     """
     shapes = dict(shapes or {})
     dims = dict(dims or {})
@@ -133,6 +136,15 @@ def bind_input_shapes(
     resolved: dict[str, tuple[int, ...]] = {}
     missing: list[str] = []
     for name, declared in inputs:
+        if declared is None:  # no shape declared: any rank, but it must be given
+            side = sidecar.input(name) if sidecar else None
+            if name in shapes:
+                resolved[name] = tuple(int(d) for d in shapes[name])
+            elif side is not None:
+                resolved[name] = side.shape
+            else:
+                missing.append(f"{name} (no shape declared: unknown rank)")
+            continue
         if name in shapes:
             given = tuple(int(d) for d in shapes[name])
             if len(given) != len(declared):

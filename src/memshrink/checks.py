@@ -10,6 +10,7 @@ from __future__ import annotations
 import onnx
 import onnx_ir as ir
 
+from memshrink import opaque_types
 from memshrink.errors import PassError
 
 
@@ -80,7 +81,7 @@ def _strip_external(graph: onnx.GraphProto) -> None:
 def check_model(model: ir.Model) -> None:
     """Raise PassError when the model violates an invariant."""
     check_topological(model.graph)
-    proto = ir.serde.serialize_model(model)
+    proto = opaque_types.serialize(model)
     _strip_external(proto.graph)
     try:
         onnx.checker.check_model(proto, full_check=False)

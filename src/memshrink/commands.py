@@ -43,7 +43,7 @@ def _add_shape_args(p: argparse.ArgumentParser) -> None:
         "--shape",
         action="append",
         metavar="NAME=DIMS",
-        help="bind an input's shape, e.g. --shape input_ids=1,128 (repeatable)",
+        help="bind an input's shape, e.g. --shape input_ids=1,128 (repeatable; NAME= is a scalar)",
     )
     p.add_argument(
         "--dim",

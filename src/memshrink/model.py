@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import onnx
 import onnx_ir as ir
 
+from memshrink import opaque_types
 from memshrink.errors import ExternalDataError, ModelLoadError, UsageError
 from memshrink.protoscan import scan_model_file
 
@@ -44,7 +45,8 @@ def load(src: Any) -> ir.Model:
     if isinstance(src, ir.Model):
         return src
     if isinstance(src, onnx.ModelProto):
-        model = ir.serde.deserialize_model(src)
+        model = opaque_types.deserialize(src, copy=True)
+        sort_if_needed(model)
         model.meta[META_SOURCE] = {"path": None, "external": False}
         return model
     if isinstance(src, (str, os.PathLike)):
@@ -78,11 +80,12 @@ def _load_path(path: Path) -> ir.Model:
     if not proto.HasField("graph") or proto.ir_version <= 0:
         raise ModelLoadError(f"{path}: not an ONNX model (no graph or ir_version)")
     try:
-        model = ir.serde.deserialize_model(proto)
+        model = opaque_types.deserialize(proto, base_dir=str(path.parent))
     except Exception as exc:
         raise ModelLoadError(f"{path}: cannot be parsed as ONNX: {exc}") from None
     del proto
     check_opsets(model, str(path))
+    sort_if_needed(model)
     base_dir = str(path.parent.resolve())
     ir.external_data.set_base_dir(model.graph, base_dir)
     _set_attribute_tensor_base_dir(model, base_dir)
@@ -95,6 +98,25 @@ def _load_path(path: Path) -> ir.Model:
         "lifted_bytes": scan.lifted_bytes,
     }
     return model
+
+
+def sort_if_needed(model: ir.Model) -> bool:
+    """Sort nodes topologically when the file does not: ONNX requires it, but ONNX Runtime
+    tolerates any order and some tools write others (``onnxruntime.transformers.float16``
+    appends its Cast nodes at the end). Every pass and ``clone`` assume the order; a sorted
+    graph is left exactly as it is. Returns whether it sorted."""
+    from memshrink.checks import check_topological
+    from memshrink.errors import PassError
+
+    try:
+        check_topological(model.graph)
+    except PassError:
+        try:
+            model.graph.sort()
+        except ValueError as exc:  # a cycle: no order exists
+            raise ModelLoadError(f"the graph has a cycle: {exc}") from None
+        return True
+    return False
 
 
 @functools.lru_cache(maxsize=1)
@@ -239,7 +261,7 @@ def serialize_with_data(model: ir.Model) -> onnx.ModelProto:
             if isinstance(tensor, ir.ExternalTensor):
                 swapped.append((tensor, setter))
                 setter(materialize(tensor))
-        return ir.serde.serialize_model(model)
+        return opaque_types.serialize(model)
     finally:
         for tensor, setter in reversed(swapped):
             setter(tensor)

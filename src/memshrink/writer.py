@@ -18,6 +18,7 @@ from pathlib import Path
 import onnx
 import onnx_ir as ir
 
+from memshrink import opaque_types
 from memshrink.atomic import (
     SaveInterrupted,
     describe_os_error,
@@ -233,7 +234,7 @@ def save_model(
                     f"{inline_bytes / 2**30:.2f} GiB of weights cannot be embedded in one "
                     "protobuf (2 GiB limit); save with external data (--passes external-data)"
                 )
-            proto = ir.serde.serialize_model(model)
+            proto = opaque_types.serialize(model)
             with open(tmp_model, "wb") as f:
                 onnx.save_model(proto, f)
                 f.flush()

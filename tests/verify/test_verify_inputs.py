@@ -67,3 +67,25 @@ def test_user_npz_must_cover_inputs(model: Path, tmp_path: Path) -> None:
     np.savez(bad, other=np.zeros(1))
     with pytest.raises(UsageError, match="missing input"):
         load_feeds(bad, io)
+
+
+def test_string_inputs_get_random_words_that_ort_takes(tmp_path: Path) -> None:
+    """A STRING graph input used to stop verify ("cannot make random data of dtype object")."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph(
+        [helper.make_node("Identity", ["words"], ["out"])],
+        "s",
+        [helper.make_tensor_value_info("words", TensorProto.STRING, ["n"])],
+        [helper.make_tensor_value_info("out", TensorProto.STRING, ["n"])],
+    )
+    path = tmp_path / "s.onnx"
+    onnx.save_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]), path)
+    feeds, _ = make_feeds(read_model_io(path), path, dims={"n": 5})
+    assert feeds["words"].shape == (5,) and feeds["words"].dtype.kind == "U"
+    np.savez(tmp_path / "f.npz", **feeds)
+    with np.load(tmp_path / "f.npz", allow_pickle=False) as z:  # what the child reads
+        (out,) = ort.InferenceSession(str(path)).run(None, {"words": z["words"]})
+    assert list(out) == list(feeds["words"])

@@ -627,8 +627,13 @@ def build_view(
     """
     irm, path = _as_ir(model)
     g = irm.graph
+    # No shape at all is an unknown rank, not a scalar: --shape gives it a rank (dims unknown).
+    declared_or_none = [
+        (v.name or "", _dims_of(v.shape)) for v in g.inputs if v.name not in g.initializers
+    ]
     declared = [
-        (v.name or "", _dims_of(v.shape) or ()) for v in g.inputs if v.name not in g.initializers
+        (n, d if d is not None else (None,) * len(shapes[n]) if shapes and n in shapes else ())
+        for n, d in declared_or_none
     ]
     # An in-memory model loaded from a file keeps using that file's sidecar.
     source = irm.meta.get("memshrink.source") if path is None else None
@@ -644,7 +649,15 @@ def build_view(
         }
         sidecar.inputs = [i for i in sidecar.inputs if i.name not in covered]
     try:
-        bound = bind_input_shapes(declared, shapes=shapes, dims=dims, sidecar=sidecar)
+        bound = bind_input_shapes(
+            [
+                (n, d if o is not None or d else None)
+                for (n, d), (_, o) in zip(declared, declared_or_none, strict=True)
+            ],
+            shapes=shapes,
+            dims=dims,
+            sidecar=sidecar,
+        )
     except UnboundDimensionError:
         if not allow_partial:
             raise

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import onnx_ir as ir
 
+from memshrink import opaque_types
 from memshrink.manager import Pass, PassContext, PassResult
 from memshrink.model import META_SOURCE, iter_tensor_slots, serialize_with_data
 from memshrink.transforms import register
@@ -73,7 +74,11 @@ class SimplifyPass(Pass):
             )
         if not ok:
             return PassResult(modified=False, stats={"reason": "skipped: onnxsim's check failed"})
-        new_model = ir.serde.deserialize_model(simplified)
+        new_model = opaque_types.deserialize(simplified)
+        changed = interface_change(model, new_model)
+        if changed:
+            return PassResult(modified=False, stats={"reason": f"skipped: onnxsim {changed}"})
+        opaque_types.carry(model, new_model)
         new_model.meta[META_SOURCE] = dict(model.meta.get(META_SOURCE) or {}, path=None)
         nodes_after = sum(1 for _ in new_model.graph)
         stats: dict[str, object] = {"nodes_before": nodes_before, "nodes_after": nodes_after}
@@ -87,3 +92,37 @@ class SimplifyPass(Pass):
                 )
                 return PassResult(modified=False, stats=stats)
         return PassResult(modified=True, stats=stats, model=new_model)
+
+
+def _signature(values: list[ir.Value]) -> list[tuple[str, str, tuple[str, ...] | None]]:
+    out = []
+    for v in values:
+        shape = None if v.shape is None else tuple(str(d) for d in v.shape)
+        out.append((v.name or "", str(v.dtype), shape))
+    return out
+
+
+def _fed(model: ir.Model) -> list[ir.Value]:
+    """Graph inputs the user feeds (old exporters also list initializers as inputs)."""
+    return [v for v in model.graph.inputs if v.name not in model.graph.initializers]
+
+
+def interface_change(before: ir.Model, after: ir.Model) -> str | None:
+    """How onnxsim changed the model's interface, or None.
+
+    onnxsim's shape inference can pin a symbolic input dim (a ``Concat`` with an empty
+    ``[1, 0]`` weight makes it infer ``batch = 1`` and write ``x: [1, 32]`` for ``x: [batch,
+    32]``); the rewritten model then refuses the inputs the original took. Fed inputs must
+    keep name, dtype and shape (initializers listed as inputs may go); outputs name and dtype.
+    """
+    old_in, new_in = _signature(_fed(before)), _signature(_fed(after))
+    if old_in != new_in:
+        for o, n in zip(old_in, new_in, strict=False):
+            if o != n:
+                return f"changed input {o[0]!r} ({o[1]} {o[2]} -> {n[1]} {n[2]})"
+        return f"changed the graph inputs ({len(old_in)} -> {len(new_in)})"
+    old_out = [(n, t) for n, t, _ in _signature(list(before.graph.outputs))]
+    new_out = [(n, t) for n, t, _ in _signature(list(after.graph.outputs))]
+    if old_out != new_out:
+        return f"changed the graph outputs ({old_out} -> {new_out})"
+    return None

@@ -136,10 +136,36 @@ def _load_feeds(spec: dict[str, Any]) -> dict[str, Any]:
         return {name: z[f"i{k}"] for k, name in enumerate(spec["feed_names"])}
 
 
+def _as_array(value: Any) -> Any:
+    """One comparable array per output, also for non-tensor outputs.
+
+    ORT returns a sequence output as a list of arrays and a map as a dict (skl2onnx's ZipMap:
+    a list of {label: probability}); ``np.asarray`` would make object arrays, which ``.npz``
+    cannot hold without pickle. A map becomes its values ordered by key; a sequence of maps
+    stacks those rows; a sequence of tensors stacks them when their shapes agree, else its
+    elements are concatenated flat (contents still compared, element by element).
+    """
+    import numpy as np
+
+    if isinstance(value, dict):
+        return np.asarray([value[k] for k in sorted(value)])
+    if isinstance(value, (list, tuple)):
+        items = [_as_array(v) for v in value]
+        if not items:
+            return np.zeros((0,), np.float32)
+        if all(i.shape == items[0].shape and i.dtype == items[0].dtype for i in items):
+            return np.stack(items)
+        return np.concatenate([i.ravel() for i in items])
+    arr = np.asarray(value)
+    if arr.dtype == object:  # strings come back as Python objects
+        return arr.astype(str)
+    return arr
+
+
 def _save_outputs(spec: dict[str, Any], outputs: list[Any]) -> None:
     import numpy as np
 
-    arrays: dict[str, Any] = {f"o{k}": np.asarray(a) for k, a in enumerate(outputs)}
+    arrays: dict[str, Any] = {f"o{k}": _as_array(a) for k, a in enumerate(outputs)}
     np.savez(spec["outputs"], **arrays)
 
 

@@ -74,6 +74,9 @@ def _random(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype, l
         return (rng.standard_normal(size=shape) + 1j * rng.standard_normal(size=shape)).astype(
             dtype
         )
+    if np.dtype(dtype).kind in "OUS":  # ONNX STRING: random words, mixed case
+        words = np.array(["alpha", "Beta", "GAMMA", "delta", "Epsilon", "zeta", "ETA", "theta"])
+        return words[rng.integers(0, len(words), size=shape)].astype("<U8")
     raise UsageError(f"cannot make random data of dtype {dtype}; pass --inputs feeds.npz")
 
 

@@ -28,7 +28,7 @@ Dim = int | str | None
 class TensorInfo:
     name: str
     elem_type: int
-    dims: list[Dim]
+    dims: list[Dim] | None  # None: no shape declared (unknown rank)
 
     @property
     def dtype(self) -> str:
@@ -78,10 +78,10 @@ def _fields(buf: mmap.mmap | bytes, start: int, end: int):  # type: ignore[no-un
         raise ModelLoadError("truncated protobuf message")
 
 
-def _dims_of(vi: onnx.ValueInfoProto) -> list[Dim]:
+def _dims_of(vi: onnx.ValueInfoProto) -> list[Dim] | None:
     t = vi.type.tensor_type
     if not t.HasField("shape"):
-        return []
+        return None
     out: list[Dim] = []
     for d in t.shape.dim:
         if d.HasField("dim_value"):

@@ -1,0 +1,1394 @@
+"""Builds the real-world stress set for ``real_models_sweep.py``: exported models of every kind.
+
+Random weights, tiny configs, nothing downloaded. Each builder writes one model into the given
+folder and returns a ``Case``: where the model is and how to bind its symbolic dims. Kinds:
+torch's legacy (TorchScript) and dynamo exporters with dynamic axes; scripted control flow
+(Loop/If reading outer-scope values), Scan, nested If inside Loop, sequence ops; Hugging Face
+architectures (GPT-2 with past key/values, T5, BART, ViT, Whisper, DistilBERT, ConvNeXt, ResNet,
+a Llama-like decoder with GQA); ORT's transformer optimizer (com.microsoft fused ops), its
+dynamic (MatMulInteger) and static (QDQ) quantizers, fp16 conversion; odd files: external data
+in a sub-folder / several files, opsets 11..21, IR 7, unused initializers, initializers listed
+as inputs, zero-size tensors, omitted optional inputs, unnamed and duplicate-named nodes,
+int64/bool/string inputs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import sys
+import warnings
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+@dataclass
+class Case:
+    name: str
+    path: Path
+    dims: dict[str, int] = field(default_factory=dict)  # symbol -> value for --dim
+    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)  # for --shape
+    int_ranges: dict[str, tuple[int, int]] = field(default_factory=dict)
+    note: str = ""
+
+
+BUILDERS: list[tuple[str, Callable[[Path], Case]]] = []
+
+
+def builder(name: str) -> Callable[[Callable[[Path], Case]], Callable[[Path], Case]]:
+    def deco(fn: Callable[[Path], Case]) -> Callable[[Path], Case]:
+        BUILDERS.append((name, fn))
+        return fn
+
+    return deco
+
+
+@contextlib.contextmanager
+def _quiet() -> Any:
+    with (
+        warnings.catch_warnings(),
+        contextlib.redirect_stdout(io.StringIO()),
+        contextlib.redirect_stderr(io.StringIO()),
+    ):
+        warnings.simplefilter("ignore")
+        yield
+
+
+def _seed() -> None:
+    import torch
+
+    torch.manual_seed(0)
+    np.random.seed(0)
+
+
+def _legacy(
+    module: Any,
+    args: tuple,
+    path: Path,
+    names: list[str],
+    outs: list[str],
+    axes: dict,
+    opset: int = 17,
+    **kw: Any,
+) -> None:
+    import torch
+
+    module.eval()
+    with _quiet(), torch.no_grad():
+        torch.onnx.export(
+            module,
+            args,
+            str(path),
+            input_names=names,
+            output_names=outs,
+            dynamic_axes=axes,
+            opset_version=opset,
+            dynamo=False,
+            **kw,
+        )
+
+
+def _dynamo(
+    module: Any,
+    args: tuple,
+    path: Path,
+    names: list[str],
+    outs: list[str],
+    dynamic_shapes: Any,
+    opset: int = 18,
+    kwargs: dict | None = None,
+) -> None:
+    import torch
+
+    module.eval()
+    with _quiet(), torch.no_grad():
+        prog = torch.onnx.export(
+            module,
+            args,
+            kwargs=kwargs,
+            input_names=names,
+            output_names=outs,
+            dynamic_shapes=dynamic_shapes,
+            opset_version=opset,
+            dynamo=True,
+        )
+        prog.save(str(path))
+
+
+def _cnn() -> Any:
+    import torch
+    from torch import nn
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.c1 = nn.Conv2d(3, 16, 3, padding=1)
+            self.bn = nn.BatchNorm2d(16)
+            self.c2 = nn.Conv2d(16, 32, 3, stride=2, padding=1)
+            self.fc = nn.Linear(32, 10)
+
+        def forward(self, x: Any) -> Any:
+            y = torch.relu(self.bn(self.c1(x)))
+            y = torch.nn.functional.gelu(self.c2(y))
+            y = torch.nn.functional.interpolate(y, scale_factor=2.0, mode="nearest")
+            return self.fc(y.mean(dim=(2, 3)))
+
+    _seed()
+    return Net()
+
+
+# --------------------------------------------------------------------------- torch exporters
+
+
+@builder("legacy-cnn-dynHW-op11")
+def legacy_cnn(d: Path) -> Case:
+    import torch
+
+    p = d / "legacy_cnn.onnx"
+    _legacy(
+        _cnn(),
+        (torch.randn(2, 3, 32, 32),),
+        p,
+        ["x"],
+        ["y"],
+        {"x": {0: "batch", 2: "height", 3: "width"}},
+        opset=11,
+    )
+    return Case("legacy-cnn-dynHW-op11", p, dims={"batch": 2, "height": 64, "width": 48})
+
+
+@builder("dynamo-cnn-dynHW")
+def dynamo_cnn(d: Path) -> Case:
+    import torch
+
+    p = d / "dynamo_cnn.onnx"
+    b, h, w = torch.export.Dim("batch"), torch.export.Dim("h", min=8), torch.export.Dim("w", min=8)
+    _dynamo(_cnn(), (torch.randn(2, 3, 32, 32),), p, ["x"], ["y"], ({0: b, 2: h, 3: w},))
+    return Case("dynamo-cnn-dynHW", p, dims={"batch": 2, "h": 64, "w": 48})
+
+
+@builder("legacy-init-as-inputs-op9")
+def legacy_init_inputs(d: Path) -> Case:
+    import torch
+    from torch import nn
+
+    p = d / "legacy_init_inputs.onnx"
+    _seed()
+    m = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 32))
+    _legacy(
+        m,
+        (torch.randn(2, 64),),
+        p,
+        ["x"],
+        ["y"],
+        {"x": {0: "n"}},
+        opset=9,
+        keep_initializers_as_inputs=True,
+    )
+    return Case("legacy-init-as-inputs-op9", p, dims={"n": 3})
+
+
+@builder("script-loop-if")
+def script_loop_if(d: Path) -> Case:
+    import torch
+    from torch import nn
+
+    class Body(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(32, 32)
+            self.scale = nn.Parameter(torch.randn(32))
+
+        def forward(self, x: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+            h = x
+            for _ in range(int(n)):
+                h = torch.tanh(self.lin(h)) * self.scale
+                if bool(h.sum() > 0):  # noqa: SIM108 (a scripted If, on purpose)
+                    h = h + x
+                else:
+                    h = h - x
+            return h
+
+    _seed()
+    m = torch.jit.script(Body())
+    p = d / "script_loop_if.onnx"
+    _legacy(
+        m,
+        (torch.randn(4, 32), torch.tensor(3)),
+        p,
+        ["x", "n"],
+        ["y"],
+        {"x": {0: "batch"}},
+        opset=13,
+    )
+    return Case("script-loop-if", p, dims={"batch": 4}, int_ranges={"n": (1, 5)})
+
+
+def _save(model: onnx.ModelProto, path: Path, check: bool = True) -> None:
+    if check:
+        onnx.checker.check_model(model, full_check=True)
+    onnx.save(model, str(path))
+
+
+def _w(name: str, *shape: int, dtype: Any = np.float32) -> TensorProto:
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    return numpy_helper.from_array(rng.standard_normal(shape).astype(dtype), name)
+
+
+@builder("scan-cumulative")
+def scan_model(d: Path) -> Case:
+    # Scan body: state = tanh(state @ W + x_t); reads W from the outer scope.
+    body = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["s_in", "W"], ["sw"]),
+            helper.make_node("Add", ["sw", "x_t"], ["a"]),
+            helper.make_node("Tanh", ["a"], ["s_out"]),
+            helper.make_node("Identity", ["s_out"], ["y_t"]),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("s_in", TensorProto.FLOAT, [1, 64]),
+            helper.make_tensor_value_info("x_t", TensorProto.FLOAT, [1, 64]),
+        ],
+        [
+            helper.make_tensor_value_info("s_out", TensorProto.FLOAT, [1, 64]),
+            helper.make_tensor_value_info("y_t", TensorProto.FLOAT, [1, 64]),
+        ],
+    )
+    g = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "Win"], ["xp"]),
+            helper.make_node("Scan", ["s0", "xp"], ["sf", "ys"], body=body, num_scan_inputs=1),
+            helper.make_node("Relu", ["ys"], ["y"]),
+        ],
+        "scan",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["T", 1, 64])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, ["T", 1, 64]),
+            helper.make_tensor_value_info("sf", TensorProto.FLOAT, [1, 64]),
+        ],
+        initializer=[
+            _w("W", 64, 64),
+            _w("Win", 64, 64),
+            numpy_helper.from_array(np.zeros((1, 64), np.float32), "s0"),
+        ],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 16)])
+    p = d / "scan.onnx"
+    _save(m, p)
+    return Case("scan-cumulative", p, dims={"T": 7})
+
+
+@builder("nested-if-in-loop")
+def nested_if_in_loop(d: Path) -> Case:
+    then_g = helper.make_graph(
+        [helper.make_node("MatMul", ["h_in", "Wt"], ["t_out"])],
+        "then",
+        [],
+        [helper.make_tensor_value_info("t_out", TensorProto.FLOAT, ["u1a", "u1b"])],
+        initializer=[_w("Wt", 32, 32)],
+    )
+    else_g = helper.make_graph(
+        [helper.make_node("Mul", ["h_in", "scale"], ["e_out"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("e_out", TensorProto.FLOAT, ["u2a", "u2b"])],
+    )
+    body = helper.make_graph(
+        [
+            helper.make_node("Mod", ["i", "two"], ["r"]),
+            helper.make_node("Equal", ["r", "zero"], ["even"]),
+            helper.make_node("If", ["even"], ["h_if"], then_branch=then_g, else_branch=else_g),
+            helper.make_node("Tanh", ["h_if"], ["h_out"]),
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+            helper.make_node("ReduceSum", ["h_out"], ["sc"], keepdims=0),
+        ],
+        "loop_body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("h_in", TensorProto.FLOAT, ["u3a", "u3b"]),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("h_out", TensorProto.FLOAT, ["u4a", "u4b"]),
+            helper.make_tensor_value_info("sc", TensorProto.FLOAT, []),
+        ],
+        initializer=[
+            numpy_helper.from_array(np.array(2, np.int64), "two"),
+            numpy_helper.from_array(np.array(0, np.int64), "zero"),
+        ],
+    )
+    g = helper.make_graph(
+        [
+            helper.make_node("Loop", ["trip", "", "x"], ["h", "scans"], body=body),
+            helper.make_node("Add", ["h", "x"], ["y"]),
+        ],
+        "nested",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 32]),
+            helper.make_tensor_value_info("trip", TensorProto.INT64, []),
+        ],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 32]),
+            helper.make_tensor_value_info("scans", TensorProto.FLOAT, ["iters"]),
+        ],
+        initializer=[numpy_helper.from_array(np.full((32,), 0.5, np.float32), "scale")],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    p = d / "nested_if_loop.onnx"
+    _save(m, p)
+    return Case("nested-if-in-loop", p, dims={"batch": 3}, int_ranges={"trip": (2, 5)})
+
+
+@builder("sequence-ops")
+def sequence_ops(d: Path) -> Case:
+    g = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "W"], ["a"]),
+            helper.make_node("Relu", ["a"], ["b"]),
+            helper.make_node("Sigmoid", ["a"], ["c"]),
+            helper.make_node("SequenceConstruct", ["a", "b", "c"], ["seq"]),
+            helper.make_node("SequenceInsert", ["seq", "x2"], ["seq2"]),
+            helper.make_node("ConcatFromSequence", ["seq2"], ["cat"], axis=1),
+            helper.make_node("SplitToSequence", ["cat", "split"], ["parts"], axis=1),
+            helper.make_node("SequenceAt", ["parts", "idx"], ["p1"]),
+            helper.make_node("SequenceLength", ["parts"], ["n"]),
+            helper.make_node("Add", ["p1", "bias"], ["y"]),
+        ],
+        "seq",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 48]),
+            helper.make_tensor_value_info("x2", TensorProto.FLOAT, ["batch", 48]),
+        ],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, ["u5a", "u5b"]),
+            helper.make_tensor_value_info("n", TensorProto.INT64, []),
+        ],
+        initializer=[
+            _w("W", 48, 48),
+            _w("bias", 96),
+            numpy_helper.from_array(np.array([96, 96], np.int64), "split"),
+            numpy_helper.from_array(np.array(1, np.int64), "idx"),
+        ],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    p = d / "sequence_ops.onnx"
+    _save(m, p)
+    return Case("sequence-ops", p, dims={"batch": 2})
+
+
+# --------------------------------------------------------------------------- Hugging Face
+
+
+def _tok(vocab: int, b: int = 2, s: int = 8) -> Any:
+    import torch
+
+    return torch.randint(0, vocab, (b, s), generator=torch.Generator().manual_seed(0))
+
+
+@builder("hf-gpt2-past-legacy")
+def gpt2_past(d: Path) -> Case:
+    import torch
+    import transformers
+
+    cfg = transformers.GPT2Config(
+        n_layer=2, n_embd=64, n_head=4, vocab_size=500, n_positions=128, use_cache=True
+    )
+    _seed()
+    lm = transformers.GPT2LMHeadModel(cfg).eval()
+
+    class Wrap(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lm = lm
+
+        def forward(self, ids: Any, mask: Any, k0: Any, v0: Any, k1: Any, v1: Any) -> Any:
+            cache = transformers.DynamicCache()
+            cache.update(k0, v0, 0)
+            cache.update(k1, v1, 1)
+            out = self.lm(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True)
+            pk = out.past_key_values
+            return (
+                out.logits,
+                pk.layers[0].keys,
+                pk.layers[0].values,
+                pk.layers[1].keys,
+                pk.layers[1].values,
+            )
+
+    past = [torch.randn(2, 4, 5, 16) for _ in range(4)]
+    ids = _tok(500, 2, 3)
+    mask = torch.ones(2, 8, dtype=torch.long)
+    names = ["input_ids", "attention_mask", "past_k0", "past_v0", "past_k1", "past_v1"]
+    outs = ["logits", "present_k0", "present_v0", "present_k1", "present_v1"]
+    axes = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "total"}}
+    for n in names[2:]:
+        axes[n] = {0: "batch", 2: "past"}
+    p = d / "gpt2_past.onnx"
+    _legacy(Wrap(), (ids, mask, *past), p, names, outs, axes, opset=14)
+    return Case(
+        "hf-gpt2-past-legacy",
+        p,
+        dims={"batch": 2, "seq": 3, "past": 5, "total": 8},
+        int_ranges={"attention_mask": (1, 2), "input_ids": (0, 500)},
+    )
+
+
+@builder("hf-gpt2-cache-dynamo")
+def gpt2_dynamo(d: Path) -> Case:
+    import torch
+    import transformers
+
+    cfg = transformers.GPT2Config(
+        n_layer=2, n_embd=64, n_head=4, vocab_size=500, n_positions=128, use_cache=True
+    )
+    _seed()
+    lm = transformers.GPT2LMHeadModel(cfg).eval()
+
+    class Wrap(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lm = lm
+
+        def forward(self, ids: Any, mask: Any) -> Any:
+            out = self.lm(input_ids=ids, attention_mask=mask, use_cache=True)
+            pk = out.past_key_values
+            return out.logits, pk.layers[0].keys, pk.layers[1].values
+
+    b, s = torch.export.Dim("batch"), torch.export.Dim("seq", min=2, max=120)
+    p = d / "gpt2_dynamo.onnx"
+    _dynamo(
+        Wrap(),
+        (_tok(500), torch.ones(2, 8, dtype=torch.long)),
+        p,
+        ["input_ids", "attention_mask"],
+        ["logits", "k0", "v1"],
+        ({0: b, 1: s}, {0: b, 1: s}),
+    )
+    return Case(
+        "hf-gpt2-cache-dynamo",
+        p,
+        dims={"batch": 2, "seq": 16},
+        int_ranges={"attention_mask": (1, 2)},
+    )
+
+
+def _hf_dynamo(
+    name: str,
+    module: Any,
+    inputs: dict[str, Any],
+    dyn: dict[str, dict[int, str]],
+    d: Path,
+    dims: dict[str, int],
+    ranges: dict[str, tuple[int, int]] | None = None,
+    opset: int = 18,
+) -> Case:
+    """Exports an HF model as users do: keyword inputs, named dynamic dims, outputs flattened."""
+    import torch
+
+    module.eval()
+    sym: dict[str, Any] = {}
+    ds = {
+        k: (
+            {
+                a: sym.setdefault(n, torch.export.Dim(n, min=2, max=512))
+                for a, n in dyn.get(k, {}).items()
+            }
+            or None
+        )
+        for k in inputs
+    }
+    p = d / f"{name}.onnx"
+    _dynamo(module, (), p, list(inputs), None, ds, kwargs=inputs, opset=opset)  # type: ignore[arg-type]
+    return Case(name, p, dims=dims, int_ranges=ranges or {})
+
+
+@builder("hf-t5-encdec-dynamo")
+def t5(d: Path) -> Case:
+    import torch
+    import transformers
+
+    cfg = transformers.T5Config(
+        vocab_size=300,
+        d_model=64,
+        d_kv=16,
+        d_ff=128,
+        num_layers=2,
+        num_decoder_layers=2,
+        num_heads=4,
+        use_cache=False,
+    )
+    _seed()
+    m = transformers.T5ForConditionalGeneration(cfg)
+    inputs = {
+        "input_ids": _tok(300),
+        "attention_mask": torch.ones(2, 8, dtype=torch.long),
+        "decoder_input_ids": _tok(300, 2, 6),
+    }
+    dyn = {
+        "input_ids": {0: "batch", 1: "enc"},
+        "attention_mask": {0: "batch", 1: "enc"},
+        "decoder_input_ids": {0: "batch", 1: "dec"},
+    }
+    return _hf_dynamo(
+        "hf-t5-encdec-dynamo",
+        m,
+        inputs,
+        dyn,
+        d,
+        {"batch": 2, "enc": 10, "dec": 5},
+        {"attention_mask": (1, 2)},
+    )
+
+
+@builder("hf-bart-legacy")
+def bart(d: Path) -> Case:
+    import torch
+    import transformers
+
+    cfg = transformers.BartConfig(
+        vocab_size=300,
+        d_model=64,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=128,
+        decoder_ffn_dim=128,
+        use_cache=False,
+        max_position_embeddings=128,
+    )
+    _seed()
+    inner = transformers.BartForConditionalGeneration(cfg).eval()
+
+    class W(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = inner
+
+        def forward(self, ids: Any, mask: Any, dec: Any) -> Any:
+            return self.m(input_ids=ids, attention_mask=mask, decoder_input_ids=dec).logits
+
+    p = d / "bart.onnx"
+    axes = {
+        "input_ids": {0: "batch", 1: "enc"},
+        "attention_mask": {0: "batch", 1: "enc"},
+        "decoder_input_ids": {0: "batch", 1: "dec"},
+    }
+    _legacy(
+        W(),
+        (_tok(300), torch.ones(2, 8, dtype=torch.long), _tok(300, 2, 6)),
+        p,
+        list(axes),
+        ["logits"],
+        axes,
+        opset=17,
+    )
+    return Case(
+        "hf-bart-legacy",
+        p,
+        dims={"batch": 2, "enc": 10, "dec": 5},
+        int_ranges={"attention_mask": (1, 2)},
+    )
+
+
+@builder("hf-vit-dynamo")
+def vit(d: Path) -> Case:
+    import torch
+    import transformers
+
+    cfg = transformers.ViTConfig(
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        image_size=32,
+        patch_size=8,
+    )
+    _seed()
+    m = transformers.ViTModel(cfg)
+    return _hf_dynamo(
+        "hf-vit-dynamo",
+        m,
+        {"pixel_values": torch.randn(2, 3, 32, 32)},
+        {"pixel_values": {0: "batch"}},
+        d,
+        {"batch": 2},
+    )
+
+
+@builder("hf-whisper-dynamo")
+def whisper(d: Path) -> Case:
+    import torch
+    import transformers
+
+    cfg = transformers.WhisperConfig(
+        vocab_size=300,
+        num_mel_bins=16,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        d_model=64,
+        encoder_ffn_dim=128,
+        decoder_ffn_dim=128,
+        max_source_positions=50,
+        max_target_positions=64,
+        use_cache=False,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        decoder_start_token_id=1,
+    )
+    _seed()
+    m = transformers.WhisperForConditionalGeneration(cfg)
+    inputs = {"input_features": torch.randn(2, 16, 100), "decoder_input_ids": _tok(300, 2, 6)}
+    dyn = {"input_features": {0: "batch"}, "decoder_input_ids": {0: "batch", 1: "dec"}}
+    return _hf_dynamo("hf-whisper-dynamo", m, inputs, dyn, d, {"batch": 2, "dec": 5})
+
+
+@builder("hf-distilbert-legacy")
+def distilbert(d: Path) -> Case:
+    import torch
+    import transformers
+
+    cfg = transformers.DistilBertConfig(
+        vocab_size=400, dim=64, n_layers=2, n_heads=4, hidden_dim=128, max_position_embeddings=128
+    )
+    _seed()
+    inner = transformers.DistilBertModel(cfg).eval()
+
+    class W(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = inner
+
+        def forward(self, ids: Any, mask: Any) -> Any:
+            return self.m(input_ids=ids, attention_mask=mask).last_hidden_state
+
+    p = d / "distilbert.onnx"
+    axes = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}}
+    _legacy(
+        W(),
+        (_tok(400), torch.ones(2, 8, dtype=torch.long)),
+        p,
+        list(axes),
+        ["last_hidden_state"],
+        axes,
+        opset=14,
+    )
+    return Case(
+        "hf-distilbert-legacy",
+        p,
+        dims={"batch": 2, "seq": 16},
+        int_ranges={"attention_mask": (1, 2)},
+    )
+
+
+@builder("hf-convnext-dynamo")
+def convnext(d: Path) -> Case:
+    import torch
+    import transformers
+
+    cfg = transformers.ConvNextConfig(
+        num_channels=3,
+        hidden_sizes=[16, 32],
+        depths=[1, 1],
+        num_stages=2,
+        num_labels=10,
+        image_size=64,
+    )
+    _seed()
+    m = transformers.ConvNextForImageClassification(cfg)
+    return _hf_dynamo(
+        "hf-convnext-dynamo",
+        m,
+        {"pixel_values": torch.randn(2, 3, 64, 64)},
+        {"pixel_values": {0: "batch", 2: "h", 3: "w"}},
+        d,
+        {"batch": 2, "h": 64, "w": 96},
+    )
+
+
+@builder("hf-resnet-legacy")
+def resnet(d: Path) -> Case:
+    import torch
+    import transformers
+
+    cfg = transformers.ResNetConfig(
+        num_channels=3, embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], num_labels=10
+    )
+    _seed()
+    inner = transformers.ResNetForImageClassification(cfg).eval()
+
+    class W(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = inner
+
+        def forward(self, x: Any) -> Any:
+            return self.m(pixel_values=x).logits
+
+    p = d / "resnet.onnx"
+    _legacy(
+        W(),
+        (torch.randn(2, 3, 64, 64),),
+        p,
+        ["pixel_values"],
+        ["logits"],
+        {"pixel_values": {0: "batch", 2: "h", 3: "w"}},
+        opset=13,
+    )
+    return Case("hf-resnet-legacy", p, dims={"batch": 2, "h": 64, "w": 96})
+
+
+@builder("hf-llama-gqa-dynamo")
+def llama(d: Path) -> Case:
+    import torch
+    import transformers
+
+    cfg = transformers.LlamaConfig(
+        vocab_size=500,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        use_cache=False,
+    )
+    _seed()
+    m = transformers.LlamaForCausalLM(cfg)
+    inputs = {"input_ids": _tok(500), "attention_mask": torch.ones(2, 8, dtype=torch.long)}
+    dyn = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}}
+    return _hf_dynamo(
+        "hf-llama-gqa-dynamo",
+        m,
+        inputs,
+        dyn,
+        d,
+        {"batch": 2, "seq": 12},
+        {"attention_mask": (1, 2)},
+    )
+
+
+@builder("hf-llama-gqa-legacy")
+def llama_legacy(d: Path) -> Case:
+    import torch
+    import transformers
+
+    cfg = transformers.LlamaConfig(
+        vocab_size=500,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        use_cache=False,
+    )
+    _seed()
+    inner = transformers.LlamaForCausalLM(cfg).eval()
+
+    class W(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = inner
+
+        def forward(self, ids: Any, mask: Any) -> Any:
+            return self.m(input_ids=ids, attention_mask=mask).logits
+
+    p = d / "llama_legacy.onnx"
+    axes = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}}
+    _legacy(
+        W(),
+        (_tok(500), torch.ones(2, 8, dtype=torch.long)),
+        p,
+        list(axes),
+        ["logits"],
+        axes,
+        opset=17,
+    )
+    return Case(
+        "hf-llama-gqa-legacy",
+        p,
+        dims={"batch": 2, "seq": 12},
+        int_ranges={"attention_mask": (1, 2)},
+    )
+
+
+# --------------------------------------------------------------------------- ORT tools
+
+
+def _bert_legacy(d: Path, name: str = "bert_src.onnx") -> Path:
+    import torch
+    import transformers
+
+    cfg = transformers.BertConfig(
+        vocab_size=400,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        max_position_embeddings=128,
+    )
+    _seed()
+    inner = transformers.BertModel(cfg).eval()
+
+    class W(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = inner
+
+        def forward(self, ids: Any, mask: Any, tt: Any) -> Any:
+            o = self.m(input_ids=ids, attention_mask=mask, token_type_ids=tt)
+            return o.last_hidden_state, o.pooler_output
+
+    p = d / name
+    axes = {n: {0: "batch", 1: "seq"} for n in ("input_ids", "attention_mask", "token_type_ids")}
+    _legacy(
+        W(),
+        (_tok(400), torch.ones(2, 8, dtype=torch.long), torch.zeros(2, 8, dtype=torch.long)),
+        p,
+        list(axes),
+        ["last_hidden_state", "pooler_output"],
+        axes,
+        opset=14,
+    )
+    return p
+
+
+_BERT_DIMS = {"batch": 2, "seq": 16}
+_BERT_RANGES = {"attention_mask": (1, 2), "token_type_ids": (0, 2)}
+
+
+@builder("ort-transformers-optimizer-bert")
+def ort_optimized_bert(d: Path) -> Case:
+    from onnxruntime.transformers import optimizer
+
+    src = _bert_legacy(d)
+    with _quiet():
+        opt = optimizer.optimize_model(
+            str(src), model_type="bert", num_heads=4, hidden_size=64, opt_level=0
+        )
+    p = d / "bert_ortopt.onnx"
+    opt.save_model_to_file(str(p))
+    return Case("ort-transformers-optimizer-bert", p, dims=_BERT_DIMS, int_ranges=_BERT_RANGES)
+
+
+@builder("ort-optimizer-gpt2-fp16")
+def ort_optimized_gpt2_fp16(d: Path) -> Case:
+    from onnxruntime.transformers import optimizer
+
+    src = gpt2_past(d)
+    with _quiet():
+        opt = optimizer.optimize_model(
+            str(src.path), model_type="gpt2", num_heads=4, hidden_size=64, opt_level=0
+        )
+        opt.convert_float_to_float16(keep_io_types=True)
+    p = d / "gpt2_ortopt_fp16.onnx"
+    opt.save_model_to_file(str(p))
+    return Case("ort-optimizer-gpt2-fp16", p, dims=src.dims, int_ranges=src.int_ranges)
+
+
+@builder("ort-quantize-dynamic-bert")
+def quant_dynamic(d: Path) -> Case:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    src = _bert_legacy(d, "bert_src_q.onnx")
+    p = d / "bert_qdyn.onnx"
+    with _quiet():
+        quantize_dynamic(str(src), str(p), weight_type=QuantType.QInt8)
+    return Case("ort-quantize-dynamic-bert", p, dims=_BERT_DIMS, int_ranges=_BERT_RANGES)
+
+
+@builder("ort-quantize-static-qdq-cnn")
+def quant_static(d: Path) -> Case:
+    import torch
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    src = d / "cnn_fp32.onnx"
+    _legacy(_cnn(), (torch.randn(1, 3, 32, 32),), src, ["x"], ["y"], {"x": {0: "batch"}}, opset=13)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            rng = np.random.default_rng(0)
+            self.data = iter(
+                [{"x": rng.standard_normal((1, 3, 32, 32), np.float32)} for _ in range(4)]
+            )
+
+        def get_next(self) -> Any:
+            return next(self.data, None)
+
+    p = d / "cnn_qdq.onnx"
+    with _quiet():
+        quantize_static(
+            str(src),
+            str(p),
+            Reader(),
+            quant_format=QuantFormat.QDQ,
+            activation_type=QuantType.QUInt8,
+            weight_type=QuantType.QInt8,
+        )
+    return Case("ort-quantize-static-qdq-cnn", p, dims={"batch": 2})
+
+
+@builder("fp16-converted-cnn")
+def fp16_cnn(d: Path) -> Case:
+    import torch
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    src = d / "cnn_for_fp16.onnx"
+    _legacy(
+        _cnn(),
+        (torch.randn(1, 3, 32, 32),),
+        src,
+        ["x"],
+        ["y"],
+        {"x": {0: "batch", 2: "h", 3: "w"}},
+        opset=17,
+    )
+    with _quiet():
+        m16 = convert_float_to_float16(onnx.load(str(src)), keep_io_types=False)
+    p = d / "cnn_fp16.onnx"
+    onnx.save(m16, str(p))
+    return Case("fp16-converted-cnn", p, dims={"batch": 2, "h": 32, "w": 40})
+
+
+# --------------------------------------------------------------------------- odd files
+
+
+def _mlp_graph(opset: int, n_layers: int = 3, width: int = 256) -> onnx.ModelProto:
+    nodes, inits = [], []
+    cur = "x"
+    for i in range(n_layers):
+        inits += [_w(f"W{i}", width, width), _w(f"b{i}", width)]
+        nodes += [
+            helper.make_node("MatMul", [cur, f"W{i}"], [f"m{i}"]),
+            helper.make_node("Add", [f"m{i}", f"b{i}"], [f"a{i}"]),
+            helper.make_node("Relu", [f"a{i}"], [f"r{i}"]),
+        ]
+        cur = f"r{i}"
+    nodes.append(helper.make_node("Identity", [cur], ["y"]))
+    g = helper.make_graph(
+        nodes,
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", width])],
+        initializer=inits,
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+@builder("external-data-subfolder-multifile")
+def external_multi(d: Path) -> Case:
+    m = _mlp_graph(17, 4)
+    sub = d / "extmulti"
+    (sub / "weights").mkdir(parents=True, exist_ok=True)
+    for i, t in enumerate(m.graph.initializer):
+        loc = f"weights/part{i % 3}.bin"
+        raw = t.raw_data
+        f = sub / loc
+        off = f.stat().st_size if f.exists() else 0
+        with open(f, "ab") as fh:
+            fh.write(raw)
+        t.ClearField("raw_data")
+        t.data_location = TensorProto.EXTERNAL
+        for k, v in (("location", loc), ("offset", str(off)), ("length", str(len(raw)))):
+            e = t.external_data.add()
+            e.key, e.value = k, v
+    p = sub / "model.onnx"
+    onnx.save(m, str(p))
+    onnx.checker.check_model(str(p))
+    return Case("external-data-subfolder-multifile", p, dims={"batch": 4})
+
+
+@builder("opset-sweep-11..21")
+def opsets(d: Path) -> list[Case]:  # type: ignore[override]
+    cases = []
+    for op in (11, 13, 15, 19, 21):
+        m = _mlp_graph(op, 2, 64)
+        # ops whose signature changed across opsets
+        g = m.graph
+        g.node.extend(
+            [
+                helper.make_node(
+                    "Unsqueeze",
+                    ["y", "ax"] if op >= 13 else ["y"],
+                    ["u"],
+                    **({} if op >= 13 else {"axes": [0]}),
+                ),
+                helper.make_node(
+                    "ReduceSum",
+                    ["u", "ax"] if op >= 13 else ["u"],
+                    ["s"],
+                    keepdims=0,
+                    **({} if op >= 13 else {"axes": [0]}),
+                ),
+                helper.make_node("Softmax", ["s"], ["z"], axis=-1),
+            ]
+        )
+        g.initializer.append(numpy_helper.from_array(np.array([0], np.int64), "ax"))
+        del g.output[:]
+        g.output.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, ["batch", 64]))
+        if op < 13:
+            g.initializer.pop()
+        p = d / f"opset{op}.onnx"
+        m.ir_version = min(m.ir_version, 10 if op >= 21 else 8)
+        _save(m, p)
+        cases.append(Case(f"opset-{op}", p, dims={"batch": 3}))
+    return cases
+
+
+@builder("ir7-unused-inits-unnamed-nodes")
+def ir7(d: Path) -> Case:
+    m = _mlp_graph(12, 3, 128)
+    m.ir_version = 7
+    g = m.graph
+    g.initializer.extend([_w("unused_a", 128, 128), _w("unused_b", 64)])
+    for i, n in enumerate(g.node):  # empty names; ORT refuses duplicate names, so none here
+        n.name = "" if n.op_type != "Relu" else f"relu{i}"
+    p = d / "ir7.onnx"
+    _save(m, p)
+    return Case("ir7-unused-inits-unnamed-nodes", p, dims={"batch": 2})
+
+
+@builder("zero-size-optional-inputs")
+def zero_size(d: Path) -> Case:
+    g = helper.make_graph(
+        [
+            helper.make_node("Concat", ["x", "empty"], ["c"], axis=1),  # empty tensor (2x0)
+            helper.make_node("Resize", ["img", "", "scales"], ["r"], mode="nearest"),
+            helper.make_node("Clip", ["c", "", "hi"], ["cl"]),
+            helper.make_node("MatMul", ["cl", "W"], ["y"]),
+            helper.make_node("Shape", ["zero_in"], ["zs"]),
+            helper.make_node("ReduceSum", ["zero_in"], ["zsum"], keepdims=1),
+        ],
+        "zero",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 32]),
+            helper.make_tensor_value_info("img", TensorProto.FLOAT, [1, 2, 8, 8]),
+            helper.make_tensor_value_info("zero_in", TensorProto.FLOAT, ["batch", 0]),
+        ],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 16]),
+            helper.make_tensor_value_info("r", TensorProto.FLOAT, [1, 2, 16, 16]),
+            helper.make_tensor_value_info("zs", TensorProto.INT64, [2]),
+            helper.make_tensor_value_info("zsum", TensorProto.FLOAT, ["u7a", "u7b"]),
+        ],
+        initializer=[
+            numpy_helper.from_array(np.zeros((1, 0), np.float32), "empty"),
+            numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales"),
+            numpy_helper.from_array(np.array(0.5, np.float32), "hi"),
+            _w("W", 32, 16),
+        ],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    # Concat of x (batch, 32) with an empty (1, 0) weight: ORT skips the empty input, while
+    # ONNX shape inference concludes batch == 1 (onnxsim used to pin the input to [1, 32]).
+    p = d / "zero_size.onnx"
+    _save(m, p)
+    return Case("zero-size-optional-inputs", p, dims={"batch": 2})
+
+
+@builder("int-bool-string-inputs")
+def mixed_inputs(d: Path) -> Case:
+    g = helper.make_graph(
+        [
+            helper.make_node("Gather", ["emb", "ids"], ["e"]),
+            helper.make_node("Cast", ["mask"], ["mf"], to=TensorProto.FLOAT),
+            helper.make_node("Unsqueeze", ["mf", "ax"], ["mu"]),
+            helper.make_node("Mul", ["e", "mu"], ["em"]),
+            helper.make_node("ReduceMean", ["em", "ax1"], ["y"], keepdims=0),
+            helper.make_node(
+                "StringNormalizer", ["words"], ["wn"], case_change_action="LOWER", locale="C"
+            ),
+            helper.make_node("Where", ["mask", "ids", "neg"], ["ids_masked"]),
+        ],
+        "mixed",
+        [
+            helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "seq"]),
+            helper.make_tensor_value_info("mask", TensorProto.BOOL, ["batch", "seq"]),
+            helper.make_tensor_value_info("words", TensorProto.STRING, ["nwords"]),
+        ],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 32]),
+            helper.make_tensor_value_info("wn", TensorProto.STRING, ["nwords"]),
+            helper.make_tensor_value_info("ids_masked", TensorProto.INT64, ["batch", "seq"]),
+        ],
+        initializer=[
+            _w("emb", 1000, 32),
+            numpy_helper.from_array(np.array([-1], np.int64), "ax"),
+            numpy_helper.from_array(np.array([1], np.int64), "ax1"),
+            numpy_helper.from_array(np.array(-1, np.int64), "neg"),
+        ],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    p = d / "mixed_inputs.onnx"
+    _save(m, p)
+    return Case("int-bool-string-inputs", p, dims={"batch": 2, "seq": 6, "nwords": 3})
+
+
+@builder("skl2onnx-like-ml-zipmap")
+def ml_zipmap(d: Path) -> Case:
+    """What skl2onnx writes for a classifier: ai.onnx.ml ops, a ZipMap to seq(map(int64,float))."""
+    g = helper.make_graph(
+        [
+            helper.make_node(
+                "Scaler", ["X"], ["xs"], domain="ai.onnx.ml", offset=[0.1] * 8, scale=[2.0] * 8
+            ),
+            helper.make_node(
+                "LinearClassifier",
+                ["xs"],
+                ["label", "prob"],
+                domain="ai.onnx.ml",
+                coefficients=[float(i % 7) / 7 for i in range(24)],
+                intercepts=[0.1, 0.2, 0.3],
+                classlabels_ints=[0, 1, 2],
+                post_transform="SOFTMAX",
+            ),
+            helper.make_node(
+                "ZipMap",
+                ["prob"],
+                ["probabilities"],
+                domain="ai.onnx.ml",
+                classlabels_int64s=[0, 1, 2],
+            ),
+        ],
+        "skl",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [None, 8])],
+        [
+            helper.make_tensor_value_info("label", TensorProto.INT64, [None]),
+            helper.make_value_info(
+                "probabilities",
+                helper.make_sequence_type_proto(
+                    helper.make_map_type_proto(
+                        TensorProto.INT64, helper.make_tensor_type_proto(TensorProto.FLOAT, [])
+                    )
+                ),
+            ),
+        ],
+    )
+    m = helper.make_model(
+        g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("ai.onnx.ml", 1)]
+    )
+    m.ir_version = 7
+    p = d / "skl_zipmap.onnx"
+    _save(m, p, check=False)
+    return Case(
+        "skl2onnx-like-ml-zipmap",
+        p,
+        shapes={"X": (5, 8)},
+        note="first input dim has neither dim_value nor dim_param",
+    )
+
+
+@builder("onnxscript-local-functions")
+def local_functions(d: Path) -> Case:
+    """Model-local functions (what onnxscript and the dynamo exporter with functions emit)."""
+    fn = helper.make_function(
+        "custom.fn",
+        "GeluBlock",
+        ["x", "w"],
+        ["y"],
+        [
+            helper.make_node("MatMul", ["x", "w"], ["m"]),
+            helper.make_node("Mul", ["m", "m"], ["m2"]),
+            helper.make_node("Sigmoid", ["m2"], ["s"]),
+            helper.make_node("Mul", ["m", "s"], ["y"]),
+        ],
+        opset_imports=[helper.make_opsetid("", 18)],
+    )
+    g = helper.make_graph(
+        [
+            helper.make_node("GeluBlock", ["x", "W1"], ["h"], domain="custom.fn"),
+            helper.make_node("GeluBlock", ["h", "W2"], ["h2"], domain="custom.fn"),
+            helper.make_node("Add", ["h2", "x"], ["y"]),
+        ],
+        "fn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 64])],
+        initializer=[_w("W1", 64, 64), _w("W2", 64, 64)],
+    )
+    m = helper.make_model(
+        g,
+        functions=[fn],
+        opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("custom.fn", 1)],
+    )
+    p = d / "local_functions.onnx"
+    _save(m, p)
+    return Case("onnxscript-local-functions", p, dims={"batch": 3})
+
+
+@builder("onnxslim-and-onnxsim-outputs")
+def slimmed(d: Path) -> list[Case]:  # type: ignore[override]
+    """Models already run through another optimizer (users chain tools)."""
+    import onnxsim
+    import onnxslim
+
+    src = distilbert(d)
+    cases = []
+    with _quiet():
+        slim = onnxslim.slim(str(src.path))
+    p1 = d / "distilbert_slim.onnx"
+    onnx.save(slim, str(p1))
+    cases.append(Case("onnxslim-output-distilbert", p1, dims=src.dims, int_ranges=src.int_ranges))
+    with _quiet():
+        sim, ok = onnxsim.simplify(str(src.path))
+    p2 = d / "distilbert_sim.onnx"
+    onnx.save(sim, str(p2))
+    cases.append(Case("onnxsim-output-distilbert", p2, dims=src.dims, int_ranges=src.int_ranges))
+    return cases
+
+
+@builder("graphsurgeon-stale-valueinfo")
+def stale_value_info(d: Path) -> Case:
+    """Hand-edited graph (onnx-graphsurgeon): value_info left stale (wrong shapes)."""
+    import onnx_graphsurgeon as gs
+
+    src = legacy_cnn(d)
+    graph = gs.import_onnx(onnx.shape_inference.infer_shapes(onnx.load(str(src.path))))
+    # insert an extra Relu after the first Conv and leave the old value_info in place
+    conv = next(n for n in graph.nodes if n.op == "Conv")
+    out = conv.outputs[0]
+    mid = gs.Variable("relu_extra", dtype=np.float32)
+    for consumer in list(out.outputs):
+        consumer.inputs[consumer.inputs.index(out)] = mid
+    graph.nodes.append(gs.Node("Relu", inputs=[out], outputs=[mid]))
+    graph.cleanup().toposort()
+    m = gs.export_onnx(graph)
+    for vi in m.graph.value_info:  # stale: claim a wrong static shape
+        if vi.type.tensor_type.HasField("shape") and len(vi.type.tensor_type.shape.dim) == 4:
+            vi.type.tensor_type.shape.dim[1].dim_value = 999
+            break
+    p = d / "gs_stale.onnx"
+    onnx.save(m, str(p))
+    return Case("graphsurgeon-stale-valueinfo", p, dims=src.dims)
+
+
+@builder("big-activations-cnn")
+def big_act(d: Path) -> Case:
+    """Large activations (a U-Net-ish stem at 512x512) so `all`'s effect on the peak shows."""
+    import torch
+    from torch import nn
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = nn.Conv2d(3, 32, 3, padding=1)
+            self.b = nn.Conv2d(32, 32, 3, padding=1)
+            self.c = nn.Conv2d(32, 64, 3, stride=2, padding=1)
+            self.up = nn.ConvTranspose2d(64, 32, 2, stride=2)
+            self.out = nn.Conv2d(64, 4, 1)
+
+        def forward(self, x: Any) -> Any:
+            a = torch.relu(self.a(x))
+            b = torch.relu(self.b(a))
+            c = torch.relu(self.c(b))
+            u = self.up(c)
+            return self.out(torch.cat([u, b], 1))
+
+    _seed()
+    p = d / "big_act.onnx"
+    _legacy(
+        Net(),
+        (torch.randn(1, 3, 64, 64),),
+        p,
+        ["x"],
+        ["y"],
+        {"x": {0: "batch", 2: "h", 3: "w"}},
+        opset=17,
+    )
+    return Case("big-activations-cnn", p, dims={"batch": 1, "h": 512, "w": 512})
+
+
+@builder("sparse-initializer-no-shape-input")
+def sparse_noshape(d: Path) -> list[Case]:  # type: ignore[override]
+    """A sparse initializer read inside an If branch; an input that declares no shape."""
+    sp = helper.make_sparse_tensor(
+        numpy_helper.from_array(np.array([1.0, 2.0, 3.0], np.float32), "S"),
+        numpy_helper.from_array(np.array([0, 5, 9], np.int64), "idx"),
+        [64],
+    )
+    then = helper.make_graph(
+        [helper.make_node("Add", ["x", "S"], ["t"])],
+        "then",
+        [],
+        [helper.make_tensor_value_info("t", TensorProto.FLOAT, ["b", 64])],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["e"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("e", TensorProto.FLOAT, ["b", 64])],
+    )
+    g = helper.make_graph(
+        [
+            helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+            helper.make_node("Greater", ["s", "zero"], ["cond"]),
+            helper.make_node("If", ["cond"], ["y"], then_branch=then, else_branch=other),
+        ],
+        "sparse",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 64])],
+        [numpy_helper.from_array(np.array(0, np.float32), "zero")],
+        sparse_initializer=[sp],
+    )
+    p1 = d / "sparse_if.onnx"
+    _save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), p1, check=False)
+    g2 = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["m"]), helper.make_node("Relu", ["m"], ["y"])],
+        "noshape",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [_w("W", 64, 64)],
+    )
+    p2 = d / "noshape.onnx"
+    onnx.save(helper.make_model(g2, opset_imports=[helper.make_opsetid("", 17)]), str(p2))
+    return [
+        Case("sparse-initializer-in-if", p1, dims={"b": 3}),
+        Case("input-without-shape", p2, shapes={"x": (4, 64)}),
+    ]
+
+
+@builder("big-mlp-embedded")
+def big(d: Path) -> Case:
+    """The biggest model of the set (~300 MiB embedded): the tool's own RSS vs onnxsim/onnxslim."""
+    m = _mlp_graph(17, 5, 3584)
+    p = d / "big_mlp.onnx"
+    onnx.save(m, str(p))
+    return Case("big-mlp-embedded", p, dims={"batch": 2})
+
+
+def build_all(folder: Path, only: list[str] | None = None) -> tuple[list[Case], dict[str, str]]:
+    """Build every model (or those named); returns the cases and {builder: error} for failures."""
+    folder.mkdir(parents=True, exist_ok=True)
+    cases: list[Case] = []
+    failed: dict[str, str] = {}
+    for name, fn in BUILDERS:
+        if only and name not in only:
+            continue
+        try:
+            out = fn(folder)
+        except Exception as exc:  # a builder that fails is reported, not fatal
+            failed[name] = (
+                f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+            )
+            print(f"build {name}: FAILED {failed[name]}", file=sys.stderr)
+            continue
+        cases += out if isinstance(out, list) else [out]
+        print(f"build {name}: ok", file=sys.stderr)
+    return cases, failed

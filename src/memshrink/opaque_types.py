@@ -1,0 +1,109 @@
+"""Value types onnx_ir cannot hold: map types, e.g. skl2onnx's ZipMap output seq(map(int64, float)).
+
+onnx_ir (1.1) has no map type, so deserializing a model whose graph inputs, outputs or value_info
+declare one raises, although the model is valid and ONNX Runtime runs it. Every skl2onnx
+classifier exported with its default ZipMap is such a model. On load, :func:`strip` takes those
+types off the proto (the values become untyped, which the passes and the estimator treat as
+"unknown") and keeps the graph inputs' and outputs' types in ``model.meta``; :func:`serialize`
+puts them back on the values of the same name whenever the model is serialized to be written.
+"""
+
+from __future__ import annotations
+
+import onnx
+import onnx_ir as ir
+
+from memshrink import sparse_init
+
+#: ``ir.Model.meta`` key: {value name: serialized TypeProto} of the top graph's inputs/outputs.
+META_OPAQUE_TYPES = "memshrink.opaque_types"
+
+
+def _has_map(t: onnx.TypeProto) -> bool:
+    which = t.WhichOneof("value")
+    if which == "map_type":
+        return True
+    if which == "sequence_type":
+        return _has_map(t.sequence_type.elem_type)
+    if which == "optional_type":
+        return _has_map(t.optional_type.elem_type)
+    return False
+
+
+def _subgraphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
+    out = []
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("g"):
+                out.append(attr.g)
+            out.extend(attr.graphs)
+    return out
+
+
+def needs_strip(proto: onnx.ModelProto) -> bool:
+    """Whether any value of the model (subgraphs included) declares a map type."""
+    graphs = [proto.graph]
+    while graphs:
+        g = graphs.pop()
+        for vi in (*g.input, *g.output, *g.value_info):
+            if vi.HasField("type") and _has_map(vi.type):
+                return True
+        graphs.extend(_subgraphs(g))
+    return False
+
+
+def strip(proto: onnx.ModelProto) -> dict[str, bytes]:
+    """Remove map-typed declarations in place; return the top graph inputs'/outputs' types."""
+    kept: dict[str, bytes] = {}
+    graphs = [(proto.graph, True)]
+    while graphs:
+        g, top = graphs.pop()
+        for vi in (*g.input, *g.output):
+            if vi.HasField("type") and _has_map(vi.type):
+                if top:
+                    kept[vi.name] = vi.type.SerializeToString()
+                vi.ClearField("type")
+        keep = [vi for vi in g.value_info if not (vi.HasField("type") and _has_map(vi.type))]
+        if len(keep) != len(g.value_info):
+            del g.value_info[:]
+            g.value_info.extend(keep)
+        graphs.extend((sub, False) for sub in _subgraphs(g))
+    return kept
+
+
+def restore(proto: onnx.ModelProto, kept: dict[str, bytes] | None) -> onnx.ModelProto:
+    """Put the kept types back on the top graph's untyped inputs/outputs of the same name."""
+    for vi in (*proto.graph.input, *proto.graph.output):
+        if kept and vi.name in kept and not vi.HasField("type"):
+            vi.type.ParseFromString(kept[vi.name])
+    return proto
+
+
+def deserialize(proto: onnx.ModelProto, copy: bool = False, base_dir: str = "") -> ir.Model:
+    """``ir.serde.deserialize_model`` that also takes models with map-typed values and sparse
+    initializers (made dense: ``memshrink.sparse_init``); ``copy`` leaves ``proto`` alone."""
+    kept: dict[str, bytes] = {}
+    sparse = sparse_init.has_sparse(proto)
+    if sparse or needs_strip(proto):
+        if copy:
+            clone = onnx.ModelProto()
+            clone.CopyFrom(proto)
+            proto = clone
+        if sparse:
+            sparse_init.densify(proto, base_dir)
+        kept = strip(proto)
+    model = ir.serde.deserialize_model(proto)
+    if kept:
+        model.meta[META_OPAQUE_TYPES] = kept
+    return model
+
+
+def serialize(model: ir.Model) -> onnx.ModelProto:
+    """``ir.serde.serialize_model`` with the map types taken off at load put back."""
+    return restore(ir.serde.serialize_model(model), model.meta.get(META_OPAQUE_TYPES))
+
+
+def carry(src: ir.Model, dst: ir.Model) -> None:
+    """Keep the stripped types when a pass replaces the model with a new one."""
+    if META_OPAQUE_TYPES in src.meta:
+        dst.meta[META_OPAQUE_TYPES] = src.meta[META_OPAQUE_TYPES]
