@@ -86,9 +86,9 @@ def recommend(
     if backend != "ort":
         return []
     if shapes is None and dims is None and isinstance(model, ir.Model):
-        from memshrink.transforms.reorder import _sidecar_bindings
+        from memshrink.transforms.predicted import sidecar_bindings
 
-        shapes = _sidecar_bindings(model)[0] or None  # the source model's sidecar
+        shapes = sidecar_bindings(model) or None  # the source model's sidecar
     base = _steady(model, backend, shapes, dims, {})
     chosen: dict[str, Any] = {}
     current = base

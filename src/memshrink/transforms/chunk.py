@@ -17,15 +17,14 @@ from typing import Any
 
 import onnx_ir as ir
 
-from memshrink.bindings import load_sidecar
 from memshrink.manager import Pass, PassContext, PassResult
-from memshrink.model import META_SOURCE
 from memshrink.transforms import register
 from memshrink.transforms.chunking.layout import distinct_edges
 from memshrink.transforms.chunking.region import Region, discover_best
 from memshrink.transforms.chunking.rewrite import RewriteStats, rewrite
 from memshrink.transforms.chunking.rules import Refuse
 from memshrink.transforms.chunking.specialize import specialize
+from memshrink.transforms.predicted import pipeline_bindings
 from memshrink.transforms.saved_layout import clone_with_meta, saved_embedded
 
 MODES = ("batch", "spatial")
@@ -39,25 +38,13 @@ DISTINCT = {"batch": (), "spatial": (4, 16)}
 TRIMS = {"batch": (0,), "spatial": (0, 4, 8)}
 
 
-def _bindings(model: ir.Model, context: PassContext) -> dict[str, Any]:
-    """Input bindings: the pipeline's, else the source model's sidecar (how it is fed)."""
-    if context.shapes or context.dims:
-        return {"shapes": context.shapes or None, "dims": context.dims or None}
-    src = model.meta.get(META_SOURCE) or {}
-    path = src.get("path") if isinstance(src, dict) else None
-    side = load_sidecar(path) if path else None
-    if side is None or not side.inputs:
-        return {"shapes": None, "dims": None}
-    return {"shapes": {i.name: list(i.shape) for i in side.inputs}, "dims": None}
-
-
 def _predict(model: ir.Model, context: PassContext) -> tuple[int, Any]:
     """Predicted ORT steady-state activation bytes (and the estimate, for its shapes), with
     the weights stored as the pipeline will save them (``saved_layout``)."""
     from memshrink.estimate import estimate
 
     est = estimate(
-        model, backend="ort", embedded=saved_embedded(model), **_bindings(model, context)
+        model, backend="ort", embedded=saved_embedded(model), **pipeline_bindings(model, context)
     )
     stage = next(s for s in est.prediction.stages if s.name == "steady_state")
     return int(stage.activations), est

@@ -40,6 +40,7 @@ from memshrink.estimate.graph import GraphInfo, ModelView, NodeInfo, TensorInfo,
 from memshrink.estimate.schedule import ort_default, ort_priority
 from memshrink.manager import Pass, PassContext, PassResult
 from memshrink.transforms import register
+from memshrink.transforms.predicted import pipeline_bindings
 from memshrink.transforms.saved_layout import clone_with_meta, saved_embedded
 
 VIEW_KEY = "activation.view"
@@ -56,29 +57,13 @@ def bound_view(model: ir.Model, context: PassContext) -> ModelView | str:
     """
 
     def compute() -> ModelView | str:
-        shapes: dict[str, Any] = dict(context.shapes)
-        dims: dict[str, int] = dict(context.dims)
-        if not shapes and not dims:
-            shapes, dims = _sidecar_bindings(model)
         try:
-            return build_view(model, shapes=shapes or None, dims=dims or None)
+            return build_view(model, **pipeline_bindings(model, context))
         except UnboundDimensionError as exc:
             return f"input dims unbound ({exc}); pass --shape/--dim"
 
     result: ModelView | str = context.analysis(VIEW_KEY, compute)
     return result
-
-
-def _sidecar_bindings(model: ir.Model) -> tuple[dict[str, Any], dict[str, int]]:
-    from memshrink.bindings import load_sidecar
-
-    src = model.meta.get("memshrink.source") or {}
-    path = src.get("path") if isinstance(src, dict) else None
-    side = load_sidecar(path) if path else None
-    if side is None:
-        return {}, {}
-    shapes = {i.name: list(i.shape) for i in side.inputs if i.shape is not None}
-    return shapes, {}
 
 
 def permuted(g: GraphInfo, order: Sequence[int]) -> GraphInfo:
@@ -372,16 +357,13 @@ def _steady_states(
     peak on each ``guard`` backend, in the layout the pipeline saves (``saved_layout``)."""
     from memshrink.estimate import estimate
 
-    shapes: dict[str, Any] = dict(context.shapes)
-    dims: dict[str, int] = dict(context.dims)
-    if not shapes and not dims:
-        shapes, dims = _sidecar_bindings(model)
+    bindings = pipeline_bindings(model, context)
     out = []
     runs = [("ort", {}), ("ort", {"execution_order": "PRIORITY_BASED"})]
     for backend, opts in runs + [(b, {}) for b in guard]:
         est = estimate(
-            model, backend=backend, shapes=shapes or None, dims=dims or None,
-            session_options=opts, embedded=saved_embedded(model),
+            model, backend=backend, session_options=opts, embedded=saved_embedded(model),
+            **bindings,
         )  # fmt: skip
         stage = next(s for s in est.prediction.stages if s.name == "steady_state")
         out.append(int(stage.activations if backend == "ort" else stage.peak))
