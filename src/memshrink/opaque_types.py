@@ -14,6 +14,7 @@ import onnx
 import onnx_ir as ir
 
 from memshrink import sparse_init
+from memshrink.protowalk import all_graphs, subgraphs
 
 #: ``ir.Model.meta`` key: {value name: serialized TypeProto} of the top graph's inputs/outputs.
 META_OPAQUE_TYPES = "memshrink.opaque_types"
@@ -30,26 +31,13 @@ def _has_map(t: onnx.TypeProto) -> bool:
     return False
 
 
-def _subgraphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
-    out = []
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.HasField("g"):
-                out.append(attr.g)
-            out.extend(attr.graphs)
-    return out
-
-
 def needs_strip(proto: onnx.ModelProto) -> bool:
     """Whether any value of the model (subgraphs included) declares a map type."""
-    graphs = [proto.graph]
-    while graphs:
-        g = graphs.pop()
-        for vi in (*g.input, *g.output, *g.value_info):
-            if vi.HasField("type") and _has_map(vi.type):
-                return True
-        graphs.extend(_subgraphs(g))
-    return False
+    return any(
+        vi.HasField("type") and _has_map(vi.type)
+        for g in all_graphs(proto)
+        for vi in (*g.input, *g.output, *g.value_info)
+    )
 
 
 def strip(proto: onnx.ModelProto) -> dict[str, bytes]:
@@ -67,7 +55,7 @@ def strip(proto: onnx.ModelProto) -> dict[str, bytes]:
         if len(keep) != len(g.value_info):
             del g.value_info[:]
             g.value_info.extend(keep)
-        graphs.extend((sub, False) for sub in _subgraphs(g))
+        graphs.extend((sub, False) for sub in subgraphs(g))
     return kept
 
 

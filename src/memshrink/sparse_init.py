@@ -13,6 +13,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from memshrink.protowalk import all_graphs
+
 
 def _dense(sp: onnx.SparseTensorProto, base_dir: str) -> onnx.TensorProto:
     values = numpy_helper.to_array(sp.values, base_dir)
@@ -29,30 +31,13 @@ def _dense(sp: onnx.SparseTensorProto, base_dir: str) -> onnx.TensorProto:
 def densify(proto: onnx.ModelProto, base_dir: str = "") -> int:
     """Turn every graph's (subgraphs too) sparse initializers into dense ones; return how many."""
     count = 0
-    graphs = [proto.graph]
-    while graphs:
-        g = graphs.pop()
+    for g in all_graphs(proto):
         if len(g.sparse_initializer):
             g.initializer.extend(_dense(sp, base_dir) for sp in g.sparse_initializer)
             count += len(g.sparse_initializer)
             del g.sparse_initializer[:]
-        for node in g.node:
-            for attr in node.attribute:
-                if attr.HasField("g"):
-                    graphs.append(attr.g)
-                graphs.extend(attr.graphs)
     return count
 
 
 def has_sparse(proto: onnx.ModelProto) -> bool:
-    graphs = [proto.graph]
-    while graphs:
-        g = graphs.pop()
-        if len(g.sparse_initializer):
-            return True
-        for node in g.node:
-            for attr in node.attribute:
-                if attr.HasField("g"):
-                    graphs.append(attr.g)
-                graphs.extend(attr.graphs)
-    return False
+    return any(len(g.sparse_initializer) for g in all_graphs(proto))
