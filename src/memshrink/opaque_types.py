@@ -40,16 +40,17 @@ def needs_strip(proto: onnx.ModelProto) -> bool:
     )
 
 
-def strip(proto: onnx.ModelProto) -> dict[str, bytes]:
+def strip(proto: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
     """Remove map-typed declarations in place; return the top graph inputs'/outputs' types."""
-    kept: dict[str, bytes] = {}
+    kept: dict[str, onnx.TypeProto] = {}
     graphs = [(proto.graph, True)]
     while graphs:
         g, top = graphs.pop()
         for vi in (*g.input, *g.output):
             if vi.HasField("type") and _has_map(vi.type):
                 if top:
-                    kept[vi.name] = vi.type.SerializeToString()
+                    kept[vi.name] = onnx.TypeProto()
+                    kept[vi.name].CopyFrom(vi.type)
                 vi.ClearField("type")
         keep = [vi for vi in g.value_info if not (vi.HasField("type") and _has_map(vi.type))]
         if len(keep) != len(g.value_info):
@@ -59,18 +60,18 @@ def strip(proto: onnx.ModelProto) -> dict[str, bytes]:
     return kept
 
 
-def restore(proto: onnx.ModelProto, kept: dict[str, bytes] | None) -> onnx.ModelProto:
+def restore(proto: onnx.ModelProto, kept: dict[str, onnx.TypeProto] | None) -> onnx.ModelProto:
     """Put the kept types back on the top graph's untyped inputs/outputs of the same name."""
     for vi in (*proto.graph.input, *proto.graph.output):
         if kept and vi.name in kept and not vi.HasField("type"):
-            vi.type.ParseFromString(kept[vi.name])
+            vi.type.CopyFrom(kept[vi.name])
     return proto
 
 
 def deserialize(proto: onnx.ModelProto, copy: bool = False, base_dir: str = "") -> ir.Model:
     """``ir.serde.deserialize_model`` that also takes models with map-typed values and sparse
     initializers (made dense: ``memshrink.sparse_init``); ``copy`` leaves ``proto`` alone."""
-    kept: dict[str, bytes] = {}
+    kept: dict[str, onnx.TypeProto] = {}
     sparse = sparse_init.has_sparse(proto)
     if sparse or needs_strip(proto):
         if copy:
