@@ -95,6 +95,30 @@ def _legacy(
         )
 
 
+def _legacy_text(
+    inner: Any, path: Path, vocab: int, outs: list[str], opset: int, token_types: bool = False
+) -> None:
+    """Legacy-export a Hugging Face text model fed (input_ids, attention_mask[,
+    token_type_ids]) with symbolic batch and seq; ``outs`` are attributes of its output."""
+    import torch
+
+    names = ["input_ids", "attention_mask"] + (["token_type_ids"] if token_types else [])
+
+    class W(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = inner
+
+        def forward(self, *feeds: Any) -> Any:
+            o = self.m(**dict(zip(names, feeds, strict=True)))
+            return tuple(getattr(o, k) for k in outs)
+
+    ones = torch.ones(2, 8, dtype=torch.long)
+    args = (_tok(vocab), ones, torch.zeros(2, 8, dtype=torch.long))[: len(names)]
+    axes = {n: {0: "batch", 1: "seq"} for n in names}
+    _legacy(W(), args, path, names, outs, axes, opset=opset)
+
+
 def _dynamo(
     module: Any,
     args: tuple,
@@ -657,7 +681,6 @@ def whisper(d: Path) -> Case:
 
 @builder("hf-distilbert-legacy")
 def distilbert(d: Path) -> Case:
-    import torch
     import transformers
 
     cfg = transformers.DistilBertConfig(
@@ -665,26 +688,8 @@ def distilbert(d: Path) -> Case:
     )
     _seed()
     inner = transformers.DistilBertModel(cfg).eval()
-
-    class W(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.m = inner
-
-        def forward(self, ids: Any, mask: Any) -> Any:
-            return self.m(input_ids=ids, attention_mask=mask).last_hidden_state
-
     p = d / "distilbert.onnx"
-    axes = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}}
-    _legacy(
-        W(),
-        (_tok(400), torch.ones(2, 8, dtype=torch.long)),
-        p,
-        list(axes),
-        ["last_hidden_state"],
-        axes,
-        opset=14,
-    )
+    _legacy_text(inner, p, 400, ["last_hidden_state"], opset=14)
     return Case(
         "hf-distilbert-legacy",
         p,
@@ -782,7 +787,6 @@ def llama(d: Path) -> Case:
 
 @builder("hf-llama-gqa-legacy")
 def llama_legacy(d: Path) -> Case:
-    import torch
     import transformers
 
     cfg = transformers.LlamaConfig(
@@ -797,26 +801,8 @@ def llama_legacy(d: Path) -> Case:
     )
     _seed()
     inner = transformers.LlamaForCausalLM(cfg).eval()
-
-    class W(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.m = inner
-
-        def forward(self, ids: Any, mask: Any) -> Any:
-            return self.m(input_ids=ids, attention_mask=mask).logits
-
     p = d / "llama_legacy.onnx"
-    axes = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}}
-    _legacy(
-        W(),
-        (_tok(500), torch.ones(2, 8, dtype=torch.long)),
-        p,
-        list(axes),
-        ["logits"],
-        axes,
-        opset=17,
-    )
+    _legacy_text(inner, p, 500, ["logits"], opset=17)
     return Case(
         "hf-llama-gqa-legacy",
         p,
@@ -829,7 +815,6 @@ def llama_legacy(d: Path) -> Case:
 
 
 def _bert_legacy(d: Path, name: str = "bert_src.onnx") -> Path:
-    import torch
     import transformers
 
     cfg = transformers.BertConfig(
@@ -842,27 +827,8 @@ def _bert_legacy(d: Path, name: str = "bert_src.onnx") -> Path:
     )
     _seed()
     inner = transformers.BertModel(cfg).eval()
-
-    class W(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.m = inner
-
-        def forward(self, ids: Any, mask: Any, tt: Any) -> Any:
-            o = self.m(input_ids=ids, attention_mask=mask, token_type_ids=tt)
-            return o.last_hidden_state, o.pooler_output
-
     p = d / name
-    axes = {n: {0: "batch", 1: "seq"} for n in ("input_ids", "attention_mask", "token_type_ids")}
-    _legacy(
-        W(),
-        (_tok(400), torch.ones(2, 8, dtype=torch.long), torch.zeros(2, 8, dtype=torch.long)),
-        p,
-        list(axes),
-        ["last_hidden_state", "pooler_output"],
-        axes,
-        opset=14,
-    )
+    _legacy_text(inner, p, 400, ["last_hidden_state", "pooler_output"], opset=14, token_types=True)
     return p
 
 
