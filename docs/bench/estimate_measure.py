@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -102,8 +103,7 @@ def measure_as_verifier(
     base = res.child["baseline"]
     stages = {}
     for st in res.stages:
-        name = STAGE_NAMES.get(st["name"]) or st["name"].replace("run", "run_")
-        name = name.replace("infer", "run_")
+        name = STAGE_NAMES.get(st["name"]) or re.sub(r"^(?:run|infer)(\d+)$", r"run_\1", st["name"])
         stages[name] = {
             "peak": st["peak"] - base["rss"],
             "after": st["after"] - base["rss"],
