@@ -19,6 +19,7 @@ import onnx_ir as ir
 
 from memshrink.manager import Pass, PassContext, PassResult
 from memshrink.transforms import register
+from memshrink.transforms.chunking.channel_choice import choose_channels
 from memshrink.transforms.chunking.layout import distinct_edges
 from memshrink.transforms.chunking.region import Region, discover_best
 from memshrink.transforms.chunking.rewrite import RewriteStats, rewrite
@@ -27,7 +28,7 @@ from memshrink.transforms.chunking.specialize import specialize
 from memshrink.transforms.predicted import pipeline_bindings
 from memshrink.transforms.saved_layout import clone_with_meta, saved_embedded
 
-MODES = ("batch", "spatial")
+MODES = ("batch", "spatial", "channels")
 #: Band-size steps tried per mode (0 = equal chunks); see ``chunking.region.bands``.
 STAGGERS = {"batch": (0, 1), "spatial": (0, 4, 8, 12, 16, 20)}
 #: Distinct-shape layouts tried per mode: 1/d of a chunk's largest tensor is the smallest
@@ -156,7 +157,7 @@ class ChunkPass(Pass):
     @dataclass
     class Options:
         activation_budget: int = 0  # bytes of predicted ORT steady-state activations; 0 = lowest
-        modes: str = "batch,spatial"
+        modes: str = "batch,spatial,channels"
         max_chunks: int = 16
         spatial_axis: int = 2  # NCHW height
         min_rows: int = 16  # smallest spatial band (input rows) worth a chunk
@@ -206,6 +207,38 @@ class ChunkPass(Pass):
                 {"reason": "predicted activations already within activation_budget",
                  "predicted_activations_before": base},
             )  # fmt: skip
+        row_modes = [m for m in modes if m != "channels"]
+        stats, applied, after = self._rows(model, context, row_modes, base, shapes)
+        if "channels" in modes and not (o.activation_budget and applied and after <= o.activation_budget):
+            if applied:
+                try:
+                    after, est = _predict(model, context)
+                except Exception as exc:  # noqa: BLE001
+                    stats["channels"] = {"reason": f"estimator failed: {exc}"}
+                    return PassResult(True, stats)
+                shapes = _shapes(est)
+            ch = choose_channels(
+                model, lambda m: _predict(m, context)[0], shapes, after,
+                budget=o.activation_budget, min_gain=o.min_gain, max_chunks=o.max_chunks,
+                progress=context.progress,
+            )  # fmt: skip
+            stats["channels"] = ch
+            if ch.get("chunks"):
+                if not applied:
+                    stats.pop("reason", None)
+                applied = True
+        return PassResult(applied, stats)
+
+    def _rows(
+        self,
+        model: ir.Model,
+        context: PassContext,
+        modes: list[str],
+        base: int,
+        shapes: dict[str, tuple[int, ...] | None],
+    ) -> tuple[dict[str, Any], bool, int]:
+        """The batch/spatial search: (stats, applied, predicted activations after)."""
+        o = self.options
         candidates: list[dict[str, Any]] = []
         seen: set[tuple] = set()
         for mode in modes:
@@ -273,7 +306,7 @@ class ChunkPass(Pass):
             stats["reason"] = "no region could be chunked" + (
                 f" ({candidates[0]['refused']})" if candidates else ""
             )
-            return PassResult(False, stats)
+            return stats, False, base
         best = min(c["predicted_activations"] for c in ok)
         fit = [c for c in ok if c["predicted_activations"] <= o.activation_budget]
         if o.activation_budget and fit:
@@ -291,13 +324,13 @@ class ChunkPass(Pass):
                 f"activations by {base - pick['predicted_activations']} B, under min_saving "
                 f"{o.min_saving} B"
             )
-            return PassResult(False, stats)
+            return stats, False, base
         if pick["predicted_activations"] > base * (1 - o.min_gain):
             stats["reason"] = (
                 f"best candidate ({pick['mode']} x{pick['chunks']}) lowers the predicted "
                 f"activations by less than {o.min_gain:.0%}"
             )
-            return PassResult(False, stats)
+            return stats, False, base
         region, st = apply(
             model, shapes, pick["mode"], pick["chunks"], o.spatial_axis, pick["stagger"],
             pick["trim"], pick["distinct"],
@@ -318,4 +351,4 @@ class ChunkPass(Pass):
             specialized=st.specialized,
             stopped_at=region.stops,
         )
-        return PassResult(True, stats)
+        return stats, True, pick["predicted_activations"]
