@@ -41,7 +41,9 @@ def _model(nodes, inputs, outputs, inits) -> onnx.ModelProto:  # noqa: ANN001
     return onnx.shape_inference.infer_shapes(m)
 
 
-def bottleneck(cin: int = 16, hidden: int = 96, hw: int = 128, *, leak: bool = False) -> onnx.ModelProto:
+def bottleneck(
+    cin: int = 16, hidden: int = 96, hw: int = 128, *, leak: bool = False
+) -> onnx.ModelProto:
     """MobileNetV2/EfficientNet block: 1x1 expand, BN, ReLU6, depthwise 3x3, swish, 1x1 reduce,
     residual. ``leak`` adds a second reader of the hidden tensor outside the block."""
     nodes = [
@@ -98,7 +100,11 @@ def ffn(batch: int = 2, seq: int = 256, h: int = 64, hidden: int = 1024) -> onnx
 def _feeds(proto: onnx.ModelProto, seed: int = 1) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     inp = proto.graph.input[0]
-    return {inp.name: rng.standard_normal([d.dim_value for d in inp.type.tensor_type.shape.dim]).astype(np.float32)}
+    return {
+        inp.name: rng.standard_normal([d.dim_value for d in inp.type.tensor_type.shape.dim]).astype(
+            np.float32
+        )
+    }
 
 
 def _steady(path: Path) -> int:
@@ -186,7 +192,21 @@ def test_channel_mixing_op_stops_the_block(tmp_path: Path) -> None:
         helper.make_node("Softmax", ["a"], ["s"], axis=-1),
         helper.make_node("MatMul", ["s", "w2"], ["y"]),
     ]
-    proto = _model(nodes, [_vi("x", [4, 8])], [_vi("y", [4, 8])], [_w("w1", 8, 64), _w("w2", 64, 8)])
+    proto = _model(
+        nodes, [_vi("x", [4, 8])], [_vi("y", [4, 8])], [_w("w1", 8, 64), _w("w2", 64, 8)]
+    )
     model = load(proto)
     _, est = _predict(model, PassContext())
     assert find_blocks(model.graph, _shapes(est)) == []
+
+
+def test_guard_refuses_a_split_that_raises_openvino(tmp_path: Path) -> None:
+    """OpenVINO's CPU plugin costs memory per Conv primitive; on a tiny block the split only
+    adds primitives, so ``channel_guard=openvino`` refuses every count."""
+    src = tmp_path / "ib.onnx"
+    onnx.save_model(bottleneck(hw=16), src)
+    opts = {"chunk": {"modes": "channels", "channel_guard": "openvino", "min_gain": -1.0}}
+    res = PassManager(["chunk"], options=opts).run(src)[1].passes[0]
+    assert not res.modified
+    cands = res.stats["channels"]["candidates"]
+    assert cands and all("openvino" in c["refused"] for c in cands)

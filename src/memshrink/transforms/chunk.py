@@ -51,6 +51,33 @@ def _predict(model: ir.Model, context: PassContext) -> tuple[int, Any]:
     return int(stage.activations), est
 
 
+def _peak(model: ir.Model, context: PassContext, backend: str) -> int:
+    """Predicted whole-process peak (the highest stage) on ``backend``, saved layout."""
+    from memshrink.estimate import estimate
+
+    est = estimate(
+        model, backend=backend, embedded=saved_embedded(model), **pipeline_bindings(model, context)
+    )
+    return max(est.stage_peaks().values())
+
+
+def _guard(model: ir.Model, context: PassContext, backends: str) -> Any:
+    """A check refusing a trial that raises a guarded backend's predicted peak (or None)."""
+    names = [b.strip() for b in backends.split(",") if b.strip()]
+    if not names:
+        return None
+    base = {b: _peak(model, context, b) for b in names}
+
+    def check(trial: ir.Model) -> str | None:
+        for b in names:
+            p = _peak(trial, context, b)
+            if p > base[b]:
+                return f"raises the predicted {b} peak {base[b]} -> {p} B"
+        return None
+
+    return check
+
+
 def _shapes(est: Any) -> dict[str, tuple[int, ...] | None]:
     return {name: t.shape for name, t in est.view.graph.tensors.items()}
 
@@ -167,6 +194,10 @@ class ChunkPass(Pass):
         # too (OpenVINO compile +5 MiB for 19 nodes on a tiny CNN that saved 0.12 MiB)
         min_saving: int = 0
         specialize: bool = True  # bind symbolic input dims (from the bindings) to chunk them
+        # backends whose predicted whole-process peak a channel split must not raise (e.g.
+        # "openvino": its CPU plugin spends ~0.1-0.25 MiB per Conv/FC primitive, and a split
+        # multiplies them); empty = decide on ORT alone
+        channel_guard: str = ""
 
     def run(self, model: ir.Model, context: PassContext) -> PassResult:
         o = self.options
@@ -209,7 +240,9 @@ class ChunkPass(Pass):
             )  # fmt: skip
         row_modes = [m for m in modes if m != "channels"]
         stats, applied, after = self._rows(model, context, row_modes, base, shapes)
-        if "channels" in modes and not (o.activation_budget and applied and after <= o.activation_budget):
+        if "channels" in modes and not (
+            o.activation_budget and applied and after <= o.activation_budget
+        ):
             if applied:
                 try:
                     after, est = _predict(model, context)
@@ -220,7 +253,7 @@ class ChunkPass(Pass):
             ch = choose_channels(
                 model, lambda m: _predict(m, context)[0], shapes, after,
                 budget=o.activation_budget, min_gain=o.min_gain, max_chunks=o.max_chunks,
-                progress=context.progress,
+                progress=context.progress, guard=_guard(model, context, o.channel_guard),
             )  # fmt: skip
             stats["channels"] = ch
             if ch.get("chunks"):

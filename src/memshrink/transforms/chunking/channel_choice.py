@@ -3,8 +3,8 @@
 Why a separate step: channel splitting composes with batch/spatial chunking (a batch chunk of
 BERT still holds a 4×-wide FFN tensor), so it runs on whatever the row modes left, and is kept
 only where the estimator predicts the ORT steady state drops. One slice count for the model
-(``counts``), applied to every block or only to the blocks whose hidden tensor is at least
-half the largest one; both are predicted, and the choice follows the row modes' rule: the
+(``COUNTS``), applied to the blocks whose hidden tensor is at least half the largest one,
+then the best count applied to every block; the choice follows the row modes' rule: the
 fewest slices within 3 % of the lowest prediction.
 """
 
@@ -19,9 +19,9 @@ from memshrink.transforms.chunking.channels import Shape, find_blocks, split_cha
 from memshrink.transforms.saved_layout import clone_with_meta
 
 #: Slice counts tried (one per model).
-COUNTS = (2, 3, 4, 6, 8)
-#: Blocks split: all (0), or those with a hidden tensor >= the largest one / d.
-SCOPES = (0, 2)
+COUNTS = (2, 4, 6, 8)
+#: The largest blocks: a hidden tensor of at least the largest one's / BIG.
+BIG = 2
 
 
 def choose_channels(
@@ -34,9 +34,11 @@ def choose_channels(
     min_gain: float = 0.05,
     max_chunks: int = 16,
     progress: Callable[[str], None] | None = None,
+    guard: Callable[[ir.Model], str | None] | None = None,
 ) -> dict[str, Any]:
     """Try the channel splits on clones, apply the chosen one to ``model`` (in place) and
-    return its stats (``chunks`` set only when applied, else ``reason``)."""
+    return its stats (``chunks`` set only when applied, else ``reason``). ``guard`` returns
+    why a trial is refused (another backend's predicted peak rises), or None."""
     blocks = find_blocks(model.graph, shapes)
     stats: dict[str, Any] = {"predicted_activations_before": base, "blocks_found": len(blocks)}
     if not blocks:
@@ -45,27 +47,39 @@ def choose_channels(
     largest = max(b.hidden_bytes for b in blocks)
     candidates: list[dict[str, Any]] = []
     seen: set[tuple] = set()
-    for scope in SCOPES:
-        min_bytes = largest // scope if scope else 0
-        for count in (c for c in COUNTS if c <= max_chunks):
-            if progress:
-                progress(f"chunk: trying channels x{count} (blocks >= 1/{scope or 1} largest)")
-            trial = clone_with_meta(model)
-            st = split_channels(trial.graph, shapes, count, min_bytes)
-            key = (count, tuple(st.labels))
-            if not st.blocks or key in seen:
-                continue
-            seen.add(key)
-            cand: dict[str, Any] = {"chunks": count, "min_bytes": min_bytes, "blocks": st.blocks}
-            try:
-                cand["predicted_activations"] = predict(trial)
-            except Exception as exc:  # noqa: BLE001 - a candidate that fails is skipped
-                cand["refused"] = f"{type(exc).__name__}: {exc}"
-            candidates.append(cand)
+
+    def trial(count: int, min_bytes: int) -> None:
+        if progress:
+            progress(f"chunk: trying channels x{count} (blocks >= {min_bytes} B)")
+        clone = clone_with_meta(model)
+        st = split_channels(clone.graph, shapes, count, min_bytes)
+        key = (count, tuple(st.labels))
+        if not st.blocks or key in seen:
+            return
+        seen.add(key)
+        cand: dict[str, Any] = {"chunks": count, "min_bytes": min_bytes, "blocks": st.blocks}
+        try:
+            cand["predicted_activations"] = predict(clone)
+            why = guard(clone) if guard is not None else None
+            if why:
+                cand["refused"] = why
+        except Exception as exc:  # noqa: BLE001 - a candidate that fails is skipped
+            cand["refused"] = f"{type(exc).__name__}: {exc}"
+        candidates.append(cand)
+
+    # Every count on the largest blocks, then the best count on all blocks: the small ones
+    # rarely move the peak and each trial costs an estimate of a graph K times larger.
+    for count in (c for c in COUNTS if c <= max_chunks):
+        trial(count, largest // BIG)
+    scored = [c for c in candidates if "refused" not in c]
+    if scored:
+        trial(min(scored, key=lambda c: c["predicted_activations"])["chunks"], 0)
     stats["candidates"] = candidates
     ok = [c for c in candidates if "refused" not in c]
     if not ok:
-        stats["reason"] = "no block could be split"
+        stats["reason"] = "no split was accepted" + (
+            f" ({candidates[0]['refused']})" if candidates else ""
+        )
         return stats
     best = min(c["predicted_activations"] for c in ok)
     fit = [c for c in ok if c["predicted_activations"] <= budget]

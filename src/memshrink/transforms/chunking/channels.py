@@ -32,14 +32,42 @@ Shape = tuple[int, ...]
 
 #: Ops that compute each element from the same element of their (single) data input.
 UNARY = frozenset(
-    "Relu Sigmoid Tanh Erf Exp Log Abs Neg Sqrt Reciprocal Softplus Softsign HardSigmoid "
-    "HardSwish LeakyRelu Elu Selu Celu Gelu Mish ThresholdedRelu Identity Cast Floor Ceil "
-    "Round Sin Cos Clip".split()
+    [
+        "Relu",
+        "Sigmoid",
+        "Tanh",
+        "Erf",
+        "Exp",
+        "Log",
+        "Abs",
+        "Neg",
+        "Sqrt",
+        "Reciprocal",
+        "Softplus",
+        "Softsign",
+        "HardSigmoid",
+        "HardSwish",
+        "LeakyRelu",
+        "Elu",
+        "Selu",
+        "Celu",
+        "Gelu",
+        "Mish",
+        "ThresholdedRelu",
+        "Identity",
+        "Cast",
+        "Floor",
+        "Ceil",
+        "Round",
+        "Sin",
+        "Cos",
+        "Clip",
+    ]
 )
 #: Element-wise ops with two inputs; a non-block input must be a constant.
-BINARY = frozenset("Add Sub Mul Div Pow Max Min PRelu".split())
+BINARY = frozenset(["Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "PRelu"])
 #: Ops over NCHW that keep channels apart (channel axis 1).
-POOLS = frozenset("MaxPool AveragePool LpPool GlobalAveragePool GlobalMaxPool".split())
+POOLS = frozenset(["MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool"])
 
 
 @dataclass
@@ -403,7 +431,9 @@ def split_block(
         ))  # fmt: skip
 
     def attrs_of(node: ir.Node, **repl: int) -> list[ir.Attr]:
-        out = [ir.Attr(a.name, a.type, a.value) for n_, a in node.attributes.items() if n_ not in repl]
+        out = [
+            ir.Attr(a.name, a.type, a.value) for n_, a in node.attributes.items() if n_ not in repl
+        ]
         return out + [ir.AttrInt64(k_, v_) for k_, v_ in repl.items()]
 
     red_out = block.reduce.outputs[0]
@@ -422,9 +452,17 @@ def split_block(
         if len(ex.inputs) > 2 and ex.inputs[2] is not None:
             b = ex.inputs[2]
             bd = _dims(const_tensor(b))  # type: ignore[arg-type]
-            how = 0 if ex.op_type == "Conv" else _slice_axis(bd, (hs[0], block.channels), 1, block.channels)
+            how = (
+                0
+                if ex.op_type == "Conv"
+                else _slice_axis(bd, (hs[0], block.channels), 1, block.channels)
+            )
             ins.append(consts.whole(b) if how is None else consts.sliced(b, how, lo, hi))  # type: ignore[arg-type]
-        hk = ir.Value(name=name(f"{h.name}__ch{k}"), shape=ir.Shape(list(_with(hs, block.axes[h], hi - lo))), type=h.type)
+        hk = ir.Value(
+            name=name(f"{h.name}__ch{k}"),
+            shape=ir.Shape(list(_with(hs, block.axes[h], hi - lo))),
+            type=h.type,
+        )
         add_node(ex.op_type, ins, [hk], ex, k, attrs_of(ex))
         local[h] = hk
         for node in block.chain:
@@ -438,7 +476,11 @@ def split_block(
             y = node.outputs[0]
             ys = shapes[y.name or ""]
             assert ys is not None
-            yk = ir.Value(name=name(f"{y.name}__ch{k}"), shape=ir.Shape(list(_with(ys, block.axes[y], hi - lo))), type=y.type)
+            yk = ir.Value(
+                name=name(f"{y.name}__ch{k}"),
+                shape=ir.Shape(list(_with(ys, block.axes[y], hi - lo))),
+                type=y.type,
+            )
             repl = {"group": hi - lo} if node.op_type == "Conv" else {}
             add_node(node.op_type, ins, [yk], node, k, attrs_of(node, **repl))
             local[y] = yk
@@ -455,12 +497,18 @@ def split_block(
         ins = [local[rd.inputs[0]], consts.sliced(w, wa, lo, hi)]  # type: ignore[index]
         if k == 0 and len(rd.inputs) > 2 and rd.inputs[2] is not None:
             ins.append(consts.whole(rd.inputs[2]))
-        part = ir.Value(name=name(f"{red_out.name}__ch{k}"), shape=ir.Shape(list(red_shape)), type=red_out.type)
+        part = ir.Value(
+            name=name(f"{red_out.name}__ch{k}"), shape=ir.Shape(list(red_shape)), type=red_out.type
+        )
         add_node(rd.op_type, ins, [part], rd, k, attrs_of(rd))
         if acc is None:
             acc = part
         else:
-            s = ir.Value(name=name(f"{red_out.name}__sum{k}"), shape=ir.Shape(list(red_shape)), type=red_out.type)
+            s = ir.Value(
+                name=name(f"{red_out.name}__sum{k}"),
+                shape=ir.Shape(list(red_shape)),
+                type=red_out.type,
+            )
             add_node("Add", [acc, part], [s], None, k)
             acc = s
     assert acc is not None
@@ -478,7 +526,11 @@ def split_block(
         if v.name is not None and v.name in graph.initializers:
             del graph.initializers[v.name]
         prod = v.producer()
-        if prod is not None and prod.op_type == "Constant" and not any(y.uses() for y in prod.outputs):
+        if (
+            prod is not None
+            and prod.op_type == "Constant"
+            and not any(y.uses() for y in prod.outputs)
+        ):
             graph.remove(prod, safe=True)
     return len(new)
 
