@@ -8,6 +8,8 @@ towards the region's largest band. Regions are found automatically (``chunking.r
 op is included only when its rule proves it row-independent along the chunk axis
 (``chunking.rules``), so the rewrite computes the same numbers up to floating-point
 summation order. K is chosen by the estimator (ORT steady state), under an optional budget.
+The ``channels`` mode then splits inverted bottlenecks (expand → per-channel ops → reduce)
+along their hidden channels and sums the partial reduces (``chunking.channels``).
 """
 
 from __future__ import annotations
