@@ -210,3 +210,15 @@ def test_guard_refuses_a_split_that_raises_openvino(tmp_path: Path) -> None:
     assert not res.modified
     cands = res.stats["channels"]["candidates"]
     assert cands and all("openvino" in c["refused"] for c in cands)
+
+
+def test_split_that_raises_the_whole_process_peak_is_refused(tmp_path: Path) -> None:
+    """On a tiny block the activations saved are smaller than what more kernels cost at
+    session creation: the ORT whole-process peak would rise, so no split is taken."""
+    src = tmp_path / "ib.onnx"
+    onnx.save_model(bottleneck(hw=16), src)
+    opts = {"chunk": {"modes": "channels", "min_gain": -1.0}}
+    res = PassManager(["chunk"], options=opts).run(src)[1].passes[0]
+    cands = res.stats["channels"]["candidates"]
+    assert not res.modified and cands
+    assert all("whole-process" in c["refused"] for c in cands)

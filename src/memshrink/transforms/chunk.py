@@ -53,6 +53,12 @@ def _predict(model: ir.Model, context: PassContext) -> tuple[int, Any]:
     return int(stage.activations), est
 
 
+def _act_and_peak(model: ir.Model, context: PassContext) -> tuple[int, int]:
+    """Predicted ORT steady-state activations and whole-process peak (highest stage)."""
+    act, est = _predict(model, context)
+    return act, max(est.stage_peaks().values())
+
+
 def _peak(model: ir.Model, context: PassContext, backend: str) -> int:
     """Predicted whole-process peak (the highest stage) on ``backend``, saved layout."""
     from memshrink.estimate import estimate
@@ -253,7 +259,8 @@ class ChunkPass(Pass):
                     return PassResult(True, stats)
                 shapes = _shapes(est)
             ch = choose_channels(
-                model, lambda m: _predict(m, context)[0], shapes, after,
+                model, lambda m: _act_and_peak(m, context), shapes, after,
+                base_peak=max(est.stage_peaks().values()),
                 budget=o.activation_budget, min_gain=o.min_gain, max_chunks=o.max_chunks,
                 progress=context.progress, guard=_guard(model, context, o.channel_guard),
             )  # fmt: skip

@@ -26,10 +26,11 @@ BIG = 2
 
 def choose_channels(
     model: ir.Model,
-    predict: Callable[[ir.Model], int],
+    predict: Callable[[ir.Model], tuple[int, int]],
     shapes: dict[str, Shape | None],
     base: int,
     *,
+    base_peak: int = 0,
     budget: int = 0,
     min_gain: float = 0.05,
     max_chunks: int = 16,
@@ -37,8 +38,10 @@ def choose_channels(
     guard: Callable[[ir.Model], str | None] | None = None,
 ) -> dict[str, Any]:
     """Try the channel splits on clones, apply the chosen one to ``model`` (in place) and
-    return its stats (``chunks`` set only when applied, else ``reason``). ``guard`` returns
-    why a trial is refused (another backend's predicted peak rises), or None."""
+    return its stats (``chunks`` set only when applied, else ``reason``). ``predict`` gives
+    (steady-state activations, whole-process peak); a trial that raises the peak over
+    ``base_peak`` is refused. ``guard`` returns why a trial is refused (another backend's
+    predicted peak rises), or None."""
     blocks = find_blocks(model.graph, shapes)
     stats: dict[str, Any] = {"predicted_activations_before": base, "blocks_found": len(blocks)}
     if not blocks:
@@ -59,8 +62,10 @@ def choose_channels(
         seen.add(key)
         cand: dict[str, Any] = {"chunks": count, "min_bytes": min_bytes, "blocks": st.blocks}
         try:
-            cand["predicted_activations"] = predict(clone)
+            cand["predicted_activations"], peak = predict(clone)
             why = guard(clone) if guard is not None else None
+            if not why and base_peak and peak > base_peak:  # slices cost kernels' memory
+                why = f"raises the predicted ORT whole-process peak {base_peak} -> {peak} B"
             if why:
                 cand["refused"] = why
         except Exception as exc:  # noqa: BLE001 - a candidate that fails is skipped
