@@ -22,6 +22,7 @@ import onnx_ir as ir
 from memshrink.manager import Pass, PassContext, PassResult
 from memshrink.transforms import register
 from memshrink.transforms.chunking.channel_choice import choose_channels
+from memshrink.transforms.chunking.channels import find_blocks
 from memshrink.transforms.chunking.layout import distinct_edges
 from memshrink.transforms.chunking.region import Region, discover_best
 from memshrink.transforms.chunking.rewrite import RewriteStats, rewrite
@@ -84,6 +85,16 @@ def _guard(model: ir.Model, context: PassContext, backends: str) -> Any:
         return None
 
     return check
+
+
+def _ir_shapes(model: ir.Model) -> dict[str, tuple[int, ...] | None]:
+    """Static shapes declared on the graph's values (the chunk rewrite declares every one)."""
+    out: dict[str, tuple[int, ...] | None] = {}
+    values = list(model.graph.inputs) + [y for n in model.graph for y in n.outputs]
+    for v in values:
+        if v.shape is not None and all(isinstance(d, int) for d in v.shape):
+            out[v.name or ""] = tuple(int(d) for d in v.shape)  # type: ignore[arg-type]
+    return out
 
 
 def _shapes(est: Any) -> dict[str, tuple[int, ...] | None]:
@@ -248,7 +259,13 @@ class ChunkPass(Pass):
             )  # fmt: skip
         row_modes = [m for m in modes if m != "channels"]
         stats, applied, after = self._rows(model, context, row_modes, base, shapes)
-        if "channels" in modes and not (
+        # the shapes the IR declares suffice to find blocks: no estimate when there is none
+        blocks = "channels" in modes and bool(
+            find_blocks(model.graph, _ir_shapes(model) if applied else shapes)
+        )
+        if "channels" in modes and not blocks:
+            stats["channels"] = {"reason": "no expand -> per-channel ops -> reduce block"}
+        elif "channels" in modes and not (
             o.activation_budget and applied and after <= o.activation_budget
         ):
             if applied:
