@@ -107,6 +107,23 @@ class _Rewriter:
                 out.setdefault(i, []).append(n.idx)
         return out
 
+    def _update_consumers(
+        self, cons: dict[str, list[int]], removed: list[_Node], added: list[_Node]
+    ) -> None:
+        """Make ``cons`` what ``consumers()`` would return after a fusion removed and added
+        these nodes, in O(their inputs) instead of O(graph): rebuilding it after every fusion
+        was quadratic (a channel-split BERT b4x512, ~4000 nodes: 16 s of a 19 s estimate)."""
+        for r in removed:
+            for i in set(self._reads(r)):
+                left = [c for c in cons.get(i, []) if c != r.idx]
+                if left:
+                    cons[i] = left
+                else:
+                    cons.pop(i, None)
+        for a in added:  # the newest index: last in consumers()' node order
+            for i in self._reads(a):
+                cons.setdefault(i, []).append(a.idx)
+
     @staticmethod
     def _reads(n: _Node) -> list[str]:
         extra = n.orig.implicit_inputs if n.orig is not None else []
@@ -221,13 +238,7 @@ class _Rewriter:
             del self.nodes[n.idx], self.nodes[act.idx]
             new = self.add(n.name + "_fused", fused, MS_DOMAIN, list(n.inputs),
                            [act.outputs[0]], attrs, n.orig)  # fmt: skip
-            # what consumers() would give, in O(inputs) instead of O(graph) per fusion
-            # (a graph with 1000 Conv+Relu pairs spent 12 s here rebuilding the map)
-            for i in set(self._reads(new)):
-                cons[i] = sorted(new.idx if c == n.idx else c for c in cons.get(i, []))
-            for i in set(self._reads(act)) - {out}:
-                cons[i] = [c for c in cons.get(i, []) if c != act.idx]
-            cons.pop(out, None)
+            self._update_consumers(cons, [n, act], [new])
             self._bump(fused)
 
     # ------------------------------------------------------------------ transformer fusions
@@ -336,6 +347,7 @@ class _Rewriter:
                 continue  # only a bias broadcast along the rows is Gemm's C
             res = add.outputs[0]
             del self.nodes[n.idx], self.nodes[add.idx]
+            before = self.next_idx
             if len(a.shape) == 2:
                 self.add(n.name + "/gemm", "Gemm", "", [n.inputs[0], n.inputs[1], bias.name],
                          [res], {}, n.orig)  # fmt: skip
@@ -350,7 +362,8 @@ class _Rewriter:
                 self.add(n.name + "/gemm", "Gemm", "", [a2, n.inputs[1], bias.name], [o2],
                          {}, n.orig)  # fmt: skip
                 self.add(o2 + "/Reshape", "Reshape", "", [o2], [res])
-            cons = self.consumers()
+            added = [self.nodes[i] for i in range(before, self.next_idx)]
+            self._update_consumers(cons, [n, add], added)
             self._bump("MatMul+Add->Gemm")
 
     def skip_layer_norm_fusion(self) -> None:
@@ -377,9 +390,10 @@ class _Rewriter:
             if ins[0].shape != ins[1].shape:  # type: ignore[union-attr]
                 continue
             del self.nodes[n.idx], self.nodes[add.idx]
-            self.add(n.name + "/skip", "SkipLayerNormalization", MS_DOMAIN,
+            new = self.add(n.name + "/skip", "SkipLayerNormalization", MS_DOMAIN,
                      list(add.inputs) + list(n.inputs[1:3]), [n.outputs[0]], {}, n.orig)  # fmt: skip
-            cons, prods = self.consumers(), self.producers()
+            self._update_consumers(cons, [n, add], [new])
+            prods = self.producers()
             self._bump("SkipLayerNormalization")
 
     def matmul_scale_fusion(self) -> None:
