@@ -38,6 +38,7 @@ Only shapes, dtypes and small attributes are read: no weight byte.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -108,21 +109,45 @@ class _Rewriter:
         return out
 
     def _update_consumers(
-        self, cons: dict[str, list[int]], removed: list[_Node], added: list[_Node]
+        self,
+        cons: dict[str, list[int]],
+        removed: list[_Node],
+        added: list[_Node],
+        prods: dict[str, int] | None = None,
     ) -> None:
-        """Make ``cons`` what ``consumers()`` would return after a fusion removed and added
-        these nodes, in O(their inputs) instead of O(graph): rebuilding it after every fusion
-        was quadratic (a channel-split BERT b4x512, ~4000 nodes: 16 s of a 19 s estimate)."""
-        for r in removed:
+        """Make ``cons`` (and ``prods``) what ``consumers()`` (``producers()``) would return
+        after a fusion removed and added these nodes, in O(their inputs) instead of O(graph):
+        rebuilding them after every fusion was quadratic (a channel-split BERT b4x512, ~4000
+        nodes: 16 s of a 19 s estimate). A node rewritten in place is passed in both lists,
+        removed before the change and added after it (``_drop_reads``, ``_add_reads``)."""
+        self._drop_reads(cons, removed, prods)
+        self._add_reads(cons, added, prods)
+
+    def _drop_reads(
+        self, cons: dict[str, list[int]], nodes: list[_Node], prods: dict[str, int] | None = None
+    ) -> None:
+        for r in nodes:
             for i in set(self._reads(r)):
                 left = [c for c in cons.get(i, []) if c != r.idx]
                 if left:
                     cons[i] = left
                 else:
                     cons.pop(i, None)
-        for a in added:  # the newest index: last in consumers()' node order
+            if prods is not None:
+                for o in r.outputs:
+                    if o and prods.get(o) == r.idx:
+                        del prods[o]
+
+    def _add_reads(
+        self, cons: dict[str, list[int]], nodes: list[_Node], prods: dict[str, int] | None = None
+    ) -> None:
+        for a in nodes:  # consumers() lists readers in node order, which is index order
             for i in self._reads(a):
-                cons.setdefault(i, []).append(a.idx)
+                bisect.insort(cons.setdefault(i, []), a.idx)
+            if prods is not None:
+                for o in a.outputs:
+                    if o:
+                        prods[o] = a.idx
 
     @staticmethod
     def _reads(n: _Node) -> list[str]:
@@ -263,12 +288,15 @@ class _Rewriter:
                 continue
             out = t2.outputs[0]
             nxt = self.nodes.get(cons[out][0]) if self._single_use(out, cons) else None
+            gone = [t1, r, t2]
             if nxt is not None and self._unit_reshape(nxt, cons, allow_output=True):
                 out = nxt.outputs[0]
                 del self.nodes[nxt.idx]
+                gone.append(nxt)
             del self.nodes[t1.idx], self.nodes[r.idx]
+            self._drop_reads(cons, gone, prods)
             t2.inputs[0], t2.outputs[0] = t1.inputs[0], out
-            cons, prods = self.consumers(), self.producers()
+            self._add_reads(cons, [t2], prods)
             self._bump("Transpose+Reshape+Transpose")
 
     def _unit_reshape(
@@ -392,8 +420,7 @@ class _Rewriter:
             del self.nodes[n.idx], self.nodes[add.idx]
             new = self.add(n.name + "/skip", "SkipLayerNormalization", MS_DOMAIN,
                      list(add.inputs) + list(n.inputs[1:3]), [n.outputs[0]], {}, n.orig)  # fmt: skip
-            self._update_consumers(cons, [n, add], [new])
-            prods = self.producers()
+            self._update_consumers(cons, [n, add], [new], prods)
             self._bump("SkipLayerNormalization")
 
     def matmul_scale_fusion(self) -> None:
@@ -405,7 +432,7 @@ class _Rewriter:
             n = self.nodes.get(idx)
             if n is None or n.op_type != "MatMul" or n.domain not in ("", "ai.onnx"):
                 continue
-            ins, fused = list(n.inputs[:2]), 0
+            ins, fused, gone = list(n.inputs[:2]), 0, [n]
             for k, name in enumerate(ins):
                 p = self.nodes.get(prods.get(name, -1))
                 if p is None or p.op_type not in ("Mul", "Div") or p.domain not in ("", "ai.onnx"):
@@ -419,14 +446,15 @@ class _Rewriter:
                     if c is not None and c.kind == "initializer" and _is_scalar(c):
                         ins[k] = p.inputs[j]
                         del self.nodes[p.idx]
+                        gone.append(p)
                         fused += 1
                         break
             if not fused:
                 continue
             del self.nodes[n.idx]
-            self.add(n.name + "/scaled", "FusedMatMul", MS_DOMAIN, ins, list(n.outputs),
-                     {}, n.orig)  # fmt: skip
-            cons, prods = self.consumers(), self.producers()  # only after a fusion: O(N) each
+            new = self.add(n.name + "/scaled", "FusedMatMul", MS_DOMAIN, ins, list(n.outputs),
+                           {}, n.orig)  # fmt: skip
+            self._update_consumers(cons, gone, [new], prods)
             self._bump("FusedMatMul")
 
     # ------------------------------------------------------------------ level 3: NCHWc
