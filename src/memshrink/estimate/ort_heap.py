@@ -55,13 +55,13 @@ class Heap:
         """Place a block of ``n`` bytes: returns (handle, 'hole' | 'top' | 'mmap'); ``heap``:
         a block grown in place (never mmapped below the maximum threshold)."""
         best: _Seg | None = None
-        for s in self.segs:
+        at = -1
+        for i, s in enumerate(self.segs):
             if s.free and s.size >= n and (best is None or s.size < best.size):
-                best = s
+                best, at = s, i
         if best is not None:
-            if best.size > n:
-                i = self.segs.index(best)
-                self.segs.insert(i + 1, _Seg(best.addr + n, best.size - n, True))
+            if best.size > n:  # (an index, not segs.index: dataclass equality is by value)
+                self.segs.insert(at + 1, _Seg(best.addr + n, best.size - n, True))
                 best.size = n
             best.free = False
             return best.addr, "hole"
