@@ -24,7 +24,7 @@ from memshrink.transforms.chunking.region import Region, discover_best
 from memshrink.transforms.chunking.rewrite import RewriteStats, rewrite
 from memshrink.transforms.chunking.rules import Refuse
 from memshrink.transforms.chunking.specialize import specialize
-from memshrink.transforms.predicted import pipeline_bindings
+from memshrink.transforms.predicted import first_unraised, pipeline_bindings
 from memshrink.transforms.saved_layout import clone_with_meta, saved_embedded
 
 MODES = ("batch", "spatial")
@@ -143,6 +143,14 @@ def apply(
     return region, st
 
 
+def _trial(model: ir.Model, shapes: dict[str, tuple[int, ...] | None], c: dict[str, Any],
+           axis: int) -> ir.Model:  # fmt: skip
+    """A clone of ``model`` with candidate ``c`` applied (for the backend guard)."""
+    trial = clone_with_meta(model)
+    apply(trial, shapes, c["mode"], c["chunks"], axis, c["stagger"], c["trim"], c["distinct"])
+    return trial
+
+
 @register
 class ChunkPass(Pass):
     name = "chunk"
@@ -166,6 +174,9 @@ class ChunkPass(Pass):
         # too (OpenVINO compile +5 MiB for 19 nodes on a tiny CNN that saved 0.12 MiB)
         min_saving: int = 0
         specialize: bool = True  # bind symbolic input dims (from the bindings) to chunk them
+        # backends whose predicted steady-state peak the chosen layout must not raise (CUDA:
+        # GPU memory; the predicted CUDA host change is reported in stats["guard"])
+        guard_backends: str = "cuda"
 
     def run(self, model: ir.Model, context: PassContext) -> PassResult:
         o = self.options
@@ -285,6 +296,20 @@ class ChunkPass(Pass):
             pick = min(near, key=lambda c: (c["chunks"], c["extra_flops"], c["stagger"]))
             if o.activation_budget:
                 stats["budget"] = "not met: chose as without a budget"
+        if guard := [b.strip() for b in o.guard_backends.split(",") if b.strip()]:
+            rest = sorted(
+                (c for c in ok if c is not pick),
+                key=lambda c: (c["predicted_activations"], c["chunks"], c["extra_flops"]),
+            )
+
+            def make(c: dict[str, Any]) -> ir.Model:
+                return _trial(model, shapes, c, o.spatial_axis)
+
+            chosen, stats["guard"] = first_unraised(model, context, [pick, *rest], make, guard)
+            if chosen is None:
+                stats["reason"] = f"every layout tried raises the steady state on {guard}"
+                return PassResult(False, stats)
+            pick = chosen
         if o.min_saving and base - pick["predicted_activations"] < o.min_saving:
             stats["reason"] = (
                 f"best candidate ({pick['mode']} x{pick['chunks']}) lowers the predicted "
