@@ -296,20 +296,6 @@ class ChunkPass(Pass):
             pick = min(near, key=lambda c: (c["chunks"], c["extra_flops"], c["stagger"]))
             if o.activation_budget:
                 stats["budget"] = "not met: chose as without a budget"
-        if guard := [b.strip() for b in o.guard_backends.split(",") if b.strip()]:
-            rest = sorted(
-                (c for c in ok if c is not pick),
-                key=lambda c: (c["predicted_activations"], c["chunks"], c["extra_flops"]),
-            )
-
-            def make(c: dict[str, Any]) -> ir.Model:
-                return _trial(model, shapes, c, o.spatial_axis)
-
-            chosen, stats["guard"] = first_unraised(model, context, [pick, *rest], make, guard)
-            if chosen is None:
-                stats["reason"] = f"every layout tried raises the steady state on {guard}"
-                return PassResult(False, stats)
-            pick = chosen
         if o.min_saving and base - pick["predicted_activations"] < o.min_saving:
             stats["reason"] = (
                 f"best candidate ({pick['mode']} x{pick['chunks']}) lowers the predicted "
@@ -323,6 +309,22 @@ class ChunkPass(Pass):
                 f"activations by less than {o.min_gain:.0%}"
             )
             return PassResult(False, stats)
+        if guard := [b.strip() for b in o.guard_backends.split(",") if b.strip()]:
+            # Next best after the pick: the lower predictions, that still gain enough.
+            rest = sorted(
+                (c for c in ok if c is not pick
+                 and base - c["predicted_activations"] >= max(o.min_saving, o.min_gain * base)),
+                key=lambda c: (c["predicted_activations"], c["chunks"], c["extra_flops"]),
+            )  # fmt: skip
+
+            def make(c: dict[str, Any]) -> ir.Model:
+                return _trial(model, shapes, c, o.spatial_axis)
+
+            chosen, stats["guard"] = first_unraised(model, context, [pick, *rest], make, guard)
+            if chosen is None:
+                stats["reason"] = f"every layout tried raises the steady state on {guard}"
+                return PassResult(False, stats)
+            pick = chosen
         region, st = apply(
             model, shapes, pick["mode"], pick["chunks"], o.spatial_axis, pick["stagger"],
             pick["trim"], pick["distinct"],
