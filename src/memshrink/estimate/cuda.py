@@ -218,10 +218,11 @@ def device_range(
     Why: ORT copies initializers in the iteration order of a hash map keyed by OrtValue index
     (``session_state_utils.cc``, ``SaveInitializedTensors``), whose hash is seeded per process,
     so every process packs the weights into the power-of-two regions differently. Measured on
-    BERT b4x512 after ``--passes all``, four processes of one file: session 442 / 958 / 958 /
-    458 MiB, run 1 516 / 1032 / 1032 / 1044, steady state 1028..1044. Which run grows the arena
-    to its steady size (session creation, run 1 or run 2) is that lottery; the steady state
-    is stable. The file order is one draw of it: the point prediction; this is its spread.
+    BERT b4x512 after ``--passes all`` (one file, 16 plain processes, H100 and H200): the arena
+    reached its steady ~1 GiB at session creation in 3, in run 1 in 8, in run 2 in 5 (run 1
+    516..520 MiB over the empty session); steady state 1028..1044 in all. Which stage grows the
+    arena is that lottery; the steady state is stable. The file order is one draw of it (the
+    point prediction: run 1 1027); this is the spread (run 1 514..1047).
     """
     seen = [_stage_figures(simulate_device(g, plan, order, mem_pattern=mem_pattern))]
     for seed in range(samples):
