@@ -55,7 +55,7 @@ CUDA_CALIBRATION: dict[str, float] = {
     "cuda_conv_workspace": 1.0,  # x a Conv's output: the cuDNN algorithm's arena workspace
     # Host (VmHWM over the child's baseline).
     "cuda_host_session": 276 * MiB,  # CUDA runtime + EP libraries at session creation
-    "cuda_host_run": 50 * MiB,  # first run: ORT CUDA kernels, stream, handles
+    "cuda_host_run": 50 * MiB,  # first run of an op calling cuDNN/cuBLAS: handles, state
     "cuda_host_cublas": 20 * MiB,  # cuBLAS/cuBLASLt once a GEMM runs ...
     "cuda_host_cublas_shape": 38 * MiB,  # ... and per distinct GEMM shape (heuristics, kernels)
     "cuda_host_cudnn_config": 12 * MiB,  # per distinct convolution configuration (kernels)
@@ -211,6 +211,7 @@ def device_range(
     samples: int,
     *,
     mem_pattern: bool = True,
+    file_order: DeviceModel | None = None,
 ) -> dict[str, tuple[int, int]]:
     """(lowest, highest) GPU figure per stage over the file order and ``samples`` seeded
     random weight orders.
@@ -224,7 +225,8 @@ def device_range(
     arena is that lottery; the steady state is stable. The file order is one draw of it (the
     point prediction: run 1 1027); this is the spread (run 1 514..1047).
     """
-    seen = [_stage_figures(simulate_device(g, plan, order, mem_pattern=mem_pattern))]
+    first = file_order or simulate_device(g, plan, order, mem_pattern=mem_pattern)
+    seen = [_stage_figures(first)]
     for seed in range(samples):
         dev = simulate_device(g, plan, order, mem_pattern=mem_pattern, weight_seed=seed)
         seen.append(_stage_figures(dev))
@@ -330,8 +332,9 @@ def predict(
     ss.notes.append("device: run 3, planned tensors in one memory-pattern block from run 2 on")
     stages = [sc, r1, ss]
     samples = int(opts.get(WEIGHT_ORDERS, DEFAULT_WEIGHT_ORDERS))
+    pattern = bool(rules["enable_mem_pattern"])
     spread = (
-        device_range(g, plan, order, samples, mem_pattern=bool(rules["enable_mem_pattern"]))
+        device_range(g, plan, order, samples, mem_pattern=pattern, file_order=dev)
         if samples > 0
         else {}
     )
