@@ -137,6 +137,14 @@ class Estimate:
                 "GPU figures are over an empty CUDA session (the verifier's baseline), so the "
                 "fixed part can be negative; host figures are over the process baseline"
             )
+            if spread := p.details.get("device_range"):
+                rows.append(
+                    "GPU peak under other weight copy orders (ORT's differs per process): "
+                    + ", ".join(
+                        f"{k} {format_bytes(lo)}..{format_bytes(hi)}"
+                        for k, (lo, hi) in spread.items()
+                    )
+                )
         rows.append(
             "planners (activations): "
             + ", ".join(f"{k} {format_bytes(v)}" for k, v in p.planners.items())
