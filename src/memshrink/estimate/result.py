@@ -145,6 +145,16 @@ class Estimate:
                         for k, (lo, hi) in spread.items()
                     )
                 )
+        chosen = p.details.get("glibc_modes", {})
+        for m in sorted({m for s in p.stages for m in s.modes}):
+            rows.append(
+                f"  glibc {m} mode (embedded weights, at random per process"
+                + ("; the table above" if chosen.get(m, {}).get("predicted") else "")
+                + "): "
+                + ", ".join(
+                    f"{s.name} {format_bytes(s.modes[m])}" for s in p.stages if m in s.modes
+                )
+            )
         rows.append(
             "planners (activations): "
             + ", ".join(f"{k} {format_bytes(v)}" for k, v in p.planners.items())
