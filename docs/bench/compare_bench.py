@@ -93,9 +93,12 @@ def run_tool(cmd: list[str], timeout: float) -> dict[str, Any]:
     """Run ``cmd`` niced in a child; wall seconds, peak RSS (bytes, rusage), exit code."""
     env = dict(os.environ, PYTHONPATH=f"{ROOT / 'src'}:{ROOT}")
     t0 = time.perf_counter()
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, start_new_session=True
-    )
+    try:
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, start_new_session=True
+        )
+    except OSError as exc:  # e.g. polygraphy not installed (pip install polygraphy)
+        return {"cmd": cmd[0], "seconds": 0.0, "peak_rss": 0, "returncode": 127, "error": str(exc)}
     deadline = t0 + timeout
     while True:
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
