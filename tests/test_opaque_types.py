@@ -7,50 +7,16 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime as ort
-from onnx import TensorProto, helper
 
 from memshrink.manager import PassContext, PassManager
 from memshrink.model import load
 from memshrink.verify.child import _as_array
 from memshrink.writer import save_model
+from models.fixtures import zipmap_classifier
 
 
 def _zipmap_model() -> onnx.ModelProto:
-    seq_map = helper.make_sequence_type_proto(
-        helper.make_map_type_proto(
-            TensorProto.INT64, helper.make_tensor_type_proto(TensorProto.FLOAT, [])
-        )
-    )
-    g = helper.make_graph(
-        [
-            helper.make_node(
-                "LinearClassifier",
-                ["X"],
-                ["label", "prob"],
-                domain="ai.onnx.ml",
-                coefficients=[float(i % 5) / 5 for i in range(12)],
-                intercepts=[0.1, 0.2, 0.3],
-                classlabels_ints=[0, 1, 2],
-                post_transform="SOFTMAX",
-            ),
-            helper.make_node(
-                "ZipMap",
-                ["prob"],
-                ["probabilities"],
-                domain="ai.onnx.ml",
-                classlabels_int64s=[0, 1, 2],
-            ),
-        ],
-        "skl",
-        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["n", 4])],
-        [
-            helper.make_tensor_value_info("label", TensorProto.INT64, ["n"]),
-            helper.make_value_info("probabilities", seq_map),
-        ],
-    )
-    return helper.make_model(
-        g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("ai.onnx.ml", 1)]
-    )
+    return zipmap_classifier(features=4)
 
 
 def test_zipmap_model_round_trips_through_the_safe_pipeline(tmp_path: Path) -> None:

@@ -53,15 +53,35 @@ def _shape_args(path: Path, dims: dict[str, int]) -> list[str]:
 def measure(
     path: Path, backend: str, shapes: list[str], ov_static: bool = False, repeat: int = 1
 ) -> dict:
-    """Stage measurements of ``repeat`` fresh processes; each figure is the per-stage median
-    (``median_low``: a value one process really measured, the more frequent mode when glibc
-    makes a stage bimodal) and ``spread`` keeps every process's peaks."""
+    """Stage measurements of ``repeat`` fresh processes; each figure is taken from the
+    processes of the most frequent mode (``modal``: glibc puts embedded models' stages in one
+    of a few modes at random per process, and a median of a bimodal sample can be the rare
+    middle mode), their ``median_low``; ``spread`` keeps every process's peaks."""
     runs = [_measure_once(path, backend, shapes, ov_static) for _ in range(repeat)]
     out: dict = {}
     for stage in runs[0]:
-        out[stage] = {k: statistics.median_low(r[stage][k] for r in runs) for k in runs[0][stage]}
+        pick = modal([r[stage]["peak"] for r in runs])
+        out[stage] = {
+            k: statistics.median_low(r[stage][k] for i, r in enumerate(runs) if i in pick)
+            for k in runs[0][stage]
+        }
         out[stage]["spread"] = [r[stage]["peak"] for r in runs]
     return out
+
+
+def modal(values: list[int], rel: float = 0.02) -> set[int]:
+    """Indices of the values in the largest cluster (sorted values within ``rel`` of their
+    neighbour join it); ties go to the cluster holding the median."""
+    order = sorted(range(len(values)), key=values.__getitem__)
+    clusters: list[list[int]] = []
+    for i in order:
+        if clusters and values[i] - values[clusters[-1][-1]] <= rel * values[clusters[-1][-1]]:
+            clusters[-1].append(i)
+        else:
+            clusters.append([i])
+    med = order[(len(order) - 1) // 2]
+    best = max(clusters, key=lambda c: (len(c), med in c))
+    return set(best)
 
 
 def _measure_once(path: Path, backend: str, shapes: list[str], ov_static: bool) -> dict:
@@ -172,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
                 "spread_run1": meas["run_1"]["spread"],
                 "spread_steady": meas["run_3"]["spread"],
                 "pred_act_steady": est.prediction.stages[-1].activations,
+                "pred_modes": {s.name: dict(s.modes) for s in est.prediction.stages if s.modes},
+                "spread_create": meas[first]["spread"],
                 "greedy": est.prediction.planners["greedy_by_size"],
                 "onnxsim_arena": arena,
                 "partial": est.partial,

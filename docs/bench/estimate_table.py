@@ -18,8 +18,9 @@ MiB = 1 << 20
 def render(rows: list[dict]) -> str:
     head = (
         "| model | backend | create pred/meas | err | run 1 pred/meas | err | steady pred/meas "
-        "| err | activations steady pred/meas | greedy | onnxsim arena |\n"
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+        "| err | activations steady pred/meas | greedy | onnxsim arena | run 1 glibc modes pred "
+        "(consolidated / pinned) / processes |\n"
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     )
     m = lambda v: "-" if v is None else f"{v / MiB:.0f}"  # noqa: E731
     lines = [head]
@@ -29,7 +30,7 @@ def render(rows: list[dict]) -> str:
             f"{r['err_create_%']:+.1f}% | {m(r['pred_run1'])}/{m(r['meas_run1'])} | "
             f"{r['err_run1_%']:+.1f}% | {m(r['pred_steady'])}/{m(r['meas_steady'])} | "
             f"{r['err_steady_%']:+.1f}% | {m(r['pred_act_steady'])}/{m(r['meas_act_steady'])} | "
-            f"{m(r['greedy'])} | {m(r['onnxsim_arena'])} |"
+            f"{m(r['greedy'])} | {m(r['onnxsim_arena'])} | {_modes(r)} |"
         )
     counts = []
     for be in dict.fromkeys(r["backend"] for r in rows):
@@ -40,6 +41,20 @@ def render(rows: list[dict]) -> str:
             f"steady state {ok['steady']}/{len(sub)}"
         )
     return "\n".join(lines) + "\n\nWithin ±10 %: " + "; ".join(counts) + ".\n"
+
+
+def _modes(r: dict) -> str:
+    """Embedded ORT CPU rows: the run-1 peak of each glibc mode the estimator reports, and
+    every process's measured run-1 peak as value x count; '-' elsewhere."""
+    modes = (r.get("pred_modes") or {}).get("run_1")
+    if not modes:
+        return "-"
+    counts: dict[int, int] = {}
+    for v in r.get("spread_run1") or []:
+        counts[round(v / MiB)] = counts.get(round(v / MiB), 0) + 1
+    meas = ", ".join(f"{v}x{n}" for v, n in sorted(counts.items()))
+    pred = " / ".join(f"{modes[k] / MiB:.0f}" for k in ("consolidated", "pinned") if k in modes)
+    return f"{pred} / {meas}"
 
 
 def main(argv: list[str]) -> int:

@@ -59,7 +59,9 @@ def _predict(path: Path) -> dict[str, int] | None:
     except Exception as exc:  # noqa: BLE001 - a comparison column, not the benchmark
         print(f"  estimate failed: {exc}", file=sys.stderr)
         return None
-    return est.stage_peaks()  # CUDA stages are GPU memory over an empty session
+    peaks = est.stage_peaks()  # CUDA stages are GPU memory over an empty session
+    host = est.prediction.details["host"]  # host RSS over the child's baseline
+    return {**peaks, **{f"host_{k}": int(v) for k, v in host.items()}}
 
 
 def bench(name: str, work: Path, backend: str = "cuda") -> dict[str, Any]:
@@ -69,8 +71,10 @@ def bench(name: str, work: Path, backend: str = "cuda") -> dict[str, Any]:
     src = Path(models.build(name))
     out = work / f"{name}.all.onnx"
     t = time.perf_counter()
+    rep_path = work / f"{name}.report.json"
     opt = subprocess.run(
-        [sys.executable, "-m", "memshrink", "optimize", str(src), str(out), "--passes", "all"],
+        [sys.executable, "-m", "memshrink", "optimize", str(src), str(out), "--passes", "all"]
+        + ["--json", str(rep_path)],
         capture_output=True,
         text=True,
     )
@@ -80,6 +84,11 @@ def bench(name: str, work: Path, backend: str = "cuda") -> dict[str, Any]:
     rep = verify(str(src), str(out), backends=(backend,), runs=3, atol=ATOL, rtol=RTOL).to_dict()
     runs = {r["model"]: r for r in rep.get("runs") or []}
     row: dict[str, Any] = {"model": name, "ok": rep["ok"], "optimize_s": round(opt_s, 1)}
+    chunk = [p for p in json.loads(rep_path.read_text()).get("passes", []) if p["name"] == "chunk"]
+    if chunk:  # what chunk chose, and its CUDA guard (predicted GPU steady state, host)
+        keep = ("modified", "mode", "chunks", "reason", "guard")
+        st = {**chunk[-1].get("stats", {}), "modified": chunk[-1].get("modified")}
+        row["chunk"] = {k: st[k] for k in keep if k in st}
     for label in ("original", "rewritten"):
         run = runs.get(label) or {}
         row[f"{label}_gpu"] = _gpu_stages(run)
@@ -101,7 +110,8 @@ def _fmt(v: int | None) -> str:
 def table(rows: list[dict[str, Any]]) -> str:
     head = (
         "| model | stage | GPU orig → all (MiB) | ×orig | predicted orig → all | "
-        "host orig → all | outputs |\n| --- | --- | --- | --- | --- | --- | --- |"
+        "host orig → all | host predicted | outputs |\n"
+        "| --- | --- | --- | --- | --- | --- | --- | --- |"
     )
     lines = [head]
     for r in rows:
@@ -111,6 +121,8 @@ def table(rows: list[dict[str, Any]]) -> str:
             po = (r.get("pred_original") or {}).get(PRED[st])
             pa = (r.get("pred_rewritten") or {}).get(PRED[st])
             ho, ha = r["original_host"].get(st), r["rewritten_host"].get(st)
+            hpo = (r.get("pred_original") or {}).get(f"host_{PRED[st]}")
+            hpa = (r.get("pred_rewritten") or {}).get(f"host_{PRED[st]}")
             verdict = (
                 f"{'match' if r['ok'] else 'MISMATCH'} (max abs {r['max_abs']:.1e})"
                 if st == "session" and r.get("max_abs") is not None
@@ -118,7 +130,8 @@ def table(rows: list[dict[str, Any]]) -> str:
             )
             lines.append(
                 f"| {r['model']} | {st} | {_fmt(go)} → {_fmt(ga)} | {ratio} | "
-                f"{_fmt(po)} → {_fmt(pa)} | {_fmt(ho)} → {_fmt(ha)} | {verdict} |"
+                f"{_fmt(po)} → {_fmt(pa)} | {_fmt(ho)} → {_fmt(ha)} | "
+                f"{_fmt(hpo)} → {_fmt(hpa)} | {verdict} |"
             )
     return "\n".join(lines)
 

@@ -28,6 +28,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: models/
+from models.fixtures import zipmap_classifier  # noqa: E402
+
 
 @dataclass
 class Case:
@@ -1111,46 +1114,7 @@ def mixed_inputs(d: Path) -> Case:
 @builder("skl2onnx-like-ml-zipmap")
 def ml_zipmap(d: Path) -> Case:
     """What skl2onnx writes for a classifier: ai.onnx.ml ops, a ZipMap to seq(map(int64,float))."""
-    g = helper.make_graph(
-        [
-            helper.make_node(
-                "Scaler", ["X"], ["xs"], domain="ai.onnx.ml", offset=[0.1] * 8, scale=[2.0] * 8
-            ),
-            helper.make_node(
-                "LinearClassifier",
-                ["xs"],
-                ["label", "prob"],
-                domain="ai.onnx.ml",
-                coefficients=[float(i % 7) / 7 for i in range(24)],
-                intercepts=[0.1, 0.2, 0.3],
-                classlabels_ints=[0, 1, 2],
-                post_transform="SOFTMAX",
-            ),
-            helper.make_node(
-                "ZipMap",
-                ["prob"],
-                ["probabilities"],
-                domain="ai.onnx.ml",
-                classlabels_int64s=[0, 1, 2],
-            ),
-        ],
-        "skl",
-        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [None, 8])],
-        [
-            helper.make_tensor_value_info("label", TensorProto.INT64, [None]),
-            helper.make_value_info(
-                "probabilities",
-                helper.make_sequence_type_proto(
-                    helper.make_map_type_proto(
-                        TensorProto.INT64, helper.make_tensor_type_proto(TensorProto.FLOAT, [])
-                    )
-                ),
-            ),
-        ],
-    )
-    m = helper.make_model(
-        g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("ai.onnx.ml", 1)]
-    )
+    m = zipmap_classifier(features=8, scaler=True, batch_dim=None)
     m.ir_version = 7
     p = d / "skl_zipmap.onnx"
     _save(m, p, check=False)

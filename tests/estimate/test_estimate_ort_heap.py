@@ -44,17 +44,6 @@ def test_heap_threshold_best_fit_coalescing_and_trim():
     assert h.holes == 2 * MiB
 
 
-def test_strings_leave_separate_holes():
-    b = CreationBlocks()
-    for i in range(4):
-        b.alloc(f"s{i}", 9 * MiB, grown=True)
-    b.alloc("kept", MiB, grown=True)  # a live heap block above the strings
-    b.free(*(f"s{i}" for i in range(4)))
-    # each string is followed by the next tensor's live small objects: four 9 MiB holes, not
-    # one of 36 MiB (embedded BERT b4x512: its 16 MiB+ regions are fresh mappings)
-    assert regions_in_holes(b, [32 * MiB, 8 * MiB, 8 * MiB]) == [False, True, True]
-
-
 def test_blocks_freed_together_make_one_hole():
     b = CreationBlocks()
     for i in range(4):

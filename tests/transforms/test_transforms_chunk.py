@@ -471,7 +471,7 @@ def test_distinct_layout_matches_the_original(tmp_path: Path) -> None:
 def test_predictions_follow_the_saved_layout(tmp_path: Path) -> None:
     src = _save(unet_like(), tmp_path / "u.onnx")
     model = load(src)
-    assert saved_embedded(model) is None
+    assert saved_embedded(model) is True  # loaded embedded, no policy: saved as loaded
     model, _ = PassManager("external-data").run(model, PassContext())
     assert model.meta[META_SAVE]["external"] and saved_embedded(model) is False
     trial = clone_with_meta(model)  # model.clone() alone drops the policy

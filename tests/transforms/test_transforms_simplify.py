@@ -98,3 +98,22 @@ def test_simplify_keeps_the_original_when_the_peak_would_rise(tmp_path: Path) ->
     assert result.stats["predicted_peak_after"] > result.stats["predicted_peak_before"]
     assert "predicted to peak higher" in result.stats["reason"]
     assert [n.op_type for n in model.graph] == ops
+
+
+def test_onnxsim_import_keeps_torch_out_and_importable() -> None:
+    """onnxsim's package import pulls in PyTorch (~190 MiB) that simplification never uses:
+    the pass imports it with torch hidden, and torch stays importable afterwards."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from memshrink.transforms.simplify import import_onnxsim\n"
+        "m = import_onnxsim()\n"
+        "assert hasattr(m, 'simplify')\n"
+        # no torch, and no None placeholder left that would make a later `import torch` fail
+        "assert 'torch' not in sys.modules, 'torch was imported or left hidden'\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]

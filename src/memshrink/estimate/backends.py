@@ -9,12 +9,14 @@ nothing is fitted per model.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from memshrink.estimate import ort as ortsim
 from memshrink.estimate.gather_pages import gather_pages
+from memshrink.estimate.glibc_heap import GlibcHeap
 from memshrink.estimate.graph import GraphInfo, ModelView
 from memshrink.estimate.lifetimes import tensor_buffers
 from memshrink.estimate.ort_heap import CreationBlocks, regions_in_holes
@@ -33,10 +35,8 @@ CALIBRATION: dict[str, float] = {
     "ort_session_file": 8.5 * MiB,  # library pages first touched by session creation
     "ort_session_transient": 4 * MiB,
     "ort_run": 1 * MiB,  # per-run bookkeeping outside the arena
-    # ORT CPU weights (rules in ort_weights.py; constants measured, docs/estimate.md).
-    # x freed weight copies <= 32 MiB glibc keeps, weights embedded in the .onnx (external
-    # data: replayed instead, ``glibc_heap``)
-    "ort_freed_copy_resident_embedded": 0.34,
+    # ORT CPU weights: rules in ort_weights.py; what glibc keeps of freed copies is replayed
+    # (``glibc_heap``), no constant.
     # CUDA EP: ``cuda.CUDA_CALIBRATION`` (measured on a GPU).
 }
 
@@ -49,13 +49,16 @@ class Stage:
     activations: int = 0
     overhead: int = 0
     notes: list[str] = field(default_factory=list)
+    # the stage's peak in every mode the runtime lands in at random per process (ORT CPU,
+    # embedded weights: glibc's ``pinned`` / ``consolidated``); empty when it has one
+    modes: dict[str, int] = field(default_factory=dict)
 
     @property
     def peak(self) -> int:
         return self.weights_anon + self.weights_file + self.activations + self.overhead
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "peak": self.peak,
             "weights_anon": self.weights_anon,
             "weights_file": self.weights_file,
@@ -63,6 +66,9 @@ class Stage:
             "overhead": self.overhead,
             "notes": self.notes,
         }
+        if self.modes:
+            out["modes"] = dict(self.modes)
+        return out
 
 
 @dataclass
@@ -103,6 +109,7 @@ def _ort_cpu(
         embedded=view.embedded,
         calibration=c,
         level=optimization_level(opts.get("graph_optimization_level")),
+        mode=str(rules["glibc_mode"]) or None,
     )
     assumptions += ww.assumptions
     ovh = int(
@@ -136,23 +143,17 @@ def _ort_cpu(
                 else ")"
             )
         )
-    acts = _arena_after_holes(sim, ww.blocks)
+    if view.embedded:
+        # the arena's regions placed on the heap each glibc mode leaves (``glibc_heap``)
+        mode_acts = {m: _arena_in_glibc_holes(sim, h) for m, h in ww.heaps.items()}
+        acts = mode_acts[ww.mode]
+    else:
+        acts = _arena_after_holes(sim, ww.blocks)
     if acts != (sim.run_1, sim.steady_state):
         assumptions.append(
             "arena regions placed in freed weight-copy holes of the heap (glibc best fit) add "
             f"no RSS: run 1 {(sim.run_1 - acts[0]) / MiB:.1f} MiB, steady state "
-            f"{(sim.steady_state - acts[1]) / MiB:.1f} MiB of arena pages credited; a region "
-            "that only just fits its hole misses it in some processes (small allocations move "
-            "the hole's edge; ResNet-50 b16 under the verifier's child: 1 of 10 processes, +47 MiB), "
-            "which adds those pages"
-        )
-    alt = _arena_after_holes(sim, ww.blocks, separate=False)
-    if alt != acts:
-        assumptions.append(
-            "embedded weights: in some processes the freed ModelProto strings coalesce into one "
-            "heap hole that takes arena regions too (glibc, at random per process): activations "
-            f"would then be run 1 {alt[0] / MiB:.1f} / steady {alt[1] / MiB:.1f} MiB instead of "
-            f"{acts[0] / MiB:.1f} / {acts[1] / MiB:.1f}"
+            f"{(sim.steady_state - acts[1]) / MiB:.1f} MiB of arena pages credited"
         )
     # The outputs' numpy copies are not added: measured on GPT-2 (external data, 24.5 MiB of
     # logits) run 1 grew by the arena alone (+39.4 MiB, arena 38.4): the copies land in heap
@@ -167,6 +168,21 @@ def _ort_cpu(
             overhead=int(ovh + c["ort_run"]),
         )
         stages.append(st)
+    if view.embedded:
+        fixed = {s.name: s.peak - s.weights_anon - s.activations for s in stages}
+        for m, (retained, created) in ww.modes.items():
+            sc.modes[m] = fixed["session_creation"] + created
+            for j, st in enumerate(stages[1:]):
+                st.modes[m] = fixed[st.name] + retained + mode_acts[m][j]
+        assumptions.append(
+            "stage peaks per glibc mode (embedded weights, at random per process): "
+            + "; ".join(
+                f"{m}: "
+                + ", ".join(f"{s.name} {s.modes[m] / MiB:.1f}" for s in stages)
+                + (" MiB (predicted)" if m == ww.mode else " MiB")
+                for m in ww.modes
+            )
+        )
     stages[-2].notes.append("run 1: arena regions grown by the BFC allocator (pages written)")
     stages[-1].notes.append("steady state: run 1's regions + the memory-pattern block")
     bufs = tensor_buffers(g, order)
@@ -191,6 +207,11 @@ def _ort_cpu(
         "plan": plan,
         "ort_weights": {"nchwc_block": ww.nchwc_block, **ww.classes},
     }
+    if ww.modes:  # embedded weights: what each glibc mode retains / peaks at (anon bytes)
+        details["glibc_modes"] = {
+            m: {"retained": r, "creation": c, "predicted": m == ww.mode}
+            for m, (r, c) in ww.modes.items()
+        }
     return BackendPrediction(
         "ort", sched, order, stages, planners, w, details, assumptions, graph=g
     )
@@ -204,15 +225,24 @@ def _int_range(value: Any) -> tuple[int, int] | None:
     return int(lo), int(hi)
 
 
-def _arena_after_holes(
-    sim: ortsim.OrtRunModel, blocks: CreationBlocks, *, separate: bool = True
-) -> tuple[int, int]:
+def _arena_after_holes(sim: ortsim.OrtRunModel, blocks: CreationBlocks) -> tuple[int, int]:
     """Run-1 and steady-state arena pages, less those of regions glibc serves from the holes
-    session creation left (``ort_heap``): those pages are resident already. ``separate``: the
-    ModelProto strings' holes stay apart (the usual mode; ``ort_heap.replay``)."""
+    session creation left (``ort_heap``): those pages are resident already."""
     if not sim.regions:
         return sim.run_1, sim.steady_state
-    in_hole = regions_in_holes(blocks, sim.regions, separate=separate)
+    return _credit(sim, regions_in_holes(blocks, sim.regions))
+
+
+def _arena_in_glibc_holes(sim: ortsim.OrtRunModel, heap: GlibcHeap) -> tuple[int, int]:
+    """``_arena_after_holes`` on a heap ``glibc_heap`` replayed (embedded weights' modes); the
+    heap is copied, not changed."""
+    if not sim.regions:
+        return sim.run_1, sim.steady_state
+    h = copy.deepcopy(heap)
+    return _credit(sim, [h.place(r) == "hole" for r in sim.regions])
+
+
+def _credit(sim: ortsim.OrtRunModel, in_hole: list[bool]) -> tuple[int, int]:
     n1 = len(sim.touched_run_1)
     run_1 = sim.run_1 - sum(t for t, h in zip(sim.touched_run_1, in_hole[:n1], strict=True) if h)
     steady = sim.steady_state - sum(t for t, h in zip(sim.touched, in_hole, strict=True) if h)

@@ -50,7 +50,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "enable_cpu_mem_arena=0, enable_mem_reuse=0; estimator-only: "
         "memshrink.hold_outputs=0 (the caller drops each run's outputs before the next run; "
         "default: held, as verify does), memshrink.int_range=LO,HI (token ids' range; default: "
-        "uniform over the embedding table)",
+        "uniform over the embedding table), memshrink.cuda_weight_orders=N (CUDA: random weight "
+        "orders replayed for the per-stage GPU range; default 8, 0 = none)",
     )
     p.add_argument(
         "--schedule", choices=["file", "ort_default", "ort_priority", "openvino"], default=None

@@ -24,11 +24,13 @@ Rules, from ``onnxruntime/core`` (1.31) and ORT's own arena log on an H200 (``do
   copied (embedded: the ModelProto, plus a staging buffer when it exceeds glibc's mmap
   threshold; external: a constant 128 MiB measured on six models of 64-474 MiB; both: the
   constant-folded results, computed on the CPU), then the libraries a first run loads lazily,
-  growing with the number of distinct GEMM and convolution configurations.
+  growing with the number of distinct GEMM shapes and convolution configurations, and the
+  cuDNN state of every Conv node (``host_libraries``).
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -53,18 +55,33 @@ CUDA_CALIBRATION: dict[str, float] = {
     "cuda_conv_workspace": 1.0,  # x a Conv's output: the cuDNN algorithm's arena workspace
     # Host (VmHWM over the child's baseline).
     "cuda_host_session": 276 * MiB,  # CUDA runtime + EP libraries at session creation
-    "cuda_host_run": 50 * MiB,  # first run: ORT CUDA kernels, stream, handles
+    "cuda_host_run": 50 * MiB,  # first run of an op calling cuDNN/cuBLAS: handles, state
     "cuda_host_cublas": 20 * MiB,  # cuBLAS/cuBLASLt once a GEMM runs ...
     "cuda_host_cublas_shape": 38 * MiB,  # ... and per distinct GEMM shape (heuristics, kernels)
-    "cuda_host_cudnn_config": 14 * MiB,  # per distinct convolution (engines searched, loaded)
+    "cuda_host_cudnn_config": 12 * MiB,  # per distinct convolution configuration (kernels)
+    "cuda_host_conv_node": 0.87 * MiB,  # per Conv node: the cuDNN state each kernel keeps
     "cuda_host_external_staging": 128 * MiB,  # external weights: transient anon while copying
     "cuda_host_embedded_retained": 0.25,  # x embedded weights: freed ModelProto heap kept
 }
+#: Estimator-only session option: how many seeded random weight orders ``device_range``
+#: replays besides the file order (0 = none).
+WEIGHT_ORDERS = "memshrink.cuda_weight_orders"
+DEFAULT_WEIGHT_ORDERS = 8
 GEMM_OPS = frozenset({"MatMul", "Gemm", "Attention", "MultiHeadAttention"})
 INT64 = 7
 SMALL_INT64 = 64 << 10
 GLIBC_MMAP_MAX = 32 * MiB  # DEFAULT_MMAP_THRESHOLD_MAX on 64-bit glibc
 CONV_OPS = frozenset({"Conv", "ConvTranspose", "FusedConv"})
+#: ORT CUDA kernels that call cuDNN or cuBLAS (reductions and pooling through cuDNN).
+LIBRARY_OPS = GEMM_OPS | CONV_OPS | frozenset(
+    {
+        "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
+        "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "ArgMax", "ArgMin",
+        "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "LpPool",
+        "BatchNormalization", "LRN", "LSTM", "GRU", "RNN", "FusedMatMul", "FusedGemm",
+        "Einsum",
+    }
+)  # fmt: skip
 
 
 @dataclass
@@ -118,7 +135,12 @@ def conv_workspace(g: GraphInfo, node_index: int) -> int:
 
 
 def simulate_device(
-    g: GraphInfo, plan: ortsim.OrtPlan, order: list[int], *, mem_pattern: bool = True
+    g: GraphInfo,
+    plan: ortsim.OrtPlan,
+    order: list[int],
+    *,
+    mem_pattern: bool = True,
+    weight_seed: int | None = None,
 ) -> DeviceModel:
     """Replay the weights, then three runs, through one BFC arena; report its reserved bytes.
 
@@ -127,9 +149,12 @@ def simulate_device(
     that large: after run 1 the arena is fragmented by the weights, so it often grows once
     more (ResNet-50: +128 MiB at run 2, measured). The arena also holds the weights, whose
     power-of-two slack absorbs small activations; NVML sees reserved regions, not pages.
+    ``weight_seed``: copy the weights in that seeded random order instead of file order.
     """
     arena_ = ortsim.BFCArena()
     weights = device_weights(g)
+    if weight_seed is not None:
+        random.Random(weight_seed).shuffle(weights)
     for nb in weights:
         arena_.alloc(nb, touch=False)
     after_weights = arena_.reserved
@@ -168,14 +193,91 @@ def simulate_device(
     return DeviceModel(after_weights, run_1, arena_.reserved, sum(weights), list(arena_.regions))
 
 
+def _stage_figures(dev: DeviceModel) -> dict[str, int]:
+    """GPU memory over the empty-session baseline per stage, as ``predict`` reports it."""
+    c = CUDA_CALIBRATION
+    first, modules = int(c["cuda_first_run"]), int(c["cuda_run_modules"])
+    return {
+        "session_creation": dev.weights_reserved - first,
+        "run_1": dev.run_1 + modules,
+        "steady_state": dev.steady_state + modules,
+    }
+
+
+def device_range(
+    g: GraphInfo,
+    plan: ortsim.OrtPlan,
+    order: list[int],
+    samples: int,
+    *,
+    mem_pattern: bool = True,
+    file_order: DeviceModel | None = None,
+) -> dict[str, tuple[int, int]]:
+    """(lowest, highest) GPU figure per stage over the file order and ``samples`` seeded
+    random weight orders.
+
+    Why: ORT copies initializers in the iteration order of a hash map keyed by OrtValue index
+    (``session_state_utils.cc``, ``SaveInitializedTensors``), whose hash is seeded per process,
+    so every process packs the weights into the power-of-two regions differently. Measured on
+    BERT b4x512 after ``--passes all`` (one file, 16 plain processes, H100 and H200): the arena
+    reached its steady ~1 GiB at session creation in 3, in run 1 in 8, in run 2 in 5 (run 1
+    516..520 MiB over the empty session); steady state 1028..1044 in all. Which stage grows the
+    arena is that lottery; the steady state is stable. The file order is one draw of it (the
+    point prediction: run 1 1027); this is the spread (run 1 514..1047).
+    """
+    first = file_order or simulate_device(g, plan, order, mem_pattern=mem_pattern)
+    seen = [_stage_figures(first)]
+    for seed in range(samples):
+        dev = simulate_device(g, plan, order, mem_pattern=mem_pattern, weight_seed=seed)
+        seen.append(_stage_figures(dev))
+    return {k: (min(s[k] for s in seen), max(s[k] for s in seen)) for k in seen[0]}
+
+
 def _distinct(g: GraphInfo, ops: frozenset[str]) -> int:
     """Distinct (op, input shapes) configurations: each needs its own kernels (cuBLASLt
-    heuristics, cuDNN engine search), loaded lazily on first use."""
+    heuristics), loaded lazily on first use."""
     seen = set()
     for n in g.nodes:
         if n.op_type in ops:
             seen.add((n.op_type, tuple(g.tensors[i].shape if i else None for i in n.inputs)))
     return len(seen)
+
+
+def conv_configs(g: GraphInfo) -> int:
+    """Distinct convolution configurations: op, weight shape and attributes other than the
+    padding; not the input shape.
+
+    Measured (H200, ``docs/bench/cuda_host_sweep.py``): 64 convolutions of 64 distinct input
+    shapes and one weight shape cost the host what 64 of one shape cost (+4 %), and U-Net's
+    spatial chunks (per-band pads, 19 -> 47 configurations counted with pads) added 34 MiB,
+    what their extra nodes cost; so chunks of a convolution add nodes, not configurations."""
+    seen = set()
+    for n in g.nodes:
+        if n.op_type in CONV_OPS:
+            w = g.tensors[n.inputs[1]].shape if len(n.inputs) > 1 and n.inputs[1] else None
+            attrs = tuple(sorted((k, repr(v)) for k, v in n.attrs.items() if k != "pads"))
+            seen.add((n.op_type, w, attrs))
+    return len(seen)
+
+
+def host_libraries(g: GraphInfo) -> int:
+    """Host bytes a first run adds for CUDA libraries and kernel state (over session creation).
+
+    cuBLAS once, then per distinct GEMM shape; cuDNN per distinct convolution configuration,
+    and per Conv *node*: each ORT Conv kernel keeps its own cuDNN state (measured 0.87 MiB a
+    node, the same with ``cudnn_conv_algo_search=HEURISTIC``, so not the algorithm search).
+    Why it matters: ``chunk`` repeats every Conv once per chunk (ResNet-50 b16: 53 -> 848
+    nodes, host 715 -> 1376 MiB measured)."""
+    c = CUDA_CALIBRATION
+    n_gemm = _distinct(g, GEMM_OPS)
+    # cuDNN/cuBLAS state, made on first use: a graph of element-wise kernels adds ~2 MiB
+    # (measured: 64 and 512 Relus), one Conv or MatMul 62 / 104 MiB.
+    libs = c["cuda_host_run"] if any(n.op_type in LIBRARY_OPS for n in g.nodes) else 0.0
+    if n_gemm:
+        libs += c["cuda_host_cublas"] + c["cuda_host_cublas_shape"] * n_gemm
+    n_conv = sum(1 for n in g.nodes if n.op_type in CONV_OPS)
+    libs += c["cuda_host_cudnn_config"] * conv_configs(g) + c["cuda_host_conv_node"] * n_conv
+    return int(libs)
 
 
 def host_stages(view: ModelView) -> dict[str, int]:
@@ -195,16 +297,13 @@ def host_stages(view: ModelView) -> dict[str, int]:
         # buffer over glibc's largest mmap threshold (32 MiB) is a fresh mapping, smaller
         # ones reuse heap the runtime has already freed.
         staged = stored + folded + (largest if largest > GLIBC_MMAP_MAX else 0)
-    else:
+    elif stored:
         staged = int(c["cuda_host_external_staging"]) + folded
+    else:  # no weights at all (measured: 64 and 512 Relus, 275 MiB, the bare libraries)
+        staged = folded
     session = int(c["cuda_host_session"] + staged)
-    n_gemm, n_conv = _distinct(g, GEMM_OPS), _distinct(g, CONV_OPS)
-    libs = c["cuda_host_run"]
-    if n_gemm:
-        libs += c["cuda_host_cublas"] + c["cuda_host_cublas_shape"] * n_gemm
-    libs += c["cuda_host_cudnn_config"] * n_conv
     retained = c["cuda_host_embedded_retained"] * stored if view.embedded else 0
-    run = int(c["cuda_host_session"] + libs + retained)
+    run = int(c["cuda_host_session"] + host_libraries(g) + retained)
     return {"session_creation": session, "run_1": run, "steady_state": run}
 
 
@@ -232,8 +331,21 @@ def predict(
     ss.overhead = modules
     ss.notes.append("device: run 3, planned tensors in one memory-pattern block from run 2 on")
     stages = [sc, r1, ss]
+    samples = int(opts.get(WEIGHT_ORDERS, DEFAULT_WEIGHT_ORDERS))
+    pattern = bool(rules["enable_mem_pattern"])
+    spread = (
+        device_range(g, plan, order, samples, mem_pattern=pattern, file_order=dev)
+        if samples > 0
+        else {}
+    )
     host = host_stages(view)
     for st in stages:
+        if st.name in spread:
+            lo, hi = spread[st.name]
+            st.notes.append(
+                f"device: {lo / MiB:.0f}..{hi / MiB:.0f} MiB over {samples} random weight "
+                "orders (ORT's copy order differs per process)"
+            )
         st.notes.append(f"host: {host[st.name] / MiB:.0f} MiB over the process baseline")
     bufs = tensor_buffers(g, order)
     planners = all_planners(bufs, len(order))
@@ -243,6 +355,7 @@ def predict(
     details = {
         "plan": plan,
         "device": {s.name: s.peak for s in stages},
+        "device_range": spread,
         "device_absolute": {
             "session_creation": session_abs + dev.weights_reserved,
             "run_1": session_abs + first + modules + dev.run_1,
@@ -259,6 +372,8 @@ def predict(
         "process (the verifier's method); absolute NVML figures in details['device_absolute']",
         "calibrated on one H200 with onnxruntime-gpu 1.31.1; other GPUs/drivers change the "
         "fixed costs",
+        "weights copied to the device in file order; ORT's order is a per-process hash order, "
+        f"so each stage may land anywhere in details['device_range'] ({samples} random orders)",
         f"ORT session options: {rules}",
     ]
     return BackendPrediction(

@@ -23,6 +23,16 @@ This replays the blocks with glibc 2.36's rules (``malloc/malloc.c``):
   address in four; small allocations in between make it unpredictable), so the replay runs
   the four rotations of "every fourth aligned block unpinned" and averages them.
 
+Embedded weights (``creation_blocks`` with the ModelProto's strings and session copies) are
+not averaged: whether a spare finds room in its tcache bin is decided per process by the
+small allocations around it, and measured processes land near one of two extremes, replayed
+as two modes (``embedded_modes``): ``pinned`` (every spare in the tcache: freed copies never
+merge, so each packed weight and NCHWc copy extends the top) and ``consolidated`` (spares in
+fastbins, merged into their neighbours at the next large request: freed copies coalesce).
+``GLIBC_TUNABLES=glibc.malloc.tcache_count=60000`` (room for every spare) puts embedded
+BERT-base in the pinned mode in 4 of 4 processes (641 MiB anon after session creation; the
+replay 636 + 5 of session objects).
+
 Small allocations between the big ones are not replayed (their bytes are the calibrated
 session overhead). Checked against ``mallinfo2()`` after session creation and against the
 same replay of an ``LD_PRELOAD`` malloc trace (docs/estimate.md).
@@ -79,6 +89,16 @@ class GlibcHeap:
         h = self._place(n, aligned, pin)
         self.peak = max(self.peak, self.resident)
         return h
+
+    def place(self, n: int) -> str:
+        """Allocate ``n`` bytes from ORT's allocator (``posix_memalign(64)``) and say where
+        glibc put them: ``hole`` (a free chunk below the top: its pages are resident already),
+        ``top`` or ``mmap`` (fresh pages)."""
+        top, mapped = self.top, self._mapped_bytes
+        self.alloc(n, aligned=True)
+        if self._mapped_bytes != mapped:
+            return "mmap"
+        return "top" if self.top != top else "hole"
 
     def _insert(self, c: _Chunk) -> None:
         i = bisect.bisect_left(self._addrs, c.addr)
@@ -155,9 +175,15 @@ class GlibcHeap:
         return sum(size for size, _ in self._by_size)
 
 
-def replay(blocks: CreationBlocks, rotation: int = 0) -> GlibcHeap:
-    """The heap after session creation's blocks; aligned block ``k`` keeps no trailing spare
-    when ``(k + rotation) % 4 == 3``."""
+SPARES = ("rotate", "pinned", "consolidated")
+
+
+def replay(blocks: CreationBlocks, rotation: int = 0, *, spares: str = "rotate") -> GlibcHeap:
+    """The heap after session creation's blocks. ``spares``: ``rotate`` — aligned block ``k``
+    keeps no trailing spare when ``(k + rotation) % 4 == 3``; ``pinned`` — every aligned block
+    keeps its spare; ``consolidated`` — none does (the two modes of embedded weights)."""
+    if spares not in SPARES:
+        raise ValueError(f"spares must be one of {SPARES}, not {spares!r}")
     heap = GlibcHeap()
     live: dict[str, int] = {}
     k = 0
@@ -167,8 +193,8 @@ def replay(blocks: CreationBlocks, rotation: int = 0) -> GlibcHeap:
                 heap.free(live.pop(key))
             continue
         aligned = key in blocks.aligned
-        pin = True
-        if aligned:
+        pin = spares != "consolidated"
+        if aligned and spares == "rotate":
             pin = (k + rotation) % ROTATIONS != ROTATIONS - 1
             k += 1
         live[key] = heap.alloc(n - CHUNK_OVERHEAD, aligned=aligned, pin=pin)
@@ -183,3 +209,12 @@ def resident_after_creation(blocks: CreationBlocks) -> tuple[int, int]:
         sum(h.resident for h in heaps) // ROTATIONS,
         sum(h.peak for h in heaps) // ROTATIONS,
     )
+
+
+MODES = ("pinned", "consolidated")
+
+
+def embedded_modes(blocks: CreationBlocks) -> dict[str, GlibcHeap]:
+    """The heap after an embedded model's session creation in each of its two modes (module
+    docstring): ``pinned`` and ``consolidated``."""
+    return {mode: replay(blocks, spares=mode) for mode in MODES}

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from memshrink.errors import UsageError
 from memshrink.estimate.graph import GraphInfo, NodeInfo
 from memshrink.estimate.lifetimes import ALIAS_OPS, Buffer, positions, subgraph_peak
 from memshrink.estimate.ort_optimized import MS_DOMAIN, NCHWC_DOMAIN
@@ -313,7 +314,7 @@ def _size_key(g: GraphInfo, name: str) -> tuple | None:
 # --------------------------------------------------------------------------- BFC arena
 
 
-@dataclass
+@dataclass(eq=False)  # identity: ``chunks.index`` compared every field (3x slower replays)
 class _Chunk:
     region: int
     offset: int
@@ -589,6 +590,10 @@ def creation_arena(g: GraphInfo) -> list[int]:
 
 HOLD_OUTPUTS = "memshrink.hold_outputs"  # estimator-only key in ``session_options``
 INT_RANGE = "memshrink.int_range"  # estimator-only: "LO,HI" of integer inputs (Gather ids)
+# estimator-only: the glibc mode to predict for embedded weights ("pinned" | "consolidated";
+# default ``ort_weights.EMBEDDED_MODE``); both are reported either way
+GLIBC_MODE = "memshrink.glibc_mode"
+GLIBC_MODES = ("pinned", "consolidated")
 
 
 def session_options_rules(opts: Mapping[str, str]) -> dict[str, bool | str]:
@@ -603,6 +608,9 @@ def session_options_rules(opts: Mapping[str, str]) -> dict[str, bool | str]:
         return str(v).strip().lower() in ("1", "true", "yes", "on")
 
     order = str(opts.get("execution_order", "DEFAULT")).upper()
+    mode = str(opts.get(GLIBC_MODE, "")).strip().lower()
+    if mode and mode not in GLIBC_MODES:
+        raise UsageError(f"{GLIBC_MODE} must be one of {', '.join(GLIBC_MODES)}, not {mode!r}")
     return {
         "execution_order": "PRIORITY_BASED" if "PRIORITY" in order else "DEFAULT",
         "enable_mem_pattern": flag("enable_mem_pattern", True),
@@ -610,6 +618,7 @@ def session_options_rules(opts: Mapping[str, str]) -> dict[str, bool | str]:
         "enable_mem_reuse": flag("enable_mem_reuse", True),
         # Not an ORT option: whether the caller keeps run N's outputs while run N+1 executes.
         "hold_outputs": flag(HOLD_OUTPUTS, True),
+        "glibc_mode": mode,
         "fusions": _level(opts) in ("extended", "all"),
         "graph_optimization_level": _level(opts),
     }

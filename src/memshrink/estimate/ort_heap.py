@@ -51,21 +51,20 @@ class Heap:
         """Free bytes below the top: resident, reusable."""
         return sum(s.size for s in self.segs if s.free)
 
-    def alloc(self, n: int, heap: bool = False) -> tuple[int, str]:
-        """Place a block of ``n`` bytes: returns (handle, 'hole' | 'top' | 'mmap'); ``heap``:
-        a block grown in place (never mmapped below the maximum threshold)."""
+    def alloc(self, n: int) -> tuple[int, str]:
+        """Place a block of ``n`` bytes: returns (handle, 'hole' | 'top' | 'mmap')."""
         best: _Seg | None = None
-        for s in self.segs:
+        at = -1
+        for i, s in enumerate(self.segs):
             if s.free and s.size >= n and (best is None or s.size < best.size):
-                best = s
+                best, at = s, i
         if best is not None:
-            if best.size > n:
-                i = self.segs.index(best)
-                self.segs.insert(i + 1, _Seg(best.addr + n, best.size - n, True))
+            if best.size > n:  # (an index, not segs.index: dataclass equality is by value)
+                self.segs.insert(at + 1, _Seg(best.addr + n, best.size - n, True))
                 best.size = n
             best.free = False
             return best.addr, "hole"
-        if n > MMAP_THRESHOLD_MAX or (n >= self.threshold and not heap):
+        if n >= self.threshold:
             h = self.next_mmap
             self.next_mmap -= 1
             # sysmalloc maps ALIGN_UP(n + SIZE_SZ, page): the chunk's size, which a free
@@ -100,12 +99,12 @@ class CreationBlocks:
     """The large heap events of ORT CPU session creation, in order (from ``ort_weights``)."""
 
     events: list[tuple[str, str, int]] = field(default_factory=list)  # (op, key, bytes)
-    # op: alloc | grow (a string read piecewise: reallocated while it grows, so heap-served) | free
+    # op: alloc | free
     aligned: set[str] = field(default_factory=set)  # keys from ORT's allocator (posix_memalign)
 
-    def alloc(self, key: str, n: int, *, grown: bool = False, aligned: bool = False) -> None:
+    def alloc(self, key: str, n: int, *, aligned: bool = False) -> None:
         if n > 0:
-            self.events.append(("grow" if grown else "alloc", key, n + CHUNK_OVERHEAD))
+            self.events.append(("alloc", key, n + CHUNK_OVERHEAD))
             if aligned:
                 self.aligned.add(key)
 
@@ -113,38 +112,21 @@ class CreationBlocks:
         self.events.extend(("free", k, 0) for k in keys)
 
 
-SEPARATOR = 64  # a live small block (the next TensorProto's name, dims) after each string
-
-
-def replay(blocks: CreationBlocks, *, separate: bool = True) -> Heap:
-    """The heap after session creation's large allocations and frees.
-
-    The ModelProto's raw-data strings (``grow`` events) are parsed one TensorProto after
-    another, each followed by the next tensor's small objects, which stay live while the strings
-    are freed: a live separator after each string placed at the top keeps their holes apart.
-    Measured (ORT's arena log, region addresses): embedded BERT b4x512 puts its 1, 2, 8 and 8
-    MiB arena regions in the heap and every region from 16 MiB up in a fresh mapping (four
-    processes, +433 to +461 MiB steady), while one coalesced hole of the freed strings (308 MiB
-    in the replay) would have held them all (+230 predicted); its largest freed string under
-    32 MiB is 9 MiB. ``separate=False`` replays the other mode, seen on embedded ResNet-50 b16
-    in about half the processes: its first 64 MiB region inside one ~98 MiB hole (steady +160
-    instead of +216 MiB)."""
+def replay(blocks: CreationBlocks) -> Heap:
+    """The heap after session creation's large allocations and frees (external data; embedded
+    weights are replayed by ``glibc_heap.embedded_modes``)."""
     heap = Heap()
     live: dict[str, int] = {}
     for op, key, n in blocks.events:
-        if op in ("alloc", "grow"):
-            live[key], where = heap.alloc(n, heap=op == "grow")
-            if separate and op == "grow" and where == "top":
-                heap.alloc(SEPARATOR, heap=True)
+        if op == "alloc":
+            live[key], _ = heap.alloc(n)
         elif key in live:
             heap.free(live.pop(key))
     return heap
 
 
-def regions_in_holes(
-    blocks: CreationBlocks, regions: Iterable[int], *, separate: bool = True
-) -> list[bool]:
+def regions_in_holes(blocks: CreationBlocks, regions: Iterable[int]) -> list[bool]:
     """Replay creation, then place each arena region (in extension order): True where glibc
     serves it from a free heap chunk (resident already: its pages add nothing)."""
-    heap = replay(blocks, separate=separate)
+    heap = replay(blocks)
     return [heap.alloc(r + MEMALIGN_OVERHEAD)[1] == "hole" for r in regions]

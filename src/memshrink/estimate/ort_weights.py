@@ -18,9 +18,9 @@ malloc logger (docs/estimate.md, "Weights on ONNX Runtime CPU"):
 * **Freed copies**: the ``Initializer`` source, the reorder vector and the TensorProto of each
   conversion, the fused intermediates, and (embedded) the ModelProto strings and released
   copies. What glibc keeps of them is replayed (``glibc_heap``: the heap's extent after
-  session creation's blocks, in ORT's order, ``creation_blocks``); embedded models keep a
-  calibrated fraction of the freed bytes (``ort_freed_copy_resident_embedded``) because their
-  ModelProto strings are bimodal per process.
+  session creation's blocks, in ORT's order, ``creation_blocks``); embedded models in each of
+  the two modes a process lands in (``glibc_heap.embedded_modes``), one predicted
+  (``EMBEDDED_MODE``), the other reported beside it.
 
 Everything here reads shapes, dtypes and the external flag only, never weight bytes.
 """
@@ -31,7 +31,7 @@ import platform
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from memshrink.estimate.glibc_heap import resident_after_creation
+from memshrink.estimate.glibc_heap import GlibcHeap, embedded_modes, resident_after_creation
 from memshrink.estimate.graph import GraphInfo, NodeInfo
 from memshrink.estimate.ort_heap import CreationBlocks
 from memshrink.estimate.schedule import ort_default
@@ -167,16 +167,24 @@ def conv_weights(
     return list(out.values())
 
 
+def embedded_mode(g: GraphInfo, w: WeightSplit, convs: list[ConvWeight]) -> str:
+    """The glibc mode (``glibc_heap.embedded_modes``) predicted for an embedded model: the
+    mode most processes of ``memshrink verify``'s child measured, which followed what frees
+    the session copies (docs/estimate.md, "Which glibc mode"). Rewritten Conv weights' copies,
+    freed together once the graph transformers are done: ``consolidated`` (ResNet-50 b1 and
+    b16 12 of 12 / 10 of 12 processes, U-Net 1 of 4 exactly and 3 of 4 between); prepacked
+    weights' copies, each freed right after its packed copy is allocated: ``pinned`` (GPT-2
+    11 of 11, BERT-base 6 of 12 with 5 consolidated). An observed rule, not one read in glibc:
+    which spare finds a tcache slot is decided by small allocations the replay does not see."""
+    conv = sum(cw.nbytes for cw in convs if cw.nchwc or cw.fused)
+    packed = sum(g.tensors[n].nbytes or 0 for n, k in w.names.items() if k == "prepacked")
+    return "consolidated" if conv >= packed else "pinned"
+
+
 def _heap_bytes(nbytes: int) -> int:
     """``nbytes`` if glibc serves such a block from the heap (a freed one can stay resident),
     0 for blocks over ``DEFAULT_MMAP_THRESHOLD_MAX``, always mmapped and returned on free."""
     return nbytes if nbytes <= DEFAULT_MMAP_THRESHOLD_MAX else 0
-
-
-def _mmapped_part(cw: ConvWeight) -> ConvWeight:
-    """``cw`` with only its blocks that glibc always mmaps (over 32 MiB) left."""
-    big = {n: (n if n > DEFAULT_MMAP_THRESHOLD_MAX else 0) for n in (cw.nbytes, cw.resident)}
-    return ConvWeight(cw.name, big[cw.nbytes], big[cw.resident], cw.nchwc, cw.fused, cw.rounds)
 
 
 def conv_copies(convs: list[ConvWeight], stranded: float) -> tuple[int, int, int]:
@@ -257,6 +265,11 @@ class OrtWeights:
     notes: list[str] = field(default_factory=list)
     assumptions: list[str] = field(default_factory=list)
     blocks: CreationBlocks = field(default_factory=CreationBlocks)  # for the heap replay
+    # embedded weights: the replayed heap per glibc mode, the predicted mode, and each mode's
+    # (retained, creation) anon bytes
+    heaps: dict[str, GlibcHeap] = field(default_factory=dict)
+    mode: str = ""
+    modes: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 def ort_cpu_weights(
@@ -267,6 +280,7 @@ def ort_cpu_weights(
     calibration: Mapping[str, float],
     level: int = 99,
     block: int | None = None,
+    mode: str | None = None,
 ) -> OrtWeights:
     """Weight residency of ORT CPU from the rules in the module docstring; ``level`` is the
     session's graph optimization level (``optimization_level``), ``block`` overrides the
@@ -278,32 +292,25 @@ def ort_cpu_weights(
     res = OrtWeights(nchwc_block=block if use_nchwc else 1)
     res.blocks = creation_blocks(g, w, convs, embedded=embedded)
     # what glibc keeps of the copies session creation writes: the replayed heap's extent plus
-    # the live mmapped blocks (``glibc_heap``), instead of a calibrated fraction of the freed
-    # (embedded models use the calibrated fraction below: no replay)
-    heap, heap_peak = (0, 0) if embedded else resident_after_creation(res.blocks)
+    # the live mmapped blocks (``glibc_heap``); external data averages the four address
+    # rotations, embedded weights are replayed in each of their two modes
+    if embedded:
+        res.heaps = embedded_modes(res.blocks)
+        res.mode = embedded_mode(g, w, convs) if mode is None else mode
+        heap, heap_peak = res.heaps[res.mode].resident, res.heaps[res.mode].peak
+    else:
+        heap, heap_peak = resident_after_creation(res.blocks)
     res.assumptions.append(
         f"ORT CPU NCHWc block size {block if use_nchwc else 'off'} "
         "(MlasNchwcGetBlockSize: 16 with AVX512F, else 8 on x86-64; from this host's CPU flags); "
-        "glibc malloc with its default dynamic mmap threshold"
-        + ("" if embedded else f" (weight copies replayed: {heap / MiB:.1f} MiB resident)")
+        "glibc malloc with its default dynamic mmap threshold "
+        f"(weight copies replayed: {heap / MiB:.1f} MiB resident"
+        + (f", embedded weights' {res.mode} mode)" if embedded else ")")
     )
-    # the conversions' scratch (A + V + S) as the replay places it: in holes where they fit
-    scratch = heap_peak - heap
-    kappa = c["ort_freed_copy_resident_embedded"]
     conv_kept, freed, _ = conv_copies(convs, 0.0)
-    if embedded:
-        # Embedded: the replay does not reproduce the ModelProto's strings (bimodal per
-        # process, docs/estimate.md); a calibrated fraction of the freed copies stays. The
-        # scratch lands in the strings' holes: only blocks over 32 MiB, always mmapped, add
-        # pages (ResNet-50 embedded, largest A+V+S 27 MiB: creation peak 8.4-8.6 MiB above the
-        # post-creation RSS in 3 processes; the same graph with external data: 22 MiB).
-        scratch = conv_copies([_mmapped_part(cw) for cw in convs], 0.0)[2]
     conv_mapped = sum(cw.nbytes for cw in convs if not (cw.nchwc or cw.fused) and not embedded)
     conv_embedded = sum(cw.nbytes for cw in convs if not (cw.nchwc or cw.fused) and embedded)
     packed, pack_transient = prepacked(g, w)
-    res.retained_anon = w.folded_anon + (
-        conv_kept + int(kappa * freed) + packed if embedded else heap
-    )
     # constant folding reads each source weight into a heap buffer (Initializer) while the
     # result is computed: a transient of the largest folded source
     folded_src = max(
@@ -315,44 +322,39 @@ def ort_cpu_weights(
         ),
         default=0,
     )
-    transient = max(pack_transient, folded_src, scratch)
-    # the session's own transient (``ort_session_transient``, counted as overhead) comes first
-    # and is freed into the heap the weight copies then grow into: the peak is the larger of
-    # the transient and the weights' retained + scratch bytes
-    res.creation_anon = max(0, res.retained_anon + transient - int(c["ort_session_transient"]))
+
+    def stages(resident: int, peak: int) -> tuple[int, int]:
+        # the conversions' scratch (A + V + S) as the replay places it: in holes where they
+        # fit; packing reads mapped sources (external) or the heap copies the replay holds
+        transient = max(folded_src, peak - resident, 0 if embedded else pack_transient)
+        retained = w.folded_anon + resident
+        # the session's own transient (``ort_session_transient``, counted as overhead) comes
+        # first and is freed into the heap the weight copies then grow into: the peak is the
+        # larger of the transient and the weights' retained + scratch bytes
+        return retained, max(0, retained + transient - int(c["ort_session_transient"]))
+
+    res.retained_anon, res.creation_anon = stages(heap, heap_peak)
     if embedded:
-        # Session state copies every initializer out of the ModelProto into its own OrtValue;
-        # the copies of rewritten Conv weights and of prepacked weights are freed again (after
-        # NCHWc / prepacking) and every raw-data string is freed with the ModelProto. Traced:
-        # BERT-base keeps 417 MiB (packed B + a heap copy of the rest) and frees 658 MiB of
-        # blocks <= 32 MiB.
+        res.modes = {m: stages(h.resident, h.peak) for m, h in res.heaps.items()}
         rewritten = {cw.name for cw in convs if cw.nchwc or cw.fused}
-        kept_copy = freed_copy = 0
-        for n in g.initializers:
-            t = g.tensors[n]
-            if t.folded:
-                continue
-            nb = t.nbytes or 0
-            freed_copy += _heap_bytes(nb)  # the raw-data string
-            if n in rewritten or w.names.get(n) == "prepacked":
-                freed_copy += _heap_bytes(nb)  # session state's copy, released after the rewrite
-            else:
-                kept_copy += nb
-        extra = kept_copy + int(kappa * freed_copy)
-        res.retained_anon += extra
-        res.creation_anon += extra
-        res.classes["embedded_kept"] = kept_copy
-        res.classes["embedded_freed"] = freed_copy
-        res.notes.append(
-            "embedded weights: heap copies of those used as stored; part of the freed "
-            "ModelProto strings and released copies stays resident (glibc)"
+        res.classes["embedded_kept"] = sum(
+            g.tensors[n].nbytes or 0
+            for n in g.initializers
+            if not g.tensors[n].folded and n not in rewritten and w.names.get(n) != "prepacked"
         )
+        res.notes.append(
+            "embedded weights: session state copies every initializer out of the ModelProto "
+            "(heap); the strings and the copies of rewritten / prepacked weights are freed"
+        )
+        other = next(m for m in res.modes if m != res.mode)
         res.assumptions.append(
-            "embedded weights make ORT CPU's post-session RSS bimodal under glibc: in some "
-            "processes the freed ModelProto strings are returned and the stages measure up to "
-            f"{kappa * freed_copy / MiB:.0f} MiB lower (BERT-base: 649 vs 510 MiB retained, at "
-            "random per process); this predicts the resident mode. External data "
-            "(`memshrink optimize` writes it) removes the effect"
+            "embedded weights: glibc keeps their freed copies in one of two modes, decided per "
+            "process by the tcache (whether posix_memalign's spares pin the holes); predicted "
+            f"{res.mode} (weights {res.modes[res.mode][0] / MiB:.1f} MiB retained), the "
+            f"{other} mode retains {res.modes[other][0] / MiB:.1f} MiB "
+            f"(creation peak {res.modes[other][1] / MiB:.1f} instead of "
+            f"{res.modes[res.mode][1] / MiB:.1f}); external data (`memshrink optimize` writes "
+            "it) has one mode"
         )
     else:
         in_place = w.external - w.prepacked_only - w.gather_tables - w.folded_anon
@@ -377,20 +379,48 @@ def ort_cpu_weights(
     return res
 
 
+READ_BLOCK = 4 * MiB  # ORT's FileInputStream block when parsing a model by path (traced)
+STRING_RESERVE_MAX = 50_000_000  # protobuf's kSafeStringSize: larger strings grow by doubling
+
+
+def _string_blocks(b: CreationBlocks, key: str, nbytes: int) -> None:
+    """A raw-data string as protobuf parses it: ``reserve(size)`` up to 50 MB, then appends
+    that double the capacity, each step freeing the last (traced: BERT's 94 MB table is
+    50 MB + 1, then 100 MB + 1)."""
+    caps = [nbytes]
+    if nbytes > STRING_RESERVE_MAX:
+        caps = [STRING_RESERVE_MAX]
+        while caps[-1] < nbytes:
+            caps.append(2 * caps[-1])
+    prev = ""
+    for i, cap in enumerate(caps):
+        k = key if i == len(caps) - 1 else f"{key}@{cap}"
+        b.alloc(k, cap + 1)
+        if prev:
+            b.free(prev)
+        prev = k
+
+
 def creation_blocks(
     g: GraphInfo, w: WeightSplit, convs: list[ConvWeight], *, embedded: bool
 ) -> CreationBlocks:
-    """The large allocations and frees of session creation in ORT's order, for the heap replay
-    (``ort_heap``): (embedded) the ModelProto's raw-data strings; per rewritten Conv weight the
-    fusion's A, S, K and the NCHWc conversion's A, V, S, K (``conv_copies``); the packed B of
-    each prepacked weight (embedded: from a session copy, freed after packing) and the copies
-    kept; last the ModelProto (embedded) freed."""
+    """The large allocations and frees of session creation in ORT 1.32's order, for the heap
+    replays (``glibc_heap``, ``ort_heap``), as an ``LD_PRELOAD`` malloc trace of embedded
+    BERT-base and ResNet-50 b16 shows them. Embedded only: the parser's 4 MiB read block, each
+    raw-data string (``nbytes + 1``), the block freed after parsing; then per initializer in
+    file order session state's copy (``posix_memalign``) followed by the string's free. Then
+    per rewritten Conv weight the fusion's A, S, K and the NCHWc conversion's A, V, S, K
+    (``conv_copies``); the copies of rewritten weights (embedded) freed; last, in node order,
+    each prepacked weight's packed B followed by the free of its copy (embedded)."""
     b = CreationBlocks()
     inits = [n for n in g.initializers if not g.tensors[n].folded]
     rewritten = {cw.name for cw in convs if cw.nchwc or cw.fused}
     if embedded:
+        total = sum(g.tensors[n].nbytes or 0 for n in inits)
+        b.alloc("read", min(READ_BLOCK, total))
         for n in inits:
-            b.alloc(f"str:{n}", g.tensors[n].nbytes or 0, grown=True)
+            _string_blocks(b, f"str:{n}", g.tensors[n].nbytes or 0)
+        b.free("read")
         for n in inits:
             b.alloc(f"copy:{n}", g.tensors[n].nbytes or 0, aligned=True)
             b.free(f"str:{n}")
@@ -425,10 +455,11 @@ def creation_blocks(
             b.alloc(f"K:{key}", cw.resident, aligned=True)
             b.free(f"S:{key}", f"V:{key}", f"A:{key}")
     b.free(*replaced)
+    b.free(*(f"copy:{n}" for n in inits if n in rewritten))
     order = sorted(
         (min(g.tensors[n].consumers, default=0), n) for n, k in w.names.items() if k == "prepacked"
     )
     for _, n in order:
         b.alloc(f"pack:{n}", _packed_size(g, n), aligned=True)
-    b.free(*(f"copy:{n}" for n in inits if n in rewritten or w.names.get(n) == "prepacked"))
+        b.free(f"copy:{n}")
     return b

@@ -137,6 +137,24 @@ class Estimate:
                 "GPU figures are over an empty CUDA session (the verifier's baseline), so the "
                 "fixed part can be negative; host figures are over the process baseline"
             )
+            if spread := p.details.get("device_range"):
+                rows.append(
+                    "GPU peak under other weight copy orders (ORT's differs per process): "
+                    + ", ".join(
+                        f"{k} {format_bytes(lo)}..{format_bytes(hi)}"
+                        for k, (lo, hi) in spread.items()
+                    )
+                )
+        chosen = p.details.get("glibc_modes", {})
+        for m in sorted({m for s in p.stages for m in s.modes}):
+            rows.append(
+                f"  glibc {m} mode (embedded weights, at random per process"
+                + ("; the table above" if chosen.get(m, {}).get("predicted") else "")
+                + "): "
+                + ", ".join(
+                    f"{s.name} {format_bytes(s.modes[m])}" for s in p.stages if m in s.modes
+                )
+            )
         rows.append(
             "planners (activations): "
             + ", ".join(f"{k} {format_bytes(v)}" for k, v in p.planners.items())

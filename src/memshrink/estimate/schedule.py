@@ -22,7 +22,7 @@ run about ``D(F)`` and DEFAULT about ``D(D(F))`` of a file order ``F`` on fused 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from memshrink.errors import UsageError
 from memshrink.estimate.graph import GraphInfo
@@ -95,13 +95,20 @@ def ort_priority(g: GraphInfo) -> list[int]:
     return order
 
 
-def openvino(g: GraphInfo) -> list[int]:
+def dfs_postorder(
+    g: GraphInfo,
+    producers: list[list[int]],
+    choose: Callable[[int, list[int]], list[int]] | None = None,
+) -> list[int]:
+    """Depth-first post-order from the graph outputs, dangling nodes last: every node once.
+
+    ``producers[i]`` lists node ``i``'s producers in the order they run; ``choose(node,
+    branches)`` may reorder the unvisited ones at a join (``reorder``'s branch search).
+    """
     visited = [False] * len(g.nodes)
     order: list[int] = []
-    prods = [g.tensors[o].producer for o in g.outputs if o in g.tensors]
-    roots = [r for r in prods if r is not None]
-    roots += list(range(len(g.nodes)))  # dangling nodes last
-    for root in roots:
+    roots = [g.tensors[o].producer for o in g.outputs if o in g.tensors]
+    for root in [r for r in roots if r is not None] + list(range(len(g.nodes))):
         if visited[root]:
             continue
         stack: list[tuple[int, bool]] = [(root, False)]
@@ -114,15 +121,30 @@ def openvino(g: GraphInfo) -> list[int]:
                 continue
             visited[idx] = True
             stack.append((idx, True))
-            node = g.nodes[idx]
-            ins = []
-            for n in node.inputs + node.implicit_inputs:
-                t = g.tensors.get(n) if n else None
-                if t is not None and t.producer is not None and not visited[t.producer]:
-                    ins.append(t.producer)
-            for p in reversed(ins):  # first argument visited first
+            ps = [p for p in producers[idx] if not visited[p]]
+            if choose is not None and len(ps) > 1:
+                ps = choose(idx, ps)
+            for p in reversed(ps):  # first in ps runs first
                 stack.append((p, False))
     return order
+
+
+def argument_producers(g: GraphInfo) -> list[list[int]]:
+    """Each node's producers in argument order (implicit subgraph inputs last)."""
+    out = []
+    for node in g.nodes:
+        ps = []
+        for n in node.inputs + node.implicit_inputs:
+            t = g.tensors.get(n) if n else None
+            if t is not None and t.producer is not None:
+                ps.append(t.producer)
+        out.append(ps)
+    return out
+
+
+def openvino(g: GraphInfo) -> list[int]:
+    """OpenVINO's topological order: DFS from the outputs, first argument visited first."""
+    return dfs_postorder(g, argument_producers(g))
 
 
 def schedule(g: GraphInfo, name: str) -> list[int]:

@@ -28,7 +28,7 @@ from memshrink.transforms.chunking.region import Region, discover_best
 from memshrink.transforms.chunking.rewrite import RewriteStats, rewrite
 from memshrink.transforms.chunking.rules import Refuse
 from memshrink.transforms.chunking.specialize import specialize
-from memshrink.transforms.predicted import pipeline_bindings
+from memshrink.transforms.predicted import first_unraised, pipeline_bindings
 from memshrink.transforms.saved_layout import clone_with_meta, saved_embedded
 
 MODES = ("batch", "spatial", "channels")
@@ -72,7 +72,7 @@ def _peak(model: ir.Model, context: PassContext, backend: str) -> int:
 
 def _guard(model: ir.Model, context: PassContext, backends: str) -> Any:
     """A check refusing a trial that raises a guarded backend's predicted peak (or None)."""
-    names = [b.strip() for b in backends.split(",") if b.strip()]
+    names = list(dict.fromkeys(b.strip() for b in backends.split(",") if b.strip()))
     if not names:
         return None
     base = {b: _peak(model, context, b) for b in names}
@@ -190,6 +190,14 @@ def apply(
     return region, st
 
 
+def _trial(model: ir.Model, shapes: dict[str, tuple[int, ...] | None], c: dict[str, Any],
+           axis: int) -> ir.Model:  # fmt: skip
+    """A clone of ``model`` with candidate ``c`` applied (for the backend guard)."""
+    trial = clone_with_meta(model)
+    apply(trial, shapes, c["mode"], c["chunks"], axis, c["stagger"], c["trim"], c["distinct"])
+    return trial
+
+
 @register
 class ChunkPass(Pass):
     name = "chunk"
@@ -213,9 +221,12 @@ class ChunkPass(Pass):
         # too (OpenVINO compile +5 MiB for 19 nodes on a tiny CNN that saved 0.12 MiB)
         min_saving: int = 0
         specialize: bool = True  # bind symbolic input dims (from the bindings) to chunk them
-        # backends whose predicted whole-process peak a channel split must not raise (e.g.
-        # "openvino": its CPU plugin spends ~0.1-0.25 MiB per Conv/FC primitive, and a split
-        # multiplies them); empty = decide on ORT alone
+        # backends whose predicted steady-state peak the chosen layout must not raise (CUDA:
+        # GPU memory; the predicted CUDA host change is reported in stats["guard"])
+        guard_backends: str = "cuda"
+        # backends whose predicted whole-process peak a channel split must not raise, on top
+        # of guard_backends (e.g. "openvino": its CPU plugin spends ~0.1-0.25 MiB per Conv/FC
+        # primitive, and a split multiplies them)
         channel_guard: str = ""
 
     def run(self, model: ir.Model, context: PassContext) -> PassResult:
@@ -279,7 +290,7 @@ class ChunkPass(Pass):
                 model, lambda m: _act_and_peak(m, context), shapes, after,
                 base_peak=max(est.stage_peaks().values()),
                 budget=o.activation_budget, min_gain=o.min_gain, max_chunks=o.max_chunks,
-                progress=context.progress, guard=_guard(model, context, o.channel_guard),
+                progress=context.progress, guard=_guard(model, context, f"{o.guard_backends},{o.channel_guard}"),
             )  # fmt: skip
             stats["channels"] = ch
             if ch.get("chunks"):
@@ -390,6 +401,22 @@ class ChunkPass(Pass):
                 f"activations by less than {o.min_gain:.0%}"
             )
             return stats, False, base
+        if guard := [b.strip() for b in o.guard_backends.split(",") if b.strip()]:
+            # Next best after the pick: the lower predictions, that still gain enough.
+            rest = sorted(
+                (c for c in ok if c is not pick
+                 and base - c["predicted_activations"] >= max(o.min_saving, o.min_gain * base)),
+                key=lambda c: (c["predicted_activations"], c["chunks"], c["extra_flops"]),
+            )  # fmt: skip
+
+            def make(c: dict[str, Any]) -> ir.Model:
+                return _trial(model, shapes, c, o.spatial_axis)
+
+            chosen, stats["guard"] = first_unraised(model, context, [pick, *rest], make, guard)
+            if chosen is None:
+                stats["reason"] = f"every layout tried raises the steady state on {guard}"
+                return stats, False, base
+            pick = chosen
         region, st = apply(
             model, shapes, pick["mode"], pick["chunks"], o.spatial_axis, pick["stagger"],
             pick["trim"], pick["distinct"],

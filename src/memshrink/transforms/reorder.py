@@ -37,7 +37,7 @@ import onnx_ir as ir
 from memshrink.errors import UnboundDimensionError
 from memshrink.estimate import ort as ortsim
 from memshrink.estimate.graph import GraphInfo, ModelView, NodeInfo, TensorInfo, build_view
-from memshrink.estimate.schedule import ort_default, ort_priority
+from memshrink.estimate.schedule import dfs_postorder, ort_default, ort_priority
 from memshrink.manager import Pass, PassContext, PassResult
 from memshrink.transforms import register
 from memshrink.transforms.predicted import pipeline_bindings
@@ -242,31 +242,8 @@ def dfs_order(
     g: GraphInfo, choose: Callable[[int, list[int]], list[int]] | None = None
 ) -> list[int]:
     """Depth-first post-order from the graph outputs; ``choose(node, producers)`` orders the
-    branches of each join (default: the argument order). Every node appears exactly once."""
-    prods = _producers(g)
-    visited = [False] * len(g.nodes)
-    order: list[int] = []
-    roots = [g.tensors[o].producer for o in g.outputs if o in g.tensors]
-    roots_i = [r for r in roots if r is not None] + list(range(len(g.nodes)))
-    for root in roots_i:
-        if visited[root]:
-            continue
-        stack: list[tuple[int, bool]] = [(root, False)]
-        while stack:
-            idx, leave = stack.pop()
-            if leave:
-                order.append(idx)
-                continue
-            if visited[idx]:
-                continue
-            visited[idx] = True
-            stack.append((idx, True))
-            ps = [p for p in prods[idx] if not visited[p]]
-            if choose is not None and len(ps) > 1:
-                ps = choose(idx, ps)
-            for p in reversed(ps):  # first in ps runs first
-                stack.append((p, False))
-    return order
+    branches of each join (default: ascending node index). Every node appears exactly once."""
+    return dfs_postorder(g, _producers(g), choose)
 
 
 def _ancestors(prods: list[list[int]], idx: int) -> set[int]:
@@ -356,11 +333,13 @@ def _steady_states(
     """Predicted ORT steady-state activations (DEFAULT, PRIORITY_BASED), then the steady-state
     peak on each ``guard`` backend, in the layout the pipeline saves (``saved_layout``)."""
     from memshrink.estimate import estimate
+    from memshrink.estimate.cuda import WEIGHT_ORDERS
 
     bindings = pipeline_bindings(model, context)
     out = []
     runs = [("ort", {}), ("ort", {"execution_order": "PRIORITY_BASED"})]
-    for backend, opts in runs + [(b, {}) for b in guard]:
+    # A guard compares orders: the file order's replay is enough (no weight-order sampling).
+    for backend, opts in runs + [(b, {WEIGHT_ORDERS: "0"}) for b in guard]:
         est = estimate(
             model, backend=backend, session_options=opts, embedded=saved_embedded(model),
             **bindings,

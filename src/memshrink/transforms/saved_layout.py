@@ -6,20 +6,21 @@ adds no RSS. With external data the weights are mapped and no holes exist, so th
 activation plan measures higher (U-Net after ``chunk``: 368 vs 400 MiB predicted). A pass that
 predicts the memory of its own output must therefore predict it in the layout it will be saved
 in: ``external-data`` records that layout (``META_SAVE``) when it runs, which is why the
-``all`` preset runs it before the activation passes.
+``all`` preset runs it before the activation passes. The decision itself is the writer's
+(``writer.decide_external``: pass policy, then the input's layout, then the 2 GB rule), so a
+pass predicts exactly the file ``save`` will write.
 """
 
 from __future__ import annotations
 
 import onnx_ir as ir
 
-from memshrink.model import META_SAVE
+from memshrink.writer import decide_external
 
 
-def saved_embedded(model: ir.Model) -> bool | None:
-    """False when the save policy writes weights to external data; None: as loaded."""
-    policy = model.meta.get(META_SAVE) or {}
-    return False if isinstance(policy, dict) and policy.get("external") else None
+def saved_embedded(model: ir.Model) -> bool:
+    """Whether the saved file will hold its weights inline (the writer's own decision)."""
+    return not decide_external(model)
 
 
 def clone_with_meta(model: ir.Model) -> ir.Model:
