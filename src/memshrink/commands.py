@@ -15,6 +15,7 @@ from memshrink.units import format_bytes
 OPTIMIZE_EPILOG = """\
 examples:
   memshrink optimize bert.onnx bert-small.onnx --passes all
+  memshrink optimize net.onnx net-ov.onnx --passes all --backend openvino   # deploying on OpenVINO
   memshrink optimize in.onnx out.onnx --passes prune,dedup-weights,external-data
   memshrink optimize in.onnx out.onnx --passes my-pipeline.toml --json report.json
   memshrink optimize in.onnx out.onnx -O external-data.threshold=4KiB --check
@@ -302,7 +303,11 @@ def register_builtin(sub: argparse._SubParsersAction) -> None:
         help="skip the predicted peak after each pass",
     )
     p.add_argument(
-        "--backend", default="ort", help="backend the per-pass estimate predicts for (default: ort)"
+        "--backend",
+        default="ort",
+        help="the runtime you deploy on: the per-pass estimate predicts for it, and the "
+        "activation passes refuse rewrites predicted to raise its peak (ort = ONNX Runtime "
+        "CPU, default; openvino, ort-openvino, cuda; CUDA is always guarded)",
     )
     p.add_argument(
         "--verify",

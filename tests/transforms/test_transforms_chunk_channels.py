@@ -222,3 +222,16 @@ def test_split_that_raises_the_whole_process_peak_is_refused(tmp_path: Path) -> 
     cands = res.stats["channels"]["candidates"]
     assert not res.modified and cands
     assert all("whole-process" in c["refused"] for c in cands)
+
+
+def test_the_pipelines_target_backend_is_guarded(tmp_path: Path) -> None:
+    """``optimize --backend openvino`` guards OpenVINO without naming it in the options: the
+    same refusal as ``channel_guard=openvino``."""
+    src = tmp_path / "ib.onnx"
+    onnx.save_model(bottleneck(hw=16), src)
+    opts = {"chunk": {"modes": "channels", "min_gain": -1.0, "guard_backends": ""}}
+    ctx = PassContext(backend="openvino")
+    res = PassManager(["chunk"], options=opts).run(src, ctx)[1].passes[0]
+    cands = res.stats["channels"]["candidates"]
+    assert not res.modified and cands
+    assert all("openvino" in c["refused"] for c in cands)

@@ -91,3 +91,14 @@ def test_chunk_reports_the_cuda_guard_and_host_change() -> None:
     )
     off = ChunkPass(guard_backends="").run(ir.from_proto(_cnn()), PassContext())
     assert "guard" not in off.stats and off.stats["chunks"] == st["chunks"]
+
+
+def test_guarded_adds_the_pipelines_target() -> None:
+    from memshrink.manager import PassContext
+    from memshrink.transforms.predicted import guarded
+
+    assert guarded("cuda", PassContext()) == ["cuda"]
+    assert guarded("cuda", PassContext(backend="cpu")) == ["cuda"]
+    assert guarded("cuda", PassContext(backend="openvino")) == ["cuda", "openvino"]
+    assert guarded(" cuda, ,cuda", PassContext(backend="cuda")) == ["cuda"]
+    assert guarded("", PassContext(backend="ort-openvino")) == ["ort-openvino"]

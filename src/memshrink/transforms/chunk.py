@@ -28,7 +28,7 @@ from memshrink.transforms.chunking.region import Region, discover_best
 from memshrink.transforms.chunking.rewrite import RewriteStats, rewrite
 from memshrink.transforms.chunking.rules import Refuse
 from memshrink.transforms.chunking.specialize import specialize
-from memshrink.transforms.predicted import first_unraised, pipeline_bindings
+from memshrink.transforms.predicted import first_unraised, guarded, pipeline_bindings
 from memshrink.transforms.saved_layout import clone_with_meta, saved_embedded
 
 MODES = ("batch", "spatial", "channels")
@@ -222,7 +222,8 @@ class ChunkPass(Pass):
         min_saving: int = 0
         specialize: bool = True  # bind symbolic input dims (from the bindings) to chunk them
         # backends whose predicted steady-state peak the chosen layout must not raise (CUDA:
-        # GPU memory; the predicted CUDA host change is reported in stats["guard"])
+        # GPU memory; the predicted CUDA host change is reported in stats["guard"]); the
+        # pipeline's target (optimize --backend) is always added when it is not ORT CPU
         guard_backends: str = "cuda"
         # backends whose predicted whole-process peak a channel split must not raise, on top
         # of guard_backends (e.g. "openvino": its CPU plugin spends ~0.1-0.25 MiB per Conv/FC
@@ -290,7 +291,7 @@ class ChunkPass(Pass):
                 model, lambda m: _act_and_peak(m, context), shapes, after,
                 base_peak=max(est.stage_peaks().values()),
                 budget=o.activation_budget, min_gain=o.min_gain, max_chunks=o.max_chunks,
-                progress=context.progress, guard=_guard(model, context, f"{o.guard_backends},{o.channel_guard}"),
+                progress=context.progress, guard=_guard(model, context, ",".join(guarded(f"{o.guard_backends},{o.channel_guard}", context))),
             )  # fmt: skip
             stats["channels"] = ch
             if ch.get("chunks"):
@@ -401,7 +402,7 @@ class ChunkPass(Pass):
                 f"activations by less than {o.min_gain:.0%}"
             )
             return stats, False, base
-        if guard := [b.strip() for b in o.guard_backends.split(",") if b.strip()]:
+        if guard := guarded(o.guard_backends, context):
             # Next best after the pick: the lower predictions, that still gain enough.
             rest = sorted(
                 (c for c in ok if c is not pick

@@ -40,7 +40,7 @@ from memshrink.estimate.graph import GraphInfo, ModelView, NodeInfo, TensorInfo,
 from memshrink.estimate.schedule import dfs_postorder, ort_default, ort_priority
 from memshrink.manager import Pass, PassContext, PassResult
 from memshrink.transforms import register
-from memshrink.transforms.predicted import pipeline_bindings
+from memshrink.transforms.predicted import guarded, pipeline_bindings
 from memshrink.transforms.saved_layout import clone_with_meta, saved_embedded
 
 VIEW_KEY = "activation.view"
@@ -479,7 +479,8 @@ class ReorderPass(Pass):
         )
         min_gain: float = 0.01  # rewrite only when the worse ORT order's peak drops this much
         confirm: int = 4  # best-ranked orders re-scored by the full estimator (0 = trust ranking)
-        # backends whose predicted steady-state peak a confirmed order must not raise
+        # backends whose predicted steady-state peak a confirmed order must not raise (plus
+        # the pipeline's target, optimize --backend, when it is not ORT CPU)
         guard_backends: str = "cuda"
 
     def run(self, model: ir.Model, context: PassContext) -> PassResult:
@@ -509,7 +510,7 @@ class ReorderPass(Pass):
         if o.confirm > 0:
             ranked = sorted(cands, key=lambda c: (c.worst, c.priority + c.default + c.relaid))
             try:
-                guard = [b for b in o.guard_backends.split(",") if b.strip()]
+                guard = guarded(o.guard_backends, context)
                 confirmed = confirm_order(
                     model, context, ranked, original, o.confirm, o.min_gain, guard
                 )
@@ -520,7 +521,7 @@ class ReorderPass(Pass):
                 stats["reason"] = (
                     "no order lowers the estimator's predicted ORT steady state (arena and "
                     "memory-pattern block included) under both execution orders without "
-                    f"raising the steady state on {o.guard_backends or 'no other backend'}"
+                    f"raising the steady state on {','.join(guard) or 'no other backend'}"
                 )
                 return PassResult(False, stats)
             best = confirmed[0]
