@@ -27,6 +27,7 @@ import numpy as np
 import onnx_ir as ir
 
 from memshrink.transforms.chunking.rewrite import META_KEY, _Namer
+from memshrink.transforms.chunking.rewrite import _with_extent as _with
 
 Shape = tuple[int, ...]
 
@@ -398,12 +399,6 @@ class _Consts:
             self.graph.register_initializer(out)
             self.copies[id(v)] = out
         return out
-
-
-def _with(shape: Shape, axis: int, n: int) -> Shape:
-    s = list(shape)
-    s[axis] = n
-    return tuple(s)
 
 
 def split_block(
