@@ -306,8 +306,9 @@ def register_builtin(sub: argparse._SubParsersAction) -> None:
         "--backend",
         default="ort",
         help="the runtime you deploy on: the per-pass estimate predicts for it, and the "
-        "activation passes refuse rewrites predicted to raise its peak (ort = ONNX Runtime "
-        "CPU, default; openvino, ort-openvino, cuda; CUDA is always guarded)",
+        "activation passes refuse rewrites predicted to raise its peak, and for openvino "
+        "tied weights are not folded into a second copy (ort = ONNX Runtime CPU, default; "
+        "openvino, ort-openvino, cuda; CUDA is always guarded)",
     )
     p.add_argument(
         "--verify",

@@ -132,6 +132,7 @@ class FoldWeightTransformsPass(Pass):
     name = "fold-weight-transforms"
     summary = "Fold Cast/Transpose/Reshape of weights and Conv+BatchNorm ahead of time."
     targets = ("session-creation", "weights")
+    _shared: bool = True  # fold_shared for this run (off when the pipeline targets OpenVINO)
     exact = (
         "Cast/Transpose/Reshape folds are bit-exact; Conv+BatchNorm folding changes rounding "
         "(relative error ~1e-6; conv_bn=false keeps the pass bit-exact)"
@@ -142,6 +143,9 @@ class FoldWeightTransformsPass(Pass):
         conv_bn: bool = True
         # Fold a transform even when its weight has other readers (tied embedding / LM head):
         # the file stores both forms, and the runtime maps them instead of building a heap copy.
+        # Never when the pipeline targets OpenVINO (optimize --backend openvino): its FC takes
+        # the transpose itself, so the folded copy is pure cost (GPT-2: compile 888 -> 1035,
+        # steady 1086 -> 1231 MiB with it, 1085 without; docs/compare.md).
         fold_shared: bool = True
 
     def run(self, model: ir.Model, context: PassContext) -> PassResult:
@@ -153,6 +157,7 @@ class FoldWeightTransformsPass(Pass):
             "bytes_rewritten": 0,
             "bytes_added": 0,
         }
+        self._shared = self.options.fold_shared and context.backend != "openvino"
         for graph in model.graphs():
             changed = True
             while changed:
@@ -179,7 +184,7 @@ class FoldWeightTransformsPass(Pass):
         if tensor.dtype not in _NUMERIC:
             return False
         shared = len(src.uses()) != 1
-        if shared and not self.options.fold_shared:
+        if shared and not self._shared:
             return False  # folding would store the weight twice
         shape = tuple(tensor.shape.numpy())
         name = out.name or ""
