@@ -421,16 +421,41 @@ def _tok(vocab: int, b: int = 2, s: int = 8) -> Any:
     return torch.randint(0, vocab, (b, s), generator=torch.Generator().manual_seed(0))
 
 
-@builder("hf-gpt2-past-legacy")
-def gpt2_past(d: Path) -> Case:
-    import torch
+def _gpt2_lm() -> Any:
+    """A seeded 2-layer GPT-2 LM with its KV cache on (both GPT-2 exporters' cases)."""
     import transformers
 
     cfg = transformers.GPT2Config(
         n_layer=2, n_embd=64, n_head=4, vocab_size=500, n_positions=128, use_cache=True
     )
     _seed()
-    lm = transformers.GPT2LMHeadModel(cfg).eval()
+    return transformers.GPT2LMHeadModel(cfg).eval()
+
+
+def _llama_lm() -> Any:
+    """A seeded 2-layer Llama with grouped-query attention (4 heads, 2 KV heads)."""
+    import transformers
+
+    cfg = transformers.LlamaConfig(
+        vocab_size=500,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        use_cache=False,
+    )
+    _seed()
+    return transformers.LlamaForCausalLM(cfg)
+
+
+@builder("hf-gpt2-past-legacy")
+def gpt2_past(d: Path) -> Case:
+    import torch
+    import transformers
+
+    lm = _gpt2_lm()
 
     class Wrap(torch.nn.Module):
         def __init__(self) -> None:
@@ -472,13 +497,8 @@ def gpt2_past(d: Path) -> Case:
 @builder("hf-gpt2-cache-dynamo")
 def gpt2_dynamo(d: Path) -> Case:
     import torch
-    import transformers
 
-    cfg = transformers.GPT2Config(
-        n_layer=2, n_embd=64, n_head=4, vocab_size=500, n_positions=128, use_cache=True
-    )
-    _seed()
-    lm = transformers.GPT2LMHeadModel(cfg).eval()
+    lm = _gpt2_lm()
 
     class Wrap(torch.nn.Module):
         def __init__(self) -> None:
@@ -761,20 +781,8 @@ def resnet(d: Path) -> Case:
 @builder("hf-llama-gqa-dynamo")
 def llama(d: Path) -> Case:
     import torch
-    import transformers
 
-    cfg = transformers.LlamaConfig(
-        vocab_size=500,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        use_cache=False,
-    )
-    _seed()
-    m = transformers.LlamaForCausalLM(cfg)
+    m = _llama_lm()
     inputs = {"input_ids": _tok(500), "attention_mask": torch.ones(2, 8, dtype=torch.long)}
     dyn = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}}
     return _hf_dynamo(
@@ -790,20 +798,8 @@ def llama(d: Path) -> Case:
 
 @builder("hf-llama-gqa-legacy")
 def llama_legacy(d: Path) -> Case:
-    import transformers
 
-    cfg = transformers.LlamaConfig(
-        vocab_size=500,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        use_cache=False,
-    )
-    _seed()
-    inner = transformers.LlamaForCausalLM(cfg).eval()
+    inner = _llama_lm().eval()
     p = d / "llama_legacy.onnx"
     _legacy_text(inner, p, 500, ["logits"], opset=17)
     return Case(
