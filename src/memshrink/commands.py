@@ -119,11 +119,18 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         **report.to_dict(),
     }
     recommendations = _add_recommendations(result, model, args.backend, shapes, dims)
+    others = None
+    if args.estimate:
+        if progress:
+            progress("predicting the other runtimes' peaks (original vs output)")
+        others = _other_backends(result, src, dst, args.backend, shapes, dims)
     exit_code = 0
     if not quiet:
         print(_format_optimize(result))
         if recommendations:
             print(recommendations)
+        if others:
+            print(others)
     if backends:
         from memshrink.verify import verify
 
@@ -158,6 +165,52 @@ def _add_recommendations(
         return None
     result["recommended_session_options"] = [r.to_dict() for r in recs]
     return format_recommendations(recs)
+
+
+OTHER_BACKENDS = ("openvino", "ort-openvino")
+
+
+def _other_backends(
+    result: dict[str, Any],
+    src: Path,
+    dst: Path,
+    target: str,
+    shapes: dict,
+    dims: dict,
+    rise: float = 0.05,
+    min_bytes: int = 8 << 20,
+) -> str | None:
+    """Predicted whole-process peak of the input and the output on the runtimes the pipeline
+    did not target; return a warning for each that rises.
+
+    Why: the activation passes decide on ORT CPU (and guard CUDA); some rewrites cost another
+    runtime (OpenVINO compiles kernels per node: chunking ResNet-50 b16 measured 347 -> 452 MiB
+    there). A user should hear that before deploying, with the flag that avoids it.
+    """
+    from memshrink.estimate import estimate
+
+    figures: dict[str, Any] = {}
+    lines = []
+    for b in OTHER_BACKENDS:
+        if b == target:
+            continue
+        try:
+            before, after = (
+                max(estimate(str(p), backend=b, shapes=shapes or None, dims=dims or None)
+                    .stage_peaks().values())
+                for p in (src, dst)
+            )  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - a note, never a failure of optimize
+            figures[b] = {"error": f"{type(exc).__name__}: {exc}"}
+            continue
+        figures[b] = {"before": before, "after": after}
+        if after > before * (1 + rise) and after - before > min_bytes:
+            lines.append(
+                f"note: predicted {b} peak rises {format_bytes(before)} -> "
+                f"{format_bytes(after)}; deploying there? re-run with --backend {b}"
+            )
+    result["other_backends_predicted_peak"] = figures
+    return "\n".join(lines) or None
 
 
 def _copy_sidecar(src: Path, dst: Path) -> None:

@@ -235,3 +235,24 @@ def test_the_pipelines_target_backend_is_guarded(tmp_path: Path) -> None:
     cands = res.stats["channels"]["candidates"]
     assert not res.modified and cands
     assert all("openvino" in c["refused"] for c in cands)
+
+
+def test_slices_are_read_from_the_file_without_mapping_it(tmp_path: Path) -> None:
+    """The split weights are read slice by slice with pread: equal to numpy slicing on every
+    axis, and no mapping of the file is left in the process."""
+    import onnx_ir as ir
+
+    from memshrink.transforms.chunking.channels import _read_slice
+
+    arr = np.arange(4 * 6 * 5, dtype=np.float32).reshape(4, 6, 5)
+    raw = tmp_path / "w.bin"
+    raw.write_bytes(b"\0" * 128 + arr.tobytes())
+    t = ir.ExternalTensor(
+        "w.bin", 128, arr.nbytes, ir.DataType.FLOAT, shape=ir.Shape([4, 6, 5]), name="w",
+        base_dir=tmp_path,
+    )  # fmt: skip
+    for axis, lo, hi in ((0, 1, 3), (1, 2, 6), (2, 0, 1), (1, 0, 6)):
+        index = tuple(slice(lo, hi) if a == axis else slice(None) for a in range(3))
+        part = _read_slice(t, axis, lo, hi)
+        assert part is not None and np.array_equal(part, arr[index])
+    assert t.raw is None  # never mapped
