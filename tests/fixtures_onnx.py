@@ -9,6 +9,32 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 
+def weight_chain(
+    op: str,
+    n: int,
+    weight_shape: tuple[int, ...],
+    x_shape: list[int],
+    out_shape: list[int] | None = None,
+) -> onnx.ModelProto:
+    """``n`` ``op`` nodes (MatMul, Conv) in a chain, each reading its own seeded random weight
+    ``W{i}``: a graph whose session memory is weights and per-node state, little else."""
+    rng = np.random.default_rng(0)
+    nodes, inits, x = [], [], "x"
+    for i in range(n):
+        w = rng.standard_normal(weight_shape).astype(np.float32)
+        inits.append(numpy_helper.from_array(w, f"W{i}"))
+        nodes.append(helper.make_node(op, [x, f"W{i}"], [f"y{i}"]))
+        x = f"y{i}"
+    g = helper.make_graph(
+        nodes,
+        f"{op.lower()}_chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+        [helper.make_tensor_value_info(x, TensorProto.FLOAT, out_shape)],
+        inits,
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
 def build_mlp(seed: int = 0, hidden: int = 128, extras: bool = True) -> onnx.ModelProto:
     """A two-layer MLP with the export habits the weight passes target.
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from fixtures_onnx import weight_chain
 
 from memshrink.commands import _other_backends
 
@@ -14,21 +13,8 @@ from memshrink.commands import _other_backends
 def _conv_chain(n: int, path: Path) -> Path:
     """``n`` 1x1 convs in a chain: OpenVINO compiles one kernel per Conv, so more convs cost
     it memory even where the activations do not grow."""
-    rng = np.random.default_rng(0)
-    nodes, inits, x = [], [], "x"
-    for i in range(n):
-        w = rng.standard_normal((16, 16, 1, 1)).astype(np.float32)
-        inits.append(numpy_helper.from_array(w, f"w{i}"))
-        nodes.append(helper.make_node("Conv", [x, f"w{i}"], [f"c{i}"]))
-        x = f"c{i}"
-    g = helper.make_graph(
-        nodes,
-        "chain",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 32, 32])],
-        [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, 16, 32, 32])],
-        inits,
-    )
-    onnx.save_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    model = weight_chain("Conv", n, (16, 16, 1, 1), [1, 16, 32, 32], [1, 16, 32, 32])
+    onnx.save_model(model, path)
     return path
 
 

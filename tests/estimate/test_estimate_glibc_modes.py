@@ -9,9 +9,8 @@ import os
 import subprocess
 import sys
 
-import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from fixtures_onnx import weight_chain
 
 from memshrink.estimate.api import estimate
 from memshrink.estimate.glibc_heap import embedded_modes, replay
@@ -23,21 +22,7 @@ MiB = 1 << 20
 def _matmuls(n: int = 12, k: int = 768) -> onnx.ModelProto:
     """A chain of MatMuls with embedded 2.25 MiB weights (BERT's projections): session state
     copies each weight, prepacks it and frees the copy."""
-    rng = np.random.default_rng(0)
-    nodes, inits, x = [], [], "x"
-    for i in range(n):
-        w = rng.standard_normal((k, k)).astype(np.float32)
-        inits.append(numpy_helper.from_array(w, f"W{i}"))
-        nodes.append(helper.make_node("MatMul", [x, f"W{i}"], [f"y{i}"]))
-        x = f"y{i}"
-    g = helper.make_graph(
-        nodes,
-        "matmuls",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, k])],
-        [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, k])],
-        inits,
-    )
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m = weight_chain("MatMul", n, (k, k), [1, k], [1, k])
     m.ir_version = 8
     return m
 

@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from fixtures_onnx import weight_chain
 from onnx import TensorProto, helper, numpy_helper
 
 from memshrink.estimate.backends import CALIBRATION
@@ -82,22 +83,7 @@ def _convs(
 
 
 def _matmuls(n: int, d: int) -> onnx.ModelProto:
-    rng = np.random.default_rng(0)
-    nodes, inits, x = [], [], "x"
-    for i in range(n):
-        inits.append(
-            numpy_helper.from_array(rng.standard_normal((d, d)).astype(np.float32), f"W{i}")
-        )
-        nodes.append(helper.make_node("MatMul", [x, f"W{i}"], [f"m{i}"]))
-        x = f"m{i}"
-    g = helper.make_graph(
-        nodes,
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, d])],
-        [helper.make_tensor_value_info(x, TensorProto.FLOAT, None)],
-        inits,
-    )
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    return weight_chain("MatMul", n, (d, d), [1, d])
 
 
 @needs_nchwc
