@@ -24,7 +24,8 @@ from memshrink.transforms import register
 from memshrink.transforms.chunking.channel_choice import choose_channels
 from memshrink.transforms.chunking.channels import find_blocks
 from memshrink.transforms.chunking.layout import distinct_edges
-from memshrink.transforms.chunking.region import Region, discover_best
+from memshrink.transforms.chunking.overlap import ends, overlap_plans
+from memshrink.transforms.chunking.region import Region, cut, cuts, discover_best
 from memshrink.transforms.chunking.rewrite import RewriteStats, rewrite
 from memshrink.transforms.chunking.rules import Refuse
 from memshrink.transforms.chunking.specialize import specialize
@@ -159,6 +160,8 @@ def apply(
     stagger: int = 0,
     trim: int = 0,
     distinct: int = 0,
+    end: str = "",
+    overlap: bool = False,
 ) -> tuple[Region, RewriteStats]:
     """Find the region of ``mode`` in ``model`` and rewrite it in ``count`` chunks (in place).
 
@@ -177,6 +180,11 @@ def apply(
     region = discover_best(
         model.graph, shapes, _opset(model), entries, f"{mode}{count}", min_extent=floor
     )
+    if end:  # end the region at this value (a block boundary, ``region.cuts``)
+        v = next((x for x in cuts(region) if x.name == end), None)
+        if v is None:
+            raise Refuse(f"{end} cannot end the region alone")
+        region = cut(region, v)
     if not region.nodes:
         raise Refuse(f"no op can be chunked along the {mode} axis")
     edges = None
@@ -184,7 +192,8 @@ def apply(
         edges = distinct_edges(region, count, max(1, _largest(region) // (count * distinct)))
         if edges is None:
             raise Refuse(f"no band edges keep chunk shapes distinct (1/{distinct})")
-    st = rewrite(model.graph, region, count, stagger, edges)
+    plans = overlap_plans(region, count, stagger, edges) if overlap else None
+    st = rewrite(model.graph, region, count, stagger, edges, plans)
     st.edges = edges
     st.specialized = spec
     return region, st
@@ -194,8 +203,22 @@ def _trial(model: ir.Model, shapes: dict[str, tuple[int, ...] | None], c: dict[s
            axis: int) -> ir.Model:  # fmt: skip
     """A clone of ``model`` with candidate ``c`` applied (for the backend guard)."""
     trial = clone_with_meta(model)
-    apply(trial, shapes, c["mode"], c["chunks"], axis, c["stagger"], c["trim"], c["distinct"])
+    apply(trial, shapes, c["mode"], c["chunks"], axis, c["stagger"], c["trim"], c["distinct"],
+          c.get("end", ""), c.get("overlap", False))  # fmt: skip
     return trial
+
+
+def _overlap_ends(
+    model: ir.Model, shapes: dict[str, tuple[int, ...] | None], axis: int
+) -> list[str]:
+    """Names of the values an overlapping-band spatial region may end at (``overlap.ends``)."""
+    trial = clone_with_meta(model)
+    specialize(trial, shapes)
+    entries = entries_for(trial, shapes, "spatial", axis)
+    if not entries:
+        return []
+    region = discover_best(trial.graph, shapes, _opset(trial), entries, "ends")
+    return [v.name or "" for v in ends(region)]
 
 
 @register
@@ -326,27 +349,40 @@ class ChunkPass(Pass):
                 for stagger, distinct in (layouts if not trim else layouts[:1] + layouts[-2:])
                 if stagger * (count - 1) < extent // count
             ]
-            for count, stagger, distinct, trim in grid:
+            grid6 = [(c, s, d, t, "") for c, s, d, t in grid] + [
+                (count, 0, 0, 0, end)
+                for end in (_overlap_ends(model, shapes, o.spatial_axis) if mode == "spatial" else [])
+                for count in chunk_counts(mode, extent, o.max_chunks, o.min_rows)
+            ]  # fmt: skip
+            for count, stagger, distinct, trim, end in grid6:
                 context.progress(
                     f"chunk: trying {mode} x{count} (stagger {stagger}, distinct {distinct}, "
-                    f"trim {trim})"
+                    f"trim {trim}" + (f", overlapping bands ending at {end})" if end else ")")
                 )
                 cand: dict[str, Any] = {
                     "mode": mode, "chunks": count, "stagger": stagger, "distinct": distinct,
                     "trim": trim,
                 }  # fmt: skip
+                if end:
+                    cand.update(end=end, overlap=True)
                 trial = clone_with_meta(model)
                 try:
                     region, st = apply(
-                        trial, shapes, mode, count, o.spatial_axis, stagger, trim, distinct
-                    )
+                        trial, shapes, mode, count, o.spatial_axis, stagger, trim, distinct,
+                        end, bool(end),
+                    )  # fmt: skip
                     key = (
                         mode, count, stagger, tuple(st.edges or ()), st.nodes_before,
-                        tuple(st.outputs),
+                        tuple(st.outputs), bool(end),
                     )  # fmt: skip
                     if key in seen:  # a trim that cut nothing: same rewrite as before
                         continue
                     seen.add(key)
+                    if end and st.extra_flops > o.max_extra_flops:
+                        raise Refuse(
+                            f"extra compute {st.extra_flops:.0%} over max_extra_flops "
+                            f"{o.max_extra_flops:.0%}"
+                        )  # not predicted: over the cap whatever it saves
                     pred, _ = _predict(trial, context)
                 except Refuse as exc:
                     cand["refused"] = str(exc)
@@ -420,7 +456,7 @@ class ChunkPass(Pass):
             pick = chosen
         region, st = apply(
             model, shapes, pick["mode"], pick["chunks"], o.spatial_axis, pick["stagger"],
-            pick["trim"], pick["distinct"],
+            pick["trim"], pick["distinct"], pick.get("end", ""), pick.get("overlap", False),
         )  # fmt: skip
         stats.update(
             mode=pick["mode"],
@@ -438,4 +474,6 @@ class ChunkPass(Pass):
             specialized=st.specialized,
             stopped_at=region.stops,
         )
+        if pick.get("end"):
+            stats.update(end=pick["end"], overlap=True)
         return stats, True, pick["predicted_activations"]

@@ -124,6 +124,19 @@ def discover(
             axes[v] = ax
             made.add(v)
     region = _make_convex(region)
+    return _close(label, region, axes, in_axes, out_axis, facts, stops)
+
+
+def _close(
+    label: str,
+    region: list[ir.Node],
+    axes: Mapping[ir.Value, int],
+    in_axes: Mapping[ir.Node, list[int | None]],
+    out_axis: Mapping[ir.Node, int],
+    facts: Mapping[ir.Node, NodeFacts],
+    stops: dict[str, int],
+) -> Region:
+    """The Region of ``region``'s nodes: its sliced inputs (externals) and read outputs."""
     keep = set(region)
     made = {v for n in region for v in n.outputs}
     externals: list[ir.Value] = []
@@ -151,6 +164,49 @@ def discover(
         {n: facts[n] for n in region},
         stops,
     )
+
+
+def cuts(region: Region) -> list[ir.Value]:
+    """Region values that can end a region alone, in file order: the nodes they depend on
+    inside the region (their ancestors) have no other value read outside those nodes.
+
+    Why: ending a region at a block boundary (a ResNet block's output, after its residual
+    Add) concatenates one tensor; ending mid-block also concatenates the skip branch.
+    """
+    index = {n: i for i, n in enumerate(region.nodes)}
+    out: list[ir.Value] = []
+    for node in region.nodes:
+        for v in node.outputs:
+            anc = ancestors(region, v)
+            if all(
+                w is v or all(u.node in anc for u in w.uses()) and not w.is_graph_output()
+                for n in anc
+                for w in n.outputs
+            ):
+                out.append(v)
+    return sorted(out, key=lambda v: index[v.producer()])  # type: ignore[index]
+
+
+def ancestors(region: Region, v: ir.Value) -> set[ir.Node]:
+    """The region nodes ``v`` depends on (its producer included)."""
+    inside = set(region.nodes)
+    seen: set[ir.Node] = set()
+    stack = [v.producer()]
+    while stack:
+        n = stack.pop()
+        if n is None or n in seen or n not in inside:
+            continue
+        seen.add(n)
+        stack.extend(x.producer() for x in n.inputs if x is not None)
+    return seen
+
+
+def cut(region: Region, v: ir.Value) -> Region:
+    """``region`` ended at ``v``: only the nodes ``v`` depends on."""
+    keep = ancestors(region, v)
+    nodes = [n for n in region.nodes if n in keep]
+    return _close(region.label, nodes, region.axes, region.in_axes, region.out_axis,
+                  region.facts, dict(region.stops))  # fmt: skip
 
 
 def discover_best(

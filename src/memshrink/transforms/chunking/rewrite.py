@@ -16,7 +16,7 @@ import numpy as np
 import onnx_ir as ir
 
 from memshrink.transforms.chunking import rules
-from memshrink.transforms.chunking.region import Region, chunk_rows
+from memshrink.transforms.chunking.region import ChunkRows, Region, chunk_rows
 from memshrink.transforms.chunking.rules import Range, Shape
 
 META_KEY = "memshrink.chunk"
@@ -127,14 +127,15 @@ def rewrite(
     count: int,
     stagger: int = 0,
     edges: Sequence[int] | None = None,
+    plans: Sequence[ChunkRows] | None = None,
 ) -> RewriteStats:
     """Replace ``region`` in ``graph`` by ``count`` chunk copies and Concat nodes.
 
+    ``plans`` (one per chunk) replace the exact rows of ``chunk_rows`` (``chunking.overlap``).
     Raises ``Refuse`` (leaving the graph untouched) when some chunk's rows cannot be derived.
     """
-    plans = [
-        chunk_rows(region, k, count, stagger, edges) for k in range(count)
-    ]  # may Refuse: nothing written
+    if plans is None:  # may Refuse: nothing written
+        plans = [chunk_rows(region, k, count, stagger, edges) for k in range(count)]
     b = _Builder(graph, f"chunk_{region.label}")
     flops_before = sum(
         rules.flops(n.op_type, region.facts[n].in_shapes, region.facts[n].out_shapes[0],
