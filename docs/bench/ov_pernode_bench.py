@@ -128,7 +128,8 @@ FAMILIES = (
 
 
 def save(m: onnx.ModelProto, path: Path) -> None:
-    from memshrink.model import load, save as ms_save
+    from memshrink.model import load
+    from memshrink.model import save as ms_save
 
     ms_save(load(m), str(path), external=True)
 

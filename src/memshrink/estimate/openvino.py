@@ -4,16 +4,22 @@ Rules, from the plugin's source (``src/plugins/intel_cpu``) and micro-measuremen
 machine (``docs/estimate.md``, "OpenVINO"):
 
 * **Weights.** ``read_model`` maps external weights and copies embedded ones (peak 2x: the
-  ModelProto plus a Constant per tensor; the ``ov.Model`` keeps 1x). ``compile_model`` maps
-  and touches the whole external data file (alignment padding included) and makes one private,
+  ModelProto plus a Constant per tensor; the ``ov.Model`` keeps 1x). ``compile_model`` reads
+  every external weight (see "External data pages") and makes one private,
   re-laid-out copy of every Conv/ConvTranspose/FullyConnected weight (1.0x, measured on plain
   3x3, 1x1 and MatMul chains). A Conv followed by BatchNormalization (or a Mul by a constant)
   gets its weights rewritten by the fusion: the fused Constant stays in the compiled graph
   beside its reordered copy (2.0x). ConvTranspose weights are transposed then reordered (2x).
-* **Fixed cost.** Plugin library pages touched by compilation (file-backed) plus anonymous
-  memory for the plugin graph and JIT code: a constant, plus a per-kernel amount for each
-  Conv/FC primitive and each Snippets subgraph (an element-wise chain not fused into a
-  Conv/FC). This, not the weights, is why small CNNs were over-predicted before.
+* **Fixed cost.** ``read_model`` builds an ov.Model (anon per node, more per Conv, per
+  Constant) that lives until ``compile_model`` returns, and touches frontend library pages.
+  Compilation adds plugin/oneDNN library pages (file-backed, more with more op kinds) and
+  anonymous memory: a constant, per Conv/FC primitive, per *distinct* primitive configuration
+  (JIT code shared by identical ones) and per Snippets subgraph node. Fitted on hand-built
+  sweeps (``docs/bench/ov_pernode_bench.py``) and the ``--passes all`` CNNs.
+* **External data pages.** Every weight is read at compile; the kernel maps padding pages
+  only when they are in the page cache (a cold file's read-around), so a file whose 64 KiB
+  alignment padding is a hole (memshrink's writer) maps between its allocated bytes and its
+  size: the middle is predicted.
 * **Activations.** ``MemoryControl`` places every static intermediate edge with
   ``ov::MemorySolver`` (largest box first, lowest offset free over its lifetime: the same rule
   as ``planners.greedy_by_size``) in one workspace whose pages are written during the first
@@ -25,7 +31,7 @@ machine (``docs/estimate.md``, "OpenVINO"):
   non-overlapping sets (one growing block each) and Conv weights re-laid out at the first
   infer, unless the caller reshapes first (option ``reshape=1``).
 
-No weight byte is read: only shapes, dtypes and (for external data) file sizes.
+No weight byte is read: only shapes, dtypes and (for external data) file sizes and blocks.
 """
 
 from __future__ import annotations

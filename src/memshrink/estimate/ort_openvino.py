@@ -236,7 +236,9 @@ def predict(
             st.notes.append("the compile-time copies of weights > 32 MiB are unmapped")
     if small:
         for st in stages:
-            st.notes.append("embedded tensors <= 1 MiB: OpenVINO's transient read copy stays on the heap")
+            st.notes.append(
+                "embedded tensors <= 1 MiB: OpenVINO's transient read copy stays on the heap"
+            )
     if kept_proto:
         for st in stages:
             st.notes.append("dynamic shapes: the EP's ModelProto and its serialized string kept")
