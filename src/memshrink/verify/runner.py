@@ -242,9 +242,12 @@ def _wait_child(
     while True:
         try:
             log, _ = proc.communicate(timeout=max(0.01, min(1.0, deadline - time.perf_counter())))
-            return log, False
         except subprocess.TimeoutExpired:
             pass
+        else:
+            if progress and time.perf_counter() - t0 >= PROGRESS_AFTER_S:
+                _report_stages(result_path, what, progress, reported)  # the last ones
+            return log, False
         if time.perf_counter() >= deadline:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
