@@ -34,9 +34,13 @@ class SpillFile:
     """
 
     _shared: SpillFile | None = None
+    #: Folder of new spill files (None: the system's temp folder). ``optimize`` sets it to the
+    #: output's folder: a tmpfs ``/tmp`` would hold the rewritten weights in RAM, and the same
+    #: file system lets the writer copy them kernel-side (``copy_file_range``).
+    directory: str | None = None
 
     def __init__(self) -> None:
-        fd, path = tempfile.mkstemp(prefix="memshrink-spill-", suffix=".data")
+        fd, path = tempfile.mkstemp(prefix=".memshrink-spill-", suffix=".data", dir=self.directory)
         self.fd = fd
         self.path = path
         self.size = 0
