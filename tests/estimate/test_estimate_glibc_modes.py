@@ -13,7 +13,7 @@ import onnx
 from fixtures_onnx import weight_chain
 
 from memshrink.estimate.api import estimate
-from memshrink.estimate.glibc_heap import embedded_modes, replay
+from memshrink.estimate.glibc_heap import PARTLY_SAMPLES, embedded_modes, replay
 from memshrink.estimate.ort_heap import CreationBlocks
 
 MiB = 1 << 20
@@ -35,13 +35,33 @@ def test_spares_decide_whether_freed_copies_merge():
         b.alloc(f"c{i}", 8 * MiB, aligned=True)  # heap-served now, side by side
     b.alloc("live", MiB)
     b.free(*(f"c{i}" for i in range(4)))
-    modes = embedded_modes(b)
-    assert set(modes) == {"pinned", "consolidated"}
+    heaps = embedded_modes(b)
+    assert set(heaps) == {"pinned", "consolidated", "partly_pinned"}
+    modes = {m: hs[0] for m, hs in heaps.items()}
     # four 8 MiB holes either way (the heap keeps them), but only merged ones take 16 MiB
     assert modes["pinned"].resident == modes["consolidated"].resident
     assert modes["consolidated"].place(16 * MiB) == "hole"
     assert modes["pinned"].place(16 * MiB) != "hole"
     assert replay(b, spares="pinned").holes == modes["pinned"].holes
+
+
+def test_partly_pinned_replays_are_seeded_and_mix_both_outcomes():
+    """Each aligned block pins with even odds: of the seeded replays some merge two
+    neighbouring 8 MiB holes (a 16 MiB request fits), some do not; the same seed gives the
+    same heap."""
+    b = CreationBlocks()
+    b.alloc("big", 9 * MiB)
+    b.free("big")
+    for i in range(8):
+        b.alloc(f"c{i}", 8 * MiB, aligned=True)
+    b.alloc("live", MiB)
+    b.free(*(f"c{i}" for i in range(8)))
+    heaps = embedded_modes(b)["partly_pinned"]
+    assert len(heaps) == PARTLY_SAMPLES
+    again = replay(b, spares="partly_pinned", seed=3)
+    assert (again.holes, again.top) == (heaps[3].holes, heaps[3].top)
+    fits = [h.place(24 * MiB) == "hole" for h in heaps]
+    assert any(fits) and not all(fits), fits
 
 
 _CHILD = r"""

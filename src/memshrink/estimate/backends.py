@@ -143,9 +143,14 @@ def _ort_cpu(
                 else ")"
             )
         )
+    glibc_band: dict[str, tuple[int, int]] = {}
     if view.embedded:
-        # the arena's regions placed on the heap each glibc mode leaves (``glibc_heap``)
-        mode_acts = {m: _arena_in_glibc_holes(sim, h) for m, h in ww.heaps.items()}
+        # the arena's regions placed on each heap the glibc modes leave (``glibc_heap``)
+        heap_acts = {m: [_arena_in_glibc_holes(sim, h) for h in hs] for m, hs in ww.heaps.items()}
+        mode_acts = {
+            m: (sum(a for a, _ in v) // len(v), sum(b for _, b in v) // len(v))
+            for m, v in heap_acts.items()
+        }
         acts = mode_acts[ww.mode]
     else:
         acts = _arena_after_holes(sim, ww.blocks)
@@ -174,6 +179,14 @@ def _ort_cpu(
             sc.modes[m] = fixed["session_creation"] + created
             for j, st in enumerate(stages[1:]):
                 st.modes[m] = fixed[st.name] + retained + mode_acts[m][j]
+        # every replayed heap's stage peaks: the band a process can land in
+        band: dict[str, list[int]] = {s.name: [] for s in stages}
+        for m, pairs in ww.per_heap.items():
+            for (retained, created), act in zip(pairs, heap_acts[m], strict=True):
+                band[sc.name].append(fixed[sc.name] + created)
+                for j, st in enumerate(stages[1:]):
+                    band[st.name].append(fixed[st.name] + retained + act[j])
+        glibc_band = {k: (min(v), max(v)) for k, v in band.items()}
         assumptions.append(
             "stage peaks per glibc mode (embedded weights, at random per process): "
             + "; ".join(
@@ -212,6 +225,8 @@ def _ort_cpu(
             m: {"retained": r, "creation": c, "predicted": m == ww.mode}
             for m, (r, c) in ww.modes.items()
         }
+        details["glibc_modes"]["partly_pinned"]["samples"] = len(ww.per_heap["partly_pinned"])
+        details["glibc_band"] = glibc_band  # stage -> (lowest, highest) peak over the replays
     return BackendPrediction(
         "ort", sched, order, stages, planners, w, details, assumptions, graph=g
     )
