@@ -28,15 +28,16 @@ replayed in three modes (``embedded_modes``): ``pinned`` (every spare in the tca
 copies never merge, so each packed weight and NCHWc copy extends the top;
 ``GLIBC_TUNABLES=glibc.malloc.tcache_count=60000`` puts embedded BERT-base there in 4 of 4
 processes, 641 MiB anon after creation, the replay 636 + 5 of session objects),
-``consolidated`` (no spare pins: freed copies coalesce; the floor) and ``partly_pinned``. A
-tcache bin holds 7 chunks of a size and small allocations keep draining it, so in a default
-process some spares find a slot and pin, the rest go to fastbins and merge: a heap walk of
-MobileNetV2 after creation (docs/estimate.md) shows the heap's extent of the pinned replay
-with one freed-copy hole large enough for the 4.9 MiB packed classifier, which the pinned
-replay mmaps. Which spares pin is decided by small allocations the replay does not see, so
-``partly_pinned`` pins each aligned block independently with probability ``PARTLY_P`` = 1/2
-(no knowledge either way) in ``PARTLY_SAMPLES`` seeded replays (``partly_pinned``): their mean
-is the expected value, their spread a band.
+``consolidated`` (no spare pins: freed copies coalesce; the floor) and ``partly_pinned``.
+A heap walk after creation (chunk headers read from ``/proc/self/mem`` in the verifier's child,
+docs/estimate.md) shows what a default process does: the spares of session state's
+initializer copies (allocated back to back, ``CreationBlocks.copies``) pin all of them or none
+— a coin per process (MobileNetV2: the pinned copies leave no hole for the 4.9 MiB packed
+classifier, which is mmapped, +4.5 MiB) —, while the conversions' and packing's spares pin
+some blocks and not others (small allocations between them drain the tcache's 7 slots per
+size, or not). Which, the replay cannot see, so ``partly_pinned`` is the expected heap over
+``PARTLY_SAMPLES`` seeded replays: copies pinned in half of them, merged in the other half,
+every other aligned block pinned with probability ``PARTLY_P`` = 1/2 (``partly_pinned``).
 
 Small allocations between the big ones are not replayed (their bytes are the calibrated
 session overhead). Checked against ``mallinfo2()`` after session creation and against the
@@ -191,8 +192,9 @@ def replay(
 ) -> GlibcHeap:
     """The heap after session creation's blocks. ``spares``: ``rotate`` — aligned block ``k``
     keeps no trailing spare when ``(k + rotation) % 4 == 3``; ``pinned`` — every aligned block
-    keeps its spare; ``consolidated`` — none does; ``partly_pinned`` — each keeps it with
-    probability ``PARTLY_P`` (``seed`` picks which; the modes of embedded weights)."""
+    keeps its spare; ``consolidated`` — none does; ``partly_pinned`` — the session copies
+    keep theirs when ``seed`` is odd, every other aligned block with probability ``PARTLY_P``
+    (``seed`` picks which; the modes of embedded weights)."""
     if spares not in SPARES:
         raise ValueError(f"spares must be one of {SPARES}, not {spares!r}")
     heap = GlibcHeap()
@@ -210,7 +212,8 @@ def replay(
             pin = (k + rotation) % ROTATIONS != ROTATIONS - 1
             k += 1
         elif aligned and spares == "partly_pinned":
-            pin = rng.random() < PARTLY_P
+            # the session copies: one coin per process (odd seeds pin them all)
+            pin = seed % 2 == 1 if key in blocks.copies else rng.random() < PARTLY_P
         live[key] = heap.alloc(n - CHUNK_OVERHEAD, aligned=aligned, pin=pin)
     return heap
 

@@ -435,7 +435,7 @@ def creation_blocks(
             _string_blocks(b, f"str:{n}", g.tensors[n].nbytes or 0)
         b.free("read")
         for n in inits:
-            b.alloc(f"copy:{n}", g.tensors[n].nbytes or 0, aligned=True)
+            b.alloc(f"copy:{n}", g.tensors[n].nbytes or 0, aligned=True, copy=True)
             b.free(f"str:{n}")
     # ORT runs each transformer over the whole graph in its topological order (the DEFAULT
     # reverse DFS): each pass of the Conv+BN/Mul fusions (level 1), then every NCHWc conversion
