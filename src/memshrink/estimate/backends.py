@@ -9,7 +9,6 @@ nothing is fitted per model.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -253,7 +252,7 @@ def _arena_in_glibc_holes(sim: ortsim.OrtRunModel, heap: GlibcHeap) -> tuple[int
     heap is copied, not changed."""
     if not sim.regions:
         return sim.run_1, sim.steady_state
-    h = copy.deepcopy(heap)
+    h = heap.clone()
     return _credit(sim, [h.place(r) == "hole" for r in sim.regions])
 
 

@@ -94,6 +94,17 @@ class GlibcHeap:
     _mapped_bytes: int = 0
     _next_mmap: int = -1
 
+    def clone(self) -> GlibcHeap:
+        """An independent copy (``copy.deepcopy`` costs ~10x more on a 20,000-chunk heap)."""
+        h = GlibcHeap(self.threshold, self.trim_threshold, self.top, self.brk)
+        h.chunks = [_Chunk(c.addr, c.size, c.free, c.pinned) for c in self.chunks]
+        h.mmapped = dict(self.mmapped)
+        h.peak = self.peak
+        h._addrs = list(self._addrs)
+        h._by_size = list(self._by_size)
+        h._mapped_bytes, h._next_mmap = self._mapped_bytes, self._next_mmap
+        return h
+
     def alloc(self, n: int, *, aligned: bool = False, pin: bool = True) -> int:
         h = self._place(n, aligned, pin)
         self.peak = max(self.peak, self.resident)
