@@ -61,7 +61,7 @@ sys.exit(C.main(sys.argv[1:]))
 
 def chunks(path: str) -> list[tuple[int, int, bool]]:
     """(offset, size, in use) per chunk, the top chunk last."""
-    b = open(path, "rb").read()
+    b = Path(path).read_bytes()
     raw = [struct.unpack_from("<QQ", b, o) for o in range(0, len(b), 16)]
     return [
         (p, h & ~7, bool(raw[i + 1][1] & 1) if i + 1 < len(raw) else False)

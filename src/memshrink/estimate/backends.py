@@ -181,10 +181,10 @@ def _ort_cpu(
         # every replayed heap's stage peaks: the band a process can land in
         band: dict[str, list[int]] = {s.name: [] for s in stages}
         for m, pairs in ww.per_heap.items():
-            for (retained, created), act in zip(pairs, heap_acts[m], strict=True):
-                band[sc.name].append(fixed[sc.name] + created)
+            for (kept, made), placed in zip(pairs, heap_acts[m], strict=True):
+                band[sc.name].append(fixed[sc.name] + made)
                 for j, st in enumerate(stages[1:]):
-                    band[st.name].append(fixed[st.name] + retained + act[j])
+                    band[st.name].append(fixed[st.name] + kept + placed[j])
         glibc_band = {k: (min(v), max(v)) for k, v in band.items()}
         assumptions.append(
             "stage peaks per glibc mode (embedded weights, at random per process): "
@@ -221,10 +221,14 @@ def _ort_cpu(
     }
     if ww.modes:  # embedded weights: what each glibc mode retains / peaks at (anon bytes)
         details["glibc_modes"] = {
-            m: {"retained": r, "creation": c, "predicted": m == ww.mode}
+            m: {
+                "retained": r,
+                "creation": c,
+                "predicted": m == ww.mode,
+                "replays": len(ww.per_heap[m]),  # partly_pinned: the mean over seeded replays
+            }
             for m, (r, c) in ww.modes.items()
         }
-        details["glibc_modes"]["partly_pinned"]["samples"] = len(ww.per_heap["partly_pinned"])
         details["glibc_band"] = glibc_band  # stage -> (lowest, highest) peak over the replays
     return BackendPrediction(
         "ort", sched, order, stages, planners, w, details, assumptions, graph=g
