@@ -31,9 +31,10 @@ processes, 641 MiB anon after creation, the replay 636 + 5 of session objects),
 ``consolidated`` (no spare pins: freed copies coalesce; the floor) and ``partly_pinned``.
 A heap walk after creation (chunk headers read from ``/proc/self/mem`` in the verifier's child,
 docs/estimate.md) shows what a default process does: the spares of session state's
-initializer copies (allocated back to back, ``CreationBlocks.copies``) pin all of them or none
-— a coin per process (MobileNetV2: the pinned copies leave no hole for the 4.9 MiB packed
-classifier, which is mmapped, +4.5 MiB) —, while the conversions' and packing's spares pin
+initializer copies (allocated back to back, ``CreationBlocks.copies``) leave one merged
+region or a split one — a coin per process (MobileNetV2: all copies pinned, no hole for the
+4.9 MiB packed classifier, which is mmapped, +4.5 MiB; ResNet-50 b16: two pins split 78.7 MiB
+into 59 + 17 + 4, too small for run 1's 64 MiB arena region, +56 MiB) —, while the conversions' and packing's spares pin
 some blocks and not others (small allocations between them drain the tcache's 7 slots per
 size, or not). Which, the replay cannot see, so ``partly_pinned`` is the expected heap over
 ``PARTLY_SAMPLES`` seeded replays: copies pinned in half of them, merged in the other half,
