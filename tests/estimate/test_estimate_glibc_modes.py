@@ -1,7 +1,8 @@
-"""Embedded weights' two glibc modes (``glibc_heap.embedded_modes``), checked against ONNX
+"""Embedded weights' glibc modes (``glibc_heap.embedded_modes``), checked against ONNX
 Runtime in fresh processes where a glibc tunable forces the mode: with room in the tcache for
 every ``posix_memalign`` spare the freed weight copies stay pinned apart (``pinned``); with no
-tcache the spares go to fastbins and merge into the freed copies (``consolidated``)."""
+tcache the spares go to fastbins and merge into the freed copies (``consolidated``); default
+processes land inside the band, around the ``partly_pinned`` expected heap."""
 
 from __future__ import annotations
 
