@@ -78,9 +78,7 @@ def table(rows: list[dict[str, Any]]) -> str:
         cells = []
         for c in cols:
             p, m = r["pred"].get(c), r["meas"].get(c)
-            cells.append(
-                f"{'-' if p is None else f'{p:.0f}'} / {'-' if m is None else f'{m:.0f}'}"
-            )
+            cells.append(f"{'-' if p is None else f'{p:.0f}'} / {'-' if m is None else f'{m:.0f}'}")
         lines.append(f"| {r['label']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

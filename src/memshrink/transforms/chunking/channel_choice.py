@@ -65,7 +65,9 @@ def choose_channels(
         try:
             cand["predicted_activations"], peak = predict(clone)
             if base_peak and peak > base_peak:  # slices cost kernels' memory
-                cand["refused"] = f"raises the predicted ORT whole-process peak {base_peak} -> {peak} B"
+                cand["refused"] = (
+                    f"raises the predicted ORT whole-process peak {base_peak} -> {peak} B"
+                )
         except Exception as exc:  # noqa: BLE001 - a candidate that fails is skipped
             cand["refused"] = f"{type(exc).__name__}: {exc}"
         candidates.append(cand)

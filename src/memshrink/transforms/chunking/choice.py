@@ -129,7 +129,9 @@ class Chooser:
             row = tried.setdefault(i, {"candidate": _label(cand)})
             if "refused" in row:
                 continue
-            if all(b in row for b in self.guard) or self._guard_ok(self.make_trial(cand), before, row):
+            if all(b in row for b in self.guard) or self._guard_ok(
+                self.make_trial(cand), before, row
+            ):
                 self._done(cand, before, row,
                            "no candidate tried keeps " + ", ".join(prefer) if prefer else "")  # fmt: skip
                 return cand
