@@ -149,6 +149,7 @@ def apply(
     trim: int = 0,
     distinct: int = 0,
     cut: int = 0,
+    seen: set[tuple] | None = None,
 ) -> tuple[Region, RewriteStats]:
     """Find the region of ``mode`` in ``model`` and rewrite it in ``count`` chunks (in place).
 
@@ -157,7 +158,9 @@ def apply(
     compute and saves nothing; the region then ends at the cut and is concatenated there.
     ``distinct`` > 0 replaces the stagger by band edges whose chunks share no tensor shape of
     at least 1/``distinct`` of a chunk's largest tensor (``chunking.layout``). ``cut`` > 0
-    keeps only the region's first ops (``chunking.partial.prefix``).
+    keeps only the region's first ops (``chunking.partial.prefix``). ``seen`` (the search's
+    keys so far) raises ``Duplicate`` before rewriting a region and layout already tried (a
+    trim or cut that removed nothing): the rewrite is the costly step.
     """
     spec = specialize(model, shapes)
     entries = entries_for(model, shapes, mode, axis)
@@ -173,14 +176,28 @@ def apply(
     if cut:
         region = prefix(region, cut)
     edges = None
+    shape = (len(region.nodes), tuple(v.name or "" for v in region.outputs))
+    if seen is not None and distinct:  # the edge search is costly too: same inputs, same edges
+        if (mode, count, "distinct", distinct, shape) in seen:
+            raise Duplicate(f"distinct {distinct} on the same region")
+        seen.add((mode, count, "distinct", distinct, shape))
     if distinct:
         edges = distinct_edges(region, count, max(1, _largest(region) // (count * distinct)))
         if edges is None:
             raise Refuse(f"no band edges keep chunk shapes distinct (1/{distinct})")
+    if seen is not None:
+        key = (mode, count, stagger, tuple(edges or ()), shape)
+        if key in seen:
+            raise Duplicate(str(key))
+        seen.add(key)
     st = rewrite(model.graph, region, count, stagger, edges)
     st.edges = edges
     st.specialized = spec
     return region, st
+
+
+class Duplicate(Refuse):
+    """A candidate whose rewrite equals one already tried."""
 
 
 def _trial(model: ir.Model, shapes: dict[str, tuple[int, ...] | None], c: dict[str, Any],
@@ -363,15 +380,9 @@ class ChunkPass(Pass):
                 trial = clone_with_meta(model)
                 try:
                     region, st = apply(
-                        trial, shapes, mode, count, o.spatial_axis, stagger, trim, distinct, cut
-                    )
-                    key = (
-                        mode, count, stagger, tuple(st.edges or ()), st.nodes_before,
-                        tuple(st.outputs),
+                        trial, shapes, mode, count, o.spatial_axis, stagger, trim, distinct, cut,
+                        seen,
                     )  # fmt: skip
-                    if key in seen:  # a trim that cut nothing: same rewrite as before
-                        continue
-                    seen.add(key)
                     cand.update(
                         extra_flops=round(st.extra_flops, 4),
                         region_nodes=st.nodes_before,
@@ -388,6 +399,8 @@ class ChunkPass(Pass):
                         candidates.append(cand)
                         continue
                     cand["predicted_activations"], _ = _predict(trial, context)
+                except Duplicate:  # a trim that cut nothing: same rewrite as before
+                    continue
                 except Refuse as exc:
                     cand["refused"] = str(exc)
                 except Exception as exc:  # noqa: BLE001 - a candidate that fails is skipped

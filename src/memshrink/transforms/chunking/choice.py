@@ -78,7 +78,7 @@ class Chooser:
     guard: list[str]
     prefer: list[str]
     make_trial: Callable[[dict[str, Any]], ir.Model]
-    tries: int = 6  # candidates predicted on the preferred backends, at most
+    tries: int = 3  # candidates predicted on the preferred backends, at most
     walk: int = 32  # candidates looked at for the preference (the bound is cheap)
     guard_tries: int = 4  # fallback: the first candidates predicted on the guard backends
     per_kernel: int = 0  # bytes of OpenVINO memory per added Conv/FC node (0: no bound)
