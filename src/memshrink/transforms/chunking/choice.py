@@ -31,8 +31,10 @@ from memshrink.transforms.predicted import guard_figures, process_figures
 MiB = 1 << 20
 #: A preferred backend's peak "rises" when it grows by more than both of these.
 RISE, RISE_BYTES = 0.05, 8 * MiB
-#: Runtimes that compile one primitive per Conv/FC node (the bound below applies to them).
-PER_KERNEL = frozenset({"openvino", "ort-openvino"})
+#: Runtimes whose predicted peak the per-primitive bound below holds for: OpenVINO's highest
+#: stage is its steady state, which carries every compiled primitive (the EP's may be a session
+#: stage without them; it is predicted only after OpenVINO passed).
+PER_KERNEL = frozenset({"openvino"})
 HEADS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
 
 
@@ -109,13 +111,23 @@ class Chooser:
 
     def _walk(self, ranking: Sequence[dict[str, Any]], before: dict[str, Any],
               prefer: list[str], tried: dict[int, dict[str, Any]]) -> dict[str, Any] | None:  # fmt: skip
+        kept: dict[int, ir.Model] = {}  # trials the fallback may need again (the first few)
+
+        def trial_of(i: int) -> ir.Model:
+            if i in kept:
+                return kept[i]
+            trial = self.make_trial(ranking[i])
+            if i < self.guard_tries:
+                kept[i] = trial
+            return trial
+
         if prefer:
             base_kernels = kernels(self.model)
             estimated = 0
             for i, cand in enumerate(list(ranking)[: self.walk]):
                 if estimated >= self.tries:
                     break
-                trial = self.make_trial(cand)
+                trial = trial_of(i)
                 row = tried.setdefault(i, {"candidate": _label(cand)})
                 why, cost = self._raises(trial, before, prefer, kernels(trial) - base_kernels, row)
                 estimated += cost
@@ -129,9 +141,7 @@ class Chooser:
             row = tried.setdefault(i, {"candidate": _label(cand)})
             if "refused" in row:
                 continue
-            if all(b in row for b in self.guard) or self._guard_ok(
-                self.make_trial(cand), before, row
-            ):
+            if all(b in row for b in self.guard) or self._guard_ok(trial_of(i), before, row):
                 self._done(cand, before, row,
                            "no candidate tried keeps " + ", ".join(prefer) if prefer else "")  # fmt: skip
                 return cand
