@@ -308,6 +308,8 @@ class ChunkPass(Pass):
                     return PassResult(True, stats)
                 shapes = _shapes(est)
             chooser = self._chooser(model, context, shapes, o.channel_guard)
+            if applied:  # the row layout's figures, predicted by its choice
+                chooser.known = dict(stats.get("guard", {}).get("after", {}))
             chooser.figures = lambda m, c, b: {"steady_state": _peak(m, c, b)}
             ch = choose_channels(
                 model, lambda m: _act_and_peak(m, context), shapes, after,

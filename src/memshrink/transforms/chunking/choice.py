@@ -88,6 +88,9 @@ class Chooser:
     # a guarded backend's figures ({"steady_state": bytes, ...}); the channel split guards the
     # whole-process peak instead (``chunk._peak``)
     figures: Callable[[ir.Model, PassContext, str], dict[str, int]] = guard_figures
+    # preferred backends' figures of ``model`` already predicted (the row modes' layout kept,
+    # before the channel split): not predicted again
+    known: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def choose(self, ranking: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
         """The first candidate passing guard and preference, else the first of the first
@@ -99,7 +102,12 @@ class Chooser:
             return ranking[0] if ranking else None
         try:
             before = {b: self.figures(self.model, self.context, b) for b in self.guard}
-            before.update({b: process_figures(self.model, self.context, b) for b in prefer})
+            before.update(
+                {
+                    b: self.known.get(b) or process_figures(self.model, self.context, b)
+                    for b in prefer
+                }
+            )
         except Exception as exc:  # noqa: BLE001 - no prediction on a backend: no guard
             self.report = {"skipped": f"{type(exc).__name__}: {exc}"}
             return ranking[0] if ranking else None
