@@ -7,7 +7,9 @@ piece's intermediates are 1/K as big and die before the next piece starts, so th
 towards the region's largest band. Regions are found automatically (``chunking.region``); an
 op is included only when its rule proves it row-independent along the chunk axis
 (``chunking.rules``), so the rewrite computes the same numbers up to floating-point
-summation order. K is chosen by the estimator (ORT steady state), under an optional budget.
+summation order. K is ranked by the estimator (ORT steady state), under an optional budget,
+and the ranking is walked for a layout that CUDA's GPU (guarded) and OpenVINO and its EP
+(preferred) are predicted to take without a rise (``chunking.choice``).
 The ``channels`` mode then splits inverted bottlenecks (expand → per-channel ops → reduce)
 along their hidden channels and sums the partial reduces (``chunking.channels``).
 """
