@@ -113,3 +113,28 @@ def test_progress_messages(mlp_path: Path) -> None:
     messages: list[str] = []
     PassManager("prune").run(mlp_path, PassContext(progress=messages.append))
     assert messages[0] == "[1/1] prune ..." and "prune: modified" in messages[1]
+
+
+def test_estimate_hook_reuses_the_prediction_after_an_unchanged_pass(
+    mlp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import memshrink.hooks as hooks
+
+    calls: list[int] = []
+    real = hooks._estimate_summary
+
+    def counted(model: ir.Model, context: PassContext) -> dict:
+        calls.append(1)
+        return real(model, context)
+
+    monkeypatch.setattr(hooks, "_estimate_summary", counted)
+    log: list[str] = []
+    passes = [
+        _Recorder(log, tag="a"),
+        _Recorder(log, tag="b", modify=True),
+        _Recorder(log, tag="c"),
+    ]
+    _, report = PassManager(passes, hooks=[hooks.EstimateHook()]).run(mlp_path)
+    assert len(calls) == 2  # before the pipeline, and after "b" (the only change)
+    a, b, c = (p.estimate for p in report.passes)
+    assert a == report.estimate_before and c == b and "stage_peaks" in a

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -96,7 +98,12 @@ def _measure_once(path: Path, backend: str, shapes: list[str], ov_static: bool) 
         cmd += ["--shape", s]
     if ov_static:
         cmd.append("--ov-reshape")
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    # launched the way a user runs `memshrink verify`: from a neutral directory, with only
+    # memshrink on the path (the launch context moves embedded models' glibc mode)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    out = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=900, cwd=tempfile.gettempdir(), env=env
+    )
     if out.returncode != 0:
         raise RuntimeError(out.stderr.strip().splitlines()[-1] if out.stderr else "failed")
     return json.loads(out.stdout)["stages"]

@@ -19,7 +19,7 @@ def render(rows: list[dict]) -> str:
     head = (
         "| model | backend | create pred/meas | err | run 1 pred/meas | err | steady pred/meas "
         "| err | activations steady pred/meas | greedy | onnxsim arena | run 1 glibc modes pred "
-        "(consolidated / pinned) / processes |\n"
+        "(consolidated / partly pinned / pinned) / processes |\n"
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     )
     m = lambda v: "-" if v is None else f"{v / MiB:.0f}"  # noqa: E731
@@ -53,7 +53,9 @@ def _modes(r: dict) -> str:
     for v in r.get("spread_run1") or []:
         counts[round(v / MiB)] = counts.get(round(v / MiB), 0) + 1
     meas = ", ".join(f"{v}x{n}" for v, n in sorted(counts.items()))
-    pred = " / ".join(f"{modes[k] / MiB:.0f}" for k in ("consolidated", "pinned") if k in modes)
+    pred = " / ".join(
+        f"{modes[k] / MiB:.0f}" for k in ("consolidated", "partly_pinned", "pinned") if k in modes
+    )
     return f"{pred} / {meas}"
 
 

@@ -95,6 +95,9 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             f"in {time.perf_counter() - t0:.2f} s"
         )
     context = PassContext(shapes=shapes, dims=dims, backend=args.backend, progress=progress)
+    from memshrink.transforms.weight_io import SpillFile
+
+    SpillFile.directory = str(dst.parent)  # rewritten weights wait next to the output
     model, report = manager.run(model, context)
 
     last = [0.0]

@@ -41,7 +41,7 @@ from memshrink.model import (
 DEFAULT_THRESHOLD = 1024
 DEFAULT_ALIGNMENT = 65536
 _PROTOBUF_LIMIT = 2**31 - 1
-_COPY_CHUNK = 64 << 20
+_COPY_CHUNK = 16 << 20  # only the pread/pwrite fallback holds a buffer of this size
 
 Progress = Callable[[int, int], None]
 

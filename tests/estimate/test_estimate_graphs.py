@@ -339,3 +339,16 @@ def test_fingerprint_sees_declared_intermediate_shapes():
     t = build_view(irm, dims={"N": 2}, allow_partial=True).graph.tensors["c"]
     assert t.sym_shape == ("N", 262144)
     assert t.nbytes == 2 * MB  # exact, atol = 0
+
+
+def test_an_untyped_dropout_mask_takes_its_input_shape():
+    # Zoo SqueezeNet (opset 9): shape inference leaves the unread mask untyped, which
+    # made every estimate of it partial.
+    m = model(
+        '<ir_version: 4, opset_import: ["" : 9]>\n'
+        "g (float[1,262144] x) => (float[1,262144] y) { y, mask = Dropout <ratio = 0.5> (x) }"
+    )
+    est = estimate(m)
+    assert not est.partial and est.unknowns == []
+    mask = est.view.graph.tensors["mask"]
+    assert mask.shape == (1, 262144) and mask.nbytes == 262144

@@ -197,3 +197,91 @@ def test_dynamic_fc_with_activation_packs_weights_at_first_infer(tmp_path: Path)
         grow_meas = meas["infer1"] - meas["compile"]
         assert grow_pred == pytest.approx(grow_meas, abs=3 * MiB)
     assert grow_meas > 12 * MiB  # with Relu: the 16 MiB copy moved to infer 1
+
+
+def _runtime_subgraphs(model: onnx.ModelProto) -> int:
+    """Snippets ``Subgraph`` nodes in the CPU plugin's compiled graph (real OpenVINO)."""
+    import openvino as ov
+
+    core = ov.Core()
+    compiled = core.compile_model(core.read_model(model.SerializeToString(), b""), "CPU")
+    ops = compiled.get_runtime_model().get_ordered_ops()
+    return sum(op.get_rt_info()["layerType"].astype(str) == "Subgraph" for op in ops)
+
+
+def _eltwise_chain(n: int) -> onnx.ModelProto:
+    """x -> (Sigmoid, Add(x, Sigmoid(x))) x n: element-wise only."""
+    nodes, cur = [], "x"
+    for i in range(n):
+        nodes.append(helper.make_node("Sigmoid", [cur], [f"s{i}"]))
+        nodes.append(helper.make_node("Add", [cur, f"s{i}"], [f"a{i}"]))
+        cur = f"a{i}"
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16, 16])],
+        [helper.make_tensor_value_info(cur, TensorProto.FLOAT, None)],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _shared_bias_chunks(k: int) -> onnx.ModelProto:
+    """Batch split in ``k`` chunks, each Conv(shared W, shared bias) + Relu, then Concat: the
+    plugin leaves each Conv's bias Add (and the Relu) to a Snippets subgraph of its own."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array((rng.standard_normal((8, 8, 1, 1)) * 0.1).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "b")
+    split = numpy_helper.from_array(np.ones(k, np.int64), "split")
+    parts = [f"p{i}" for i in range(k)]
+    nodes = [helper.make_node("Split", ["x", "split"], parts, axis=0)]
+    outs = []
+    for i, p in enumerate(parts):
+        nodes.append(helper.make_node("Conv", [p, "w", "b"], [f"c{i}"]))
+        nodes.append(helper.make_node("Relu", [f"c{i}"], [f"r{i}"]))
+        outs.append(f"r{i}")
+    nodes.append(helper.make_node("Concat", outs, ["y"], axis=0))
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [k, 8, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [w, b, split],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize(
+    "model", [_eltwise_chain(4), _shared_bias_chunks(3), _conv_chain(2, 8, 8, residual=True)]
+)
+def test_subgraph_nodes_match_the_plugins_runtime_graph(model: onnx.ModelProto) -> None:
+    """``subgraph_count`` counts the Snippets nodes the real plugin makes (exact)."""
+    from memshrink.estimate.openvino import fused_away, subgraph_count
+
+    g = build_view(model).graph
+    assert subgraph_count(g, fused_away(g)) == _runtime_subgraphs(model)
+
+
+def test_conv_configs_count_identical_primitives_once() -> None:
+    """Identical Convs share one configuration (JIT code); a Relu fused into some changes it."""
+    from memshrink.estimate.openvino import conv_configs
+
+    assert conv_configs(build_view(_conv_chain(4, 8, 8)).graph) == (4, 1)
+    # residual: the second Conv of each block has a fused Add (sum post-op) -> 2 configs
+    assert conv_configs(build_view(_conv_chain(4, 8, 8, residual=True)).graph) == (4, 2)
+
+
+def test_sparse_data_file_pages_between_allocated_and_size(tmp_path: Path) -> None:
+    """memshrink's writer leaves 64 KiB alignment padding as holes: the prediction maps half
+    the padding (warm file: allocated bytes; cold: whole file), read from ``stat`` only."""
+    from memshrink.estimate.openvino import mapped_file_pages
+    from memshrink.model import save
+
+    path = tmp_path / "m.onnx"
+    save(_conv_chain(6, 8, 8), str(path), external=True, threshold=1024)
+    w = weight_rules(build_view(str(path)))
+    if w.file_alloc >= w.file_bytes:
+        pytest.skip("filesystem without sparse files")
+    weights = 6 * 8 * 8 * 9 * 4
+    assert w.file_bytes >= 6 * 65536 - 65536  # each tensor at its own 64 KiB offset
+    assert weights <= w.file_alloc <= weights + 6 * 4096
+    assert mapped_file_pages(w) == (w.file_alloc + w.file_bytes) // 2

@@ -43,6 +43,25 @@ def test_prune_removes_dead_code_only(mlp_path: Path, tmp_path: Path) -> None:
     assert not again.modified
 
 
+def test_prune_counts_a_dropped_unused_output_as_a_change(tmp_path: Path) -> None:
+    # Zoo SqueezeNet's Dropout has an unread mask output; onnx_ir's pass drops it, and
+    # the pass manager trusts ``modified`` to invalidate its cached analyses.
+    g = helper.make_graph(
+        [helper.make_node("Dropout", ["x"], ["y", "mask"], ratio=0.5)],
+        "g",
+        [helper.make_tensor_value_info("x", 1, [2, 3])],
+        [helper.make_tensor_value_info("y", 1, [2, 3])],
+    )
+    path = tmp_path / "dropout.onnx"
+    onnx.save_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 9)]), path)
+    model, report, out = _run(path, "prune", tmp_path)
+    assert report.passes[0].modified
+    assert report.passes[0].stats["node_outputs_removed"] == 1
+    assert [v.name for v in next(iter(model.graph)).outputs] == ["y"]
+    feeds = {"x": np.arange(6, dtype=np.float32).reshape(2, 3)}
+    assert_bit_identical(run_ort(path, feeds), run_ort(out, feeds))
+
+
 def test_prune_keeps_inputs_outputs_and_subgraph_uses(tmp_path: Path) -> None:
     then_g = helper.make_graph(
         [helper.make_node("Add", ["x", "outer_w"], ["t"])],

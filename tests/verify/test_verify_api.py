@@ -188,3 +188,19 @@ def test_oom_kill_and_python_errors_are_reported(models, monkeypatch) -> None:  
     r = profile(orig, dims=DIMS, runs=1).runs[0]
     assert r.status == "failed" and "test fault injected" in (r.error or "")
     assert [s["name"] for s in r.stages] == ["session"]
+
+
+def test_long_children_report_each_stage(models, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A child past PROGRESS_AFTER_S reports every stage it finishes (multi-GB models take
+    minutes per child); set to 0 here so a small model shows it."""
+    from memshrink.verify import runner
+
+    monkeypatch.setattr(runner, "PROGRESS_AFTER_S", 0.0)
+    orig, _, _ = models
+    lines: list[str] = []
+    prof = profile(orig, dims=DIMS, runs=2, progress=lines.append)
+    assert prof.runs[0].ok, prof.runs[0].error
+    stages = [ln for ln in lines if " done in " in ln]
+    names = [ln.split(": ")[2].split(" done")[0] for ln in stages]
+    assert names == ["session", "run1", "run2"], lines  # each once, in order
+    assert all("peak RSS" in ln for ln in stages)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import memshrink.verify.compare as compare
 from memshrink.verify.compare import compare_arrays, compare_outputs
 
 
@@ -74,3 +76,20 @@ def test_agrees_with_numpy_isclose(values: list[float], atol: float, rtol: float
         (~np.isclose(out.astype(np.float64), ref.astype(np.float64), atol=atol, rtol=rtol)).sum()
     )
     assert r.mismatches == expected
+
+
+def test_chunked_comparison_matches_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Outputs are compared in chunks (bounded parent memory): same verdicts, counts, maxima
+    and worst element whatever the chunk size; the means agree to rtol 1e-12."""
+    rng = np.random.default_rng(3)
+    ref = rng.standard_normal((3, 5, 7)).astype(np.float32)
+    out = ref + (rng.standard_normal(ref.shape) * 1e-3).astype(np.float32)
+    ref[0, 1, 2] = out[0, 1, 2] = np.nan  # matches (equal_nan)
+    out[2, 4, 6], out[1, 0, 0] = np.inf, np.float32(5.0)
+    whole = compare_arrays("y", ref, out, atol=1e-4, rtol=1e-4).to_dict()
+    monkeypatch.setattr(compare, "CHUNK", 4)
+    parts = compare_arrays("y", ref, out, atol=1e-4, rtol=1e-4).to_dict()
+    for key in ("mean_abs", "mean_rel"):
+        assert parts.pop(key) == pytest.approx(whole.pop(key), rel=1e-12, abs=0)
+    assert parts == whole
+    assert whole["worst_index"] == [2, 4, 6]  # Inf first

@@ -9,7 +9,6 @@ nothing is fitted per model.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -143,9 +142,14 @@ def _ort_cpu(
                 else ")"
             )
         )
+    glibc_band: dict[str, tuple[int, int]] = {}
     if view.embedded:
-        # the arena's regions placed on the heap each glibc mode leaves (``glibc_heap``)
-        mode_acts = {m: _arena_in_glibc_holes(sim, h) for m, h in ww.heaps.items()}
+        # the arena's regions placed on each heap the glibc modes leave (``glibc_heap``)
+        heap_acts = {m: [_arena_in_glibc_holes(sim, h) for h in hs] for m, hs in ww.heaps.items()}
+        mode_acts = {
+            m: (sum(a for a, _ in v) // len(v), sum(b for _, b in v) // len(v))
+            for m, v in heap_acts.items()
+        }
         acts = mode_acts[ww.mode]
     else:
         acts = _arena_after_holes(sim, ww.blocks)
@@ -174,6 +178,14 @@ def _ort_cpu(
             sc.modes[m] = fixed["session_creation"] + created
             for j, st in enumerate(stages[1:]):
                 st.modes[m] = fixed[st.name] + retained + mode_acts[m][j]
+        # every replayed heap's stage peaks: the band a process can land in
+        band: dict[str, list[int]] = {s.name: [] for s in stages}
+        for m, pairs in ww.per_heap.items():
+            for (kept, made), placed in zip(pairs, heap_acts[m], strict=True):
+                band[sc.name].append(fixed[sc.name] + made)
+                for j, st in enumerate(stages[1:]):
+                    band[st.name].append(fixed[st.name] + kept + placed[j])
+        glibc_band = {k: (min(v), max(v)) for k, v in band.items()}
         assumptions.append(
             "stage peaks per glibc mode (embedded weights, at random per process): "
             + "; ".join(
@@ -209,9 +221,15 @@ def _ort_cpu(
     }
     if ww.modes:  # embedded weights: what each glibc mode retains / peaks at (anon bytes)
         details["glibc_modes"] = {
-            m: {"retained": r, "creation": c, "predicted": m == ww.mode}
+            m: {
+                "retained": r,
+                "creation": c,
+                "predicted": m == ww.mode,
+                "replays": len(ww.per_heap[m]),  # partly_pinned: the mean over seeded replays
+            }
             for m, (r, c) in ww.modes.items()
         }
+        details["glibc_band"] = glibc_band  # stage -> (lowest, highest) peak over the replays
     return BackendPrediction(
         "ort", sched, order, stages, planners, w, details, assumptions, graph=g
     )
@@ -238,7 +256,7 @@ def _arena_in_glibc_holes(sim: ortsim.OrtRunModel, heap: GlibcHeap) -> tuple[int
     heap is copied, not changed."""
     if not sim.regions:
         return sim.run_1, sim.steady_state
-    h = copy.deepcopy(heap)
+    h = heap.clone()
     return _credit(sim, [h.place(r) == "hole" for r in sim.regions])
 
 

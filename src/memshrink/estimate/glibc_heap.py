@@ -24,14 +24,21 @@ This replays the blocks with glibc 2.36's rules (``malloc/malloc.c``):
   the four rotations of "every fourth aligned block unpinned" and averages them.
 
 Embedded weights (``creation_blocks`` with the ModelProto's strings and session copies) are
-not averaged: whether a spare finds room in its tcache bin is decided per process by the
-small allocations around it, and measured processes land near one of two extremes, replayed
-as two modes (``embedded_modes``): ``pinned`` (every spare in the tcache: freed copies never
-merge, so each packed weight and NCHWc copy extends the top) and ``consolidated`` (spares in
-fastbins, merged into their neighbours at the next large request: freed copies coalesce).
-``GLIBC_TUNABLES=glibc.malloc.tcache_count=60000`` (room for every spare) puts embedded
-BERT-base in the pinned mode in 4 of 4 processes (641 MiB anon after session creation; the
-replay 636 + 5 of session objects).
+replayed in three modes (``embedded_modes``): ``pinned`` (every spare in the tcache: freed
+copies never merge, so each packed weight and NCHWc copy extends the top;
+``GLIBC_TUNABLES=glibc.malloc.tcache_count=60000`` puts embedded BERT-base there in 4 of 4
+processes, 641 MiB anon after creation, the replay 636 + 5 of session objects),
+``consolidated`` (no spare pins: freed copies coalesce; the floor) and ``partly_pinned``.
+A heap walk after creation (chunk headers read from ``/proc/self/mem`` in the verifier's child,
+docs/estimate.md) shows what a default process does: the spares of session state's
+initializer copies (allocated back to back, ``CreationBlocks.copies``) leave one merged
+region or a split one — a coin per process (MobileNetV2: all copies pinned, no hole for the
+4.9 MiB packed classifier, which is mmapped, +4.5 MiB; ResNet-50 b16: two pins split 78.7 MiB
+into 59 + 17 + 4, too small for run 1's 64 MiB arena region, +56 MiB) —, while the conversions' and packing's spares pin
+some blocks and not others (small allocations between them drain the tcache's 7 slots per
+size, or not). Which, the replay cannot see, so ``partly_pinned`` is the expected heap over
+``PARTLY_SAMPLES`` seeded replays: copies pinned in half of them, merged in the other half,
+every other aligned block pinned with probability ``PARTLY_P`` = 1/2 (``partly_pinned``).
 
 Small allocations between the big ones are not replayed (their bytes are the calibrated
 session overhead). Checked against ``mallinfo2()`` after session creation and against the
@@ -41,6 +48,7 @@ same replay of an ``LD_PRELOAD`` malloc trace (docs/estimate.md).
 from __future__ import annotations
 
 import bisect
+import random
 from dataclasses import dataclass, field
 
 from memshrink.estimate.ort_heap import CHUNK_OVERHEAD, CreationBlocks
@@ -53,6 +61,8 @@ TOP_PAD = 128 * 1024  # DEFAULT_TOP_PAD
 ALIGN_SPARE = 64 + 32  # posix_memalign(64, n): alignment + MINSIZE asked of _int_malloc
 FRAGMENT = ALIGN_SPARE - 8  # the spare left beside a freed aligned block
 ROTATIONS = 4
+PARTLY_P = 0.5  # embedded weights, partly pinned heap: chance that an aligned block's spare pins
+PARTLY_SAMPLES = 8  # seeded replays of the partly pinned heap
 
 
 def request2size(n: int) -> int:
@@ -84,6 +94,17 @@ class GlibcHeap:
     _by_size: list[tuple[int, int]] = field(default_factory=list)  # free chunks (size, addr)
     _mapped_bytes: int = 0
     _next_mmap: int = -1
+
+    def clone(self) -> GlibcHeap:
+        """An independent copy (``copy.deepcopy`` costs ~10x more on a 20,000-chunk heap)."""
+        h = GlibcHeap(self.threshold, self.trim_threshold, self.top, self.brk)
+        h.chunks = [_Chunk(c.addr, c.size, c.free, c.pinned) for c in self.chunks]
+        h.mmapped = dict(self.mmapped)
+        h.peak = self.peak
+        h._addrs = list(self._addrs)
+        h._by_size = list(self._by_size)
+        h._mapped_bytes, h._next_mmap = self._mapped_bytes, self._next_mmap
+        return h
 
     def alloc(self, n: int, *, aligned: bool = False, pin: bool = True) -> int:
         h = self._place(n, aligned, pin)
@@ -175,17 +196,22 @@ class GlibcHeap:
         return sum(size for size, _ in self._by_size)
 
 
-SPARES = ("rotate", "pinned", "consolidated")
+SPARES = ("rotate", "pinned", "consolidated", "partly_pinned")
 
 
-def replay(blocks: CreationBlocks, rotation: int = 0, *, spares: str = "rotate") -> GlibcHeap:
+def replay(
+    blocks: CreationBlocks, rotation: int = 0, *, spares: str = "rotate", seed: int = 0
+) -> GlibcHeap:
     """The heap after session creation's blocks. ``spares``: ``rotate`` — aligned block ``k``
     keeps no trailing spare when ``(k + rotation) % 4 == 3``; ``pinned`` — every aligned block
-    keeps its spare; ``consolidated`` — none does (the two modes of embedded weights)."""
+    keeps its spare; ``consolidated`` — none does; ``partly_pinned`` — the session copies
+    keep theirs when ``seed`` is odd, every other aligned block with probability ``PARTLY_P``
+    (``seed`` picks which; the modes of embedded weights)."""
     if spares not in SPARES:
         raise ValueError(f"spares must be one of {SPARES}, not {spares!r}")
     heap = GlibcHeap()
     live: dict[str, int] = {}
+    rng = random.Random(seed)
     k = 0
     for op, key, n in blocks.events:
         if op == "free":
@@ -197,6 +223,9 @@ def replay(blocks: CreationBlocks, rotation: int = 0, *, spares: str = "rotate")
         if aligned and spares == "rotate":
             pin = (k + rotation) % ROTATIONS != ROTATIONS - 1
             k += 1
+        elif aligned and spares == "partly_pinned":
+            # the session copies: one coin per process (odd seeds pin them all)
+            pin = seed % 2 == 1 if key in blocks.copies else rng.random() < PARTLY_P
         live[key] = heap.alloc(n - CHUNK_OVERHEAD, aligned=aligned, pin=pin)
     return heap
 
@@ -211,10 +240,15 @@ def resident_after_creation(blocks: CreationBlocks) -> tuple[int, int]:
     )
 
 
-MODES = ("pinned", "consolidated")
+MODES = ("pinned", "consolidated", "partly_pinned")
 
 
-def embedded_modes(blocks: CreationBlocks) -> dict[str, GlibcHeap]:
-    """The heap after an embedded model's session creation in each of its two modes (module
-    docstring): ``pinned`` and ``consolidated``."""
-    return {mode: replay(blocks, spares=mode) for mode in MODES}
+def embedded_modes(blocks: CreationBlocks) -> dict[str, list[GlibcHeap]]:
+    """The heaps after an embedded model's session creation in each of its modes (module
+    docstring): one replay for ``pinned`` and ``consolidated``, ``PARTLY_SAMPLES`` seeded
+    replays for ``partly_pinned`` (a stage's figure in that mode is the mean over them)."""
+    out = {mode: [replay(blocks, spares=mode)] for mode in MODES[:2]}
+    out["partly_pinned"] = [
+        replay(blocks, spares="partly_pinned", seed=s) for s in range(PARTLY_SAMPLES)
+    ]
+    return out

@@ -560,6 +560,7 @@ def _build_graph(
                 t = info(n, "activation")
                 t.producer = idx
                 local.add(n)
+    _fill_dropout_masks(nodes, tensors)
     outputs = [vi.name for vi in gp.output]
     for n in outputs:
         if n in tensors:
@@ -575,6 +576,24 @@ def _build_graph(
         initializers=init_names,
         unknown=unknown,
     )
+
+
+def _fill_dropout_masks(nodes: Sequence[NodeInfo], tensors: Mapping[str, TensorInfo]) -> None:
+    """Dropout's mask has its input's shape; ONNX shape inference leaves it untyped in old
+    opsets (zoo SqueezeNet, opset 9), which would make the whole estimate partial."""
+    for node in nodes:
+        if node.op_type != "Dropout" or node.domain not in ("", "ai.onnx"):
+            continue
+        if len(node.outputs) < 2 or not node.outputs[1] or not node.inputs:
+            continue
+        mask, data = tensors[node.outputs[1]], tensors.get(node.inputs[0])
+        if (mask.shape is not None and mask.elem_type) or data is None or data.shape is None:
+            continue
+        # bool from opset 10 (T1 / T2); Dropout-7's mask is T, but ORT drops an unread
+        # Dropout at session creation anyway, so the size only matters for file order.
+        mask.elem_type = mask.elem_type or onnx.TensorProto.BOOL
+        mask.sym_shape = mask.sym_shape or data.sym_shape
+        mask.shape = data.shape
 
 
 _SMALL_ATTR_TYPES = (

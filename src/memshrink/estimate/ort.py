@@ -590,10 +590,10 @@ def creation_arena(g: GraphInfo) -> list[int]:
 
 HOLD_OUTPUTS = "memshrink.hold_outputs"  # estimator-only key in ``session_options``
 INT_RANGE = "memshrink.int_range"  # estimator-only: "LO,HI" of integer inputs (Gather ids)
-# estimator-only: the glibc mode to predict for embedded weights ("pinned" | "consolidated";
-# default ``ort_weights.EMBEDDED_MODE``); both are reported either way
+# estimator-only: the glibc mode to predict for embedded weights ("pinned" | "consolidated" |
+# "partly_pinned"; default ``ort_weights.embedded_mode``); all are reported either way
 GLIBC_MODE = "memshrink.glibc_mode"
-GLIBC_MODES = ("pinned", "consolidated")
+GLIBC_MODES = ("pinned", "consolidated", "partly_pinned")
 
 
 def session_options_rules(opts: Mapping[str, str]) -> dict[str, bool | str]:

@@ -101,12 +101,15 @@ class CreationBlocks:
     events: list[tuple[str, str, int]] = field(default_factory=list)  # (op, key, bytes)
     # op: alloc | free
     aligned: set[str] = field(default_factory=set)  # keys from ORT's allocator (posix_memalign)
+    copies: set[str] = field(default_factory=set)  # embedded: session state's initializer copies
 
-    def alloc(self, key: str, n: int, *, aligned: bool = False) -> None:
+    def alloc(self, key: str, n: int, *, aligned: bool = False, copy: bool = False) -> None:
         if n > 0:
             self.events.append(("alloc", key, n + CHUNK_OVERHEAD))
             if aligned:
                 self.aligned.add(key)
+            if copy:
+                self.copies.add(key)
 
     def free(self, *keys: str) -> None:
         self.events.extend(("free", k, 0) for k in keys)

@@ -19,8 +19,8 @@ malloc logger (docs/estimate.md, "Weights on ONNX Runtime CPU"):
   conversion, the fused intermediates, and (embedded) the ModelProto strings and released
   copies. What glibc keeps of them is replayed (``glibc_heap``: the heap's extent after
   session creation's blocks, in ORT's order, ``creation_blocks``); embedded models in each of
-  the two modes a process lands in (``glibc_heap.embedded_modes``), one predicted
-  (``EMBEDDED_MODE``), the other reported beside it.
+  the modes a process lands in (``glibc_heap.embedded_modes``), one predicted
+  (``embedded_mode``), the others reported beside it.
 
 Everything here reads shapes, dtypes and the external flag only, never weight bytes.
 """
@@ -168,17 +168,18 @@ def conv_weights(
 
 
 def embedded_mode(g: GraphInfo, w: WeightSplit, convs: list[ConvWeight]) -> str:
-    """The glibc mode (``glibc_heap.embedded_modes``) predicted for an embedded model: the
-    mode most processes of ``memshrink verify``'s child measured, which followed what frees
-    the session copies (docs/estimate.md, "Which glibc mode"). Rewritten Conv weights' copies,
-    freed together once the graph transformers are done: ``consolidated`` (ResNet-50 b1 and
-    b16 12 of 12 / 10 of 12 processes, U-Net 1 of 4 exactly and 3 of 4 between); prepacked
-    weights' copies, each freed right after its packed copy is allocated: ``pinned`` (GPT-2
-    11 of 11, BERT-base 6 of 12 with 5 consolidated). An observed rule, not one read in glibc:
-    which spare finds a tcache slot is decided by small allocations the replay does not see."""
+    """The glibc mode (``glibc_heap.embedded_modes``) predicted for an embedded model, from
+    what frees the session copies (docs/estimate.md, "Which glibc mode"). Prepacked weights'
+    copies, each freed right after its packed copy is allocated: ``pinned`` (GPT-2 19 of 19
+    processes, BERT-base 27 of 41). Rewritten Conv weights' copies, freed together once the
+    graph transformers are done: ``partly_pinned``, the expected heap when each spare pins
+    with even odds — processes of these models spread between the two extremes (MobileNetV2
+    45 / 50 MiB at creation against 39 consolidated and 51 pinned; ResNet-50 b16 run 1 318 /
+    374 against 318 and 395). An observed rule, not one read in glibc: which spare finds a
+    tcache slot is decided by small allocations the replay does not see."""
     conv = sum(cw.nbytes for cw in convs if cw.nchwc or cw.fused)
     packed = sum(g.tensors[n].nbytes or 0 for n, k in w.names.items() if k == "prepacked")
-    return "consolidated" if conv >= packed else "pinned"
+    return "partly_pinned" if conv >= packed else "pinned"
 
 
 def _heap_bytes(nbytes: int) -> int:
@@ -265,11 +266,12 @@ class OrtWeights:
     notes: list[str] = field(default_factory=list)
     assumptions: list[str] = field(default_factory=list)
     blocks: CreationBlocks = field(default_factory=CreationBlocks)  # for the heap replay
-    # embedded weights: the replayed heap per glibc mode, the predicted mode, and each mode's
-    # (retained, creation) anon bytes
-    heaps: dict[str, GlibcHeap] = field(default_factory=dict)
+    # embedded weights: the replayed heaps per glibc mode (``partly_pinned``: several seeded
+    # replays), the predicted mode, each heap's and each mode's mean (retained, creation) anon
+    heaps: dict[str, list[GlibcHeap]] = field(default_factory=dict)
     mode: str = ""
     modes: dict[str, tuple[int, int]] = field(default_factory=dict)
+    per_heap: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
 
 
 def ort_cpu_weights(
@@ -297,7 +299,9 @@ def ort_cpu_weights(
     if embedded:
         res.heaps = embedded_modes(res.blocks)
         res.mode = embedded_mode(g, w, convs) if mode is None else mode
-        heap, heap_peak = res.heaps[res.mode].resident, res.heaps[res.mode].peak
+        chosen = res.heaps[res.mode]
+        heap = sum(h.resident for h in chosen) // len(chosen)
+        heap_peak = sum(h.peak for h in chosen) // len(chosen)
     else:
         heap, heap_peak = resident_after_creation(res.blocks)
     res.assumptions.append(
@@ -335,7 +339,9 @@ def ort_cpu_weights(
 
     res.retained_anon, res.creation_anon = stages(heap, heap_peak)
     if embedded:
-        res.modes = {m: stages(h.resident, h.peak) for m, h in res.heaps.items()}
+        res.per_heap = {m: [stages(h.resident, h.peak) for h in hs] for m, hs in res.heaps.items()}
+        res.modes = {m: _mean_pairs(v) for m, v in res.per_heap.items()}
+        res.retained_anon, res.creation_anon = res.modes[res.mode]
         rewritten = {cw.name for cw in convs if cw.nchwc or cw.fused}
         res.classes["embedded_kept"] = sum(
             g.tensors[n].nbytes or 0
@@ -346,15 +352,17 @@ def ort_cpu_weights(
             "embedded weights: session state copies every initializer out of the ModelProto "
             "(heap); the strings and the copies of rewritten / prepacked weights are freed"
         )
-        other = next(m for m in res.modes if m != res.mode)
+        others = ", ".join(
+            f"{m} {r / MiB:.1f} MiB (creation peak {c / MiB:.1f})"
+            for m, (r, c) in res.modes.items()
+            if m != res.mode
+        )
         res.assumptions.append(
-            "embedded weights: glibc keeps their freed copies in one of two modes, decided per "
-            "process by the tcache (whether posix_memalign's spares pin the holes); predicted "
-            f"{res.mode} (weights {res.modes[res.mode][0] / MiB:.1f} MiB retained), the "
-            f"{other} mode retains {res.modes[other][0] / MiB:.1f} MiB "
-            f"(creation peak {res.modes[other][1] / MiB:.1f} instead of "
-            f"{res.modes[res.mode][1] / MiB:.1f}); external data (`memshrink optimize` writes "
-            "it) has one mode"
+            "embedded weights: glibc keeps their freed copies pinned apart or merged, decided "
+            "per process by the tcache (whether posix_memalign's spares find a slot); predicted "
+            f"{res.mode} (weights {res.modes[res.mode][0] / MiB:.1f} MiB retained, creation "
+            f"peak {res.modes[res.mode][1] / MiB:.1f}); the other modes retain {others}; "
+            "external data (`memshrink optimize` writes it) has one mode"
         )
     else:
         in_place = w.external - w.prepacked_only - w.gather_tables - w.folded_anon
@@ -377,6 +385,11 @@ def ort_cpu_weights(
         }
     )
     return res
+
+
+def _mean_pairs(pairs: list[tuple[int, int]]) -> tuple[int, int]:
+    n = len(pairs)
+    return sum(a for a, _ in pairs) // n, sum(b for _, b in pairs) // n
 
 
 READ_BLOCK = 4 * MiB  # ORT's FileInputStream block when parsing a model by path (traced)
@@ -422,7 +435,7 @@ def creation_blocks(
             _string_blocks(b, f"str:{n}", g.tensors[n].nbytes or 0)
         b.free("read")
         for n in inits:
-            b.alloc(f"copy:{n}", g.tensors[n].nbytes or 0, aligned=True)
+            b.alloc(f"copy:{n}", g.tensors[n].nbytes or 0, aligned=True, copy=True)
             b.free(f"str:{n}")
     # ORT runs each transformer over the whole graph in its topological order (the DEFAULT
     # reverse DFS): each pass of the Conv+BN/Mul fusions (level 1), then every NCHWc conversion

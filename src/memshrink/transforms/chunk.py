@@ -7,7 +7,9 @@ piece's intermediates are 1/K as big and die before the next piece starts, so th
 towards the region's largest band. Regions are found automatically (``chunking.region``); an
 op is included only when its rule proves it row-independent along the chunk axis
 (``chunking.rules``), so the rewrite computes the same numbers up to floating-point
-summation order. K is chosen by the estimator (ORT steady state), under an optional budget.
+summation order. K is ranked by the estimator (ORT steady state), under an optional budget,
+and the ranking is walked for a layout that CUDA's GPU (guarded) and OpenVINO and its EP
+(preferred) are predicted to take without a rise (``chunking.choice``).
 The ``channels`` mode then splits inverted bottlenecks (expand → per-channel ops → reduce)
 along their hidden channels and sums the partial reduces (``chunking.channels``).
 """
@@ -23,13 +25,17 @@ from memshrink.manager import Pass, PassContext, PassResult
 from memshrink.transforms import register
 from memshrink.transforms.chunking.channel_choice import choose_channels
 from memshrink.transforms.chunking.channels import find_blocks
+from memshrink.transforms.chunking.choice import Chooser, rank
 from memshrink.transforms.chunking.layout import distinct_edges
 from memshrink.transforms.chunking.overlap import ends, overlap_plans
-from memshrink.transforms.chunking.region import Region, cut, cuts, discover_best
+from memshrink.transforms.chunking.partial import prefix
+from memshrink.transforms.chunking.region import Region, discover_best
+from memshrink.transforms.chunking.region import cut as end_at
+from memshrink.transforms.chunking.region import cuts as boundaries
 from memshrink.transforms.chunking.rewrite import RewriteStats, rewrite
 from memshrink.transforms.chunking.rules import Refuse
 from memshrink.transforms.chunking.specialize import specialize
-from memshrink.transforms.predicted import first_unraised, guarded, pipeline_bindings
+from memshrink.transforms.predicted import guarded, pipeline_bindings
 from memshrink.transforms.saved_layout import clone_with_meta, saved_embedded
 
 MODES = ("batch", "spatial", "channels")
@@ -41,6 +47,10 @@ DISTINCT = {"batch": (), "spatial": (4, 16)}
 #: Region cuts tried per mode (0 = the whole forward closure; t = outputs >= input extent / t).
 #: A cut region is tried with equal bands and the distinct-shape layouts only (fewer trials).
 TRIMS = {"batch": (0,), "spatial": (0, 4, 8)}
+#: Prefix cuts tried per mode (0 = the whole region; c = up to the last op with an output of
+#: at least 1/c of the largest, ``chunking.partial``): fewer copied Conv/FC nodes, which
+#: OpenVINO compiles one primitive each for.
+CUTS = {"batch": (0, 1, 2, 4), "spatial": (0,)}
 
 
 def _predict(model: ir.Model, context: PassContext) -> tuple[int, Any]:
@@ -69,23 +79,6 @@ def _peak(model: ir.Model, context: PassContext, backend: str) -> int:
         model, backend=backend, embedded=saved_embedded(model), **pipeline_bindings(model, context)
     )
     return max(est.stage_peaks().values())
-
-
-def _guard(model: ir.Model, context: PassContext, backends: str) -> Any:
-    """A check refusing a trial that raises a guarded backend's predicted peak (or None)."""
-    names = list(dict.fromkeys(b.strip() for b in backends.split(",") if b.strip()))
-    if not names:
-        return None
-    base = {b: _peak(model, context, b) for b in names}
-
-    def check(trial: ir.Model) -> str | None:
-        for b in names:
-            p = _peak(trial, context, b)
-            if p > base[b]:
-                return f"raises the predicted {b} peak {base[b]} -> {p} B"
-        return None
-
-    return check
 
 
 def _ir_shapes(model: ir.Model) -> dict[str, tuple[int, ...] | None]:
@@ -160,6 +153,8 @@ def apply(
     stagger: int = 0,
     trim: int = 0,
     distinct: int = 0,
+    cut: int = 0,
+    seen: set[tuple] | None = None,
     end: str = "",
     overlap: bool = False,
 ) -> tuple[Region, RewriteStats]:
@@ -169,7 +164,10 @@ def apply(
     deep, low-resolution end of a CNN has halos as big as its maps, so chunking it costs
     compute and saves nothing; the region then ends at the cut and is concatenated there.
     ``distinct`` > 0 replaces the stagger by band edges whose chunks share no tensor shape of
-    at least 1/``distinct`` of a chunk's largest tensor (``chunking.layout``).
+    at least 1/``distinct`` of a chunk's largest tensor (``chunking.layout``). ``cut`` > 0
+    keeps only the region's first ops (``chunking.partial.prefix``). ``seen`` (the search's
+    keys so far) raises ``Duplicate`` before rewriting a region and layout already tried (a
+    trim or cut that removed nothing): the rewrite is the costly step.
     """
     spec = specialize(model, shapes)
     entries = entries_for(model, shapes, mode, axis)
@@ -181,17 +179,29 @@ def apply(
         model.graph, shapes, _opset(model), entries, f"{mode}{count}", min_extent=floor
     )
     if end:  # end the region at this value (a block boundary, ``region.cuts``)
-        v = next((x for x in cuts(region) if x.name == end), None)
+        v = next((x for x in boundaries(region) if x.name == end), None)
         if v is None:
             raise Refuse(f"{end} cannot end the region alone")
-        region = cut(region, v)
+        region = end_at(region, v)
     if not region.nodes:
         raise Refuse(f"no op can be chunked along the {mode} axis")
+    if cut:
+        region = prefix(region, cut)
     edges = None
+    shape = (len(region.nodes), tuple(v.name or "" for v in region.outputs))
+    if seen is not None and distinct:  # the edge search is costly too: same inputs, same edges
+        if (mode, count, "distinct", distinct, shape) in seen:
+            raise Duplicate(f"distinct {distinct} on the same region")
+        seen.add((mode, count, "distinct", distinct, shape))
     if distinct:
         edges = distinct_edges(region, count, max(1, _largest(region) // (count * distinct)))
         if edges is None:
             raise Refuse(f"no band edges keep chunk shapes distinct (1/{distinct})")
+    if seen is not None:
+        key = (mode, count, stagger, tuple(edges or ()), shape, overlap)
+        if key in seen:
+            raise Duplicate(str(key))
+        seen.add(key)
     plans = overlap_plans(region, count, stagger, edges) if overlap else None
     st = rewrite(model.graph, region, count, stagger, edges, plans)
     st.edges = edges
@@ -199,12 +209,16 @@ def apply(
     return region, st
 
 
+class Duplicate(Refuse):
+    """A candidate whose rewrite equals one already tried."""
+
+
 def _trial(model: ir.Model, shapes: dict[str, tuple[int, ...] | None], c: dict[str, Any],
            axis: int) -> ir.Model:  # fmt: skip
     """A clone of ``model`` with candidate ``c`` applied (for the backend guard)."""
     trial = clone_with_meta(model)
     apply(trial, shapes, c["mode"], c["chunks"], axis, c["stagger"], c["trim"], c["distinct"],
-          c.get("end", ""), c.get("overlap", False))  # fmt: skip
+          c.get("cut", 0), end=c.get("end", ""), overlap=c.get("overlap", False))  # fmt: skip
     return trial
 
 
@@ -252,6 +266,15 @@ class ChunkPass(Pass):
         # of guard_backends (e.g. "openvino": its CPU plugin spends ~0.1-0.25 MiB per Conv/FC
         # primitive, and a split multiplies them)
         channel_guard: str = ""
+        # backends whose predicted process peak the layout should not raise (by more than 5 %
+        # and 8 MiB): the ranking on ORT CPU is walked for the best layout that keeps them,
+        # else ORT CPU's pick is kept (transforms/chunking/choice.py); "" = ORT CPU only
+        prefer_backends: str = "openvino,ort-openvino"
+        # batch-mode prefix cuts tried (0 = whole region; c = up to the last op with an output
+        # of >= 1/c of the largest): fewer copied Conv/FC nodes for OpenVINO. Only the whole
+        # region by default: on ResNet-50 b16 no cut kept OpenVINO and met ORT CPU's 0.5x
+        # (x8 cut 4: 0.53x, OpenVINO +21 MiB measured), and each cut adds a trial per layout
+        cuts: str = "0"
 
     def run(self, model: ir.Model, context: PassContext) -> PassResult:
         o = self.options
@@ -310,11 +333,15 @@ class ChunkPass(Pass):
                     stats["channels"] = {"reason": f"estimator failed: {exc}"}
                     return PassResult(True, stats)
                 shapes = _shapes(est)
+            chooser = self._chooser(model, context, shapes, o.channel_guard)
+            if applied:  # the row layout's figures, predicted by its choice
+                chooser.known = dict(stats.get("guard", {}).get("after", {}))
+            chooser.figures = lambda m, c, b: {"steady_state": _peak(m, c, b)}
             ch = choose_channels(
                 model, lambda m: _act_and_peak(m, context), shapes, after,
                 base_peak=max(est.stage_peaks().values()),
                 budget=o.activation_budget, min_gain=o.min_gain, max_chunks=o.max_chunks,
-                progress=context.progress, guard=_guard(model, context, ",".join(guarded(f"{o.guard_backends},{o.channel_guard}", context))),
+                progress=context.progress, chooser=chooser,
             )  # fmt: skip
             stats["channels"] = ch
             if ch.get("chunks"):
@@ -322,6 +349,25 @@ class ChunkPass(Pass):
                     stats.pop("reason", None)
                 applied = True
         return PassResult(applied, stats)
+
+    def _chooser(
+        self,
+        model: ir.Model,
+        context: PassContext,
+        shapes: dict[str, tuple[int, ...] | None],
+        extra_guard: str = "",
+    ) -> Chooser:
+        """The cross-runtime choice over ranked candidates (``chunking.choice``)."""
+        from memshrink.estimate.openvino import OV_CALIBRATION
+
+        o = self.options
+        guard = guarded(f"{o.guard_backends},{extra_guard}", context)
+        prefer = [b.strip() for b in o.prefer_backends.split(",") if b.strip()]
+        return Chooser(
+            model, context, guard, [b for b in prefer if b not in guard],
+            lambda c: _trial(model, shapes, c, o.spatial_axis),
+            per_kernel=int(OV_CALIBRATION["ov_per_kernel"]),
+        )  # fmt: skip
 
     def _rows(
         self,
@@ -335,6 +381,7 @@ class ChunkPass(Pass):
         o = self.options
         candidates: list[dict[str, Any]] = []
         seen: set[tuple] = set()
+        cuts = [int(c) for c in o.cuts.split(",") if c.strip()]
         for mode in modes:
             entries = entries_for(model, shapes, mode, o.spatial_axis)
             if not entries:
@@ -343,69 +390,59 @@ class ChunkPass(Pass):
             extent = min(shapes[v.name or ""][a] for v, a in entries.items())  # type: ignore[index]
             layouts = [(s, 0) for s in STAGGERS[mode]] + [(0, d) for d in DISTINCT[mode]]
             grid = [
-                (count, stagger, distinct, trim)
+                (count, stagger, distinct, trim, cut)
+                for cut in CUTS[mode]
+                if cut in cuts or mode != "batch"
                 for trim in TRIMS[mode]
                 for count in chunk_counts(mode, extent, o.max_chunks, o.min_rows)
                 for stagger, distinct in (layouts if not trim else layouts[:1] + layouts[-2:])
                 if stagger * (count - 1) < extent // count
             ]
-            grid6 = [(c, s, d, t, "") for c, s, d, t in grid] + [
-                (count, 0, 0, 0, end)
+            grid6 = [(c, s, d, t, k, "") for c, s, d, t, k in grid] + [
+                (count, 0, 0, 0, 0, end)
                 for end in (_overlap_ends(model, shapes, o.spatial_axis) if mode == "spatial" else [])
                 for count in chunk_counts(mode, extent, o.max_chunks, o.min_rows)
             ]  # fmt: skip
-            for count, stagger, distinct, trim, end in grid6:
+            for count, stagger, distinct, trim, cut, end in grid6:
                 context.progress(
                     f"chunk: trying {mode} x{count} (stagger {stagger}, distinct {distinct}, "
-                    f"trim {trim}" + (f", overlapping bands ending at {end})" if end else ")")
+                    f"trim {trim}, cut {cut}"
+                    + (f", overlapping bands ending at {end})" if end else ")")
                 )
                 cand: dict[str, Any] = {
                     "mode": mode, "chunks": count, "stagger": stagger, "distinct": distinct,
-                    "trim": trim,
+                    "trim": trim, "cut": cut,
                 }  # fmt: skip
                 if end:
                     cand.update(end=end, overlap=True)
                 trial = clone_with_meta(model)
                 try:
                     region, st = apply(
-                        trial, shapes, mode, count, o.spatial_axis, stagger, trim, distinct,
-                        end, bool(end),
+                        trial, shapes, mode, count, o.spatial_axis, stagger, trim, distinct, cut,
+                        seen, end=end, overlap=bool(end),
                     )  # fmt: skip
-                    key = (
-                        mode, count, stagger, tuple(st.edges or ()), st.nodes_before,
-                        tuple(st.outputs), bool(end),
-                    )  # fmt: skip
-                    if key in seen:  # a trim that cut nothing: same rewrite as before
-                        continue
-                    seen.add(key)
-                    if end and st.extra_flops > o.max_extra_flops:
-                        raise Refuse(
+                    cand.update(
+                        extra_flops=round(st.extra_flops, 4),
+                        region_nodes=st.nodes_before,
+                        region_outputs=st.outputs,
+                        shape_classes=st.shape_classes,
+                    )
+                    if st.edges:
+                        cand["edges"] = st.edges
+                    if st.extra_flops > o.max_extra_flops:  # refused: no estimate needed
+                        cand["refused"] = (
                             f"extra compute {st.extra_flops:.0%} over max_extra_flops "
                             f"{o.max_extra_flops:.0%}"
-                        )  # not predicted: over the cap whatever it saves
-                    pred, _ = _predict(trial, context)
+                        )
+                        candidates.append(cand)
+                        continue
+                    cand["predicted_activations"], _ = _predict(trial, context)
+                except Duplicate:  # a trim that cut nothing: same rewrite as before
+                    continue
                 except Refuse as exc:
                     cand["refused"] = str(exc)
-                    candidates.append(cand)
-                    continue
                 except Exception as exc:  # noqa: BLE001 - a candidate that fails is skipped
                     cand["refused"] = f"{type(exc).__name__}: {exc}"
-                    candidates.append(cand)
-                    continue
-                cand.update(
-                    predicted_activations=pred,
-                    extra_flops=round(st.extra_flops, 4),
-                    region_nodes=st.nodes_before,
-                    region_outputs=st.outputs,
-                    shape_classes=st.shape_classes,
-                )
-                if st.edges:
-                    cand["edges"] = st.edges
-                if st.extra_flops > o.max_extra_flops:
-                    cand["refused"] = (
-                        f"extra compute {st.extra_flops:.0%} over max_extra_flops "
-                        f"{o.max_extra_flops:.0%}"
-                    )
                 candidates.append(cand)
         stats: dict[str, Any] = {"predicted_activations_before": base, "candidates": candidates}
         ok = [c for c in candidates if "refused" not in c]
@@ -414,17 +451,13 @@ class ChunkPass(Pass):
                 f" ({candidates[0]['refused']})" if candidates else ""
             )
             return stats, False, base
-        best = min(c["predicted_activations"] for c in ok)
-        fit = [c for c in ok if c["predicted_activations"] <= o.activation_budget]
-        if o.activation_budget and fit:
-            pick = min(fit, key=lambda c: (c["extra_flops"], c["chunks"]))
-        else:  # the fewest chunks within 3 % of the lowest predicted peak
-            # Why not the lowest: candidates within a few % are within the estimator's error
-            # (U-Net: 338 MiB predicted measured 380-398, 347 predicted measured 353-355).
-            near = [c for c in ok if c["predicted_activations"] <= best * 1.03]
-            pick = min(near, key=lambda c: (c["chunks"], c["extra_flops"], c["stagger"]))
-            if o.activation_budget:
-                stats["budget"] = "not met: chose as without a budget"
+        ranking = rank(
+            ok, o.activation_budget, lambda c: (c["chunks"], c["extra_flops"], c["stagger"]),
+            lambda c: (c["extra_flops"], c["chunks"]),
+        )  # fmt: skip
+        pick = ranking[0]
+        if o.activation_budget and pick["predicted_activations"] > o.activation_budget:
+            stats["budget"] = "not met: chose as without a budget"
         if o.min_saving and base - pick["predicted_activations"] < o.min_saving:
             stats["reason"] = (
                 f"best candidate ({pick['mode']} x{pick['chunks']}) lowers the predicted "
@@ -438,25 +471,21 @@ class ChunkPass(Pass):
                 f"activations by less than {o.min_gain:.0%}"
             )
             return stats, False, base
-        if guard := guarded(o.guard_backends, context):
-            # Next best after the pick: the lower predictions, that still gain enough.
-            rest = sorted(
-                (c for c in ok if c is not pick
-                 and base - c["predicted_activations"] >= max(o.min_saving, o.min_gain * base)),
-                key=lambda c: (c["predicted_activations"], c["chunks"], c["extra_flops"]),
-            )  # fmt: skip
-
-            def make(c: dict[str, Any]) -> ir.Model:
-                return _trial(model, shapes, c, o.spatial_axis)
-
-            chosen, stats["guard"] = first_unraised(model, context, [pick, *rest], make, guard)
-            if chosen is None:
-                stats["reason"] = f"every layout tried raises the steady state on {guard}"
-                return stats, False, base
-            pick = chosen
+        # Then the others that still gain enough, lowest prediction first.
+        gain = max(o.min_saving, o.min_gain * base)
+        ranking = [pick] + [c for c in ranking[1:] if base - c["predicted_activations"] >= gain]
+        chooser = self._chooser(model, context, shapes)
+        chosen = chooser.choose(ranking)
+        if chooser.report:
+            stats["guard"] = chooser.report
+        if chosen is None:
+            stats["reason"] = f"every layout tried raises the steady state on {chooser.guard}"
+            return stats, False, base
+        pick = chosen
         region, st = apply(
             model, shapes, pick["mode"], pick["chunks"], o.spatial_axis, pick["stagger"],
-            pick["trim"], pick["distinct"], pick.get("end", ""), pick.get("overlap", False),
+            pick["trim"], pick["distinct"], pick.get("cut", 0), end=pick.get("end", ""),
+            overlap=pick.get("overlap", False),
         )  # fmt: skip
         stats.update(
             mode=pick["mode"],
@@ -464,6 +493,7 @@ class ChunkPass(Pass):
             stagger=pick["stagger"],
             edges=st.edges,
             trim=pick["trim"],
+            cut=pick.get("cut", 0),
             predicted_activations_after=pick["predicted_activations"],
             extra_flops=round(st.extra_flops, 4),
             region_nodes=st.nodes_before,

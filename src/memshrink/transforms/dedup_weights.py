@@ -19,7 +19,7 @@ import onnx_ir as ir
 from memshrink.manager import Pass, PassContext, PassResult
 from memshrink.transforms import register
 
-_CHUNK = 16 << 20
+_CHUNK = 4 << 20  # a few buffers of this size are the pass's working set
 
 
 def iter_tensor_chunks(tensor: ir.TensorProtocol, chunk: int = _CHUNK) -> Iterator[bytes]:

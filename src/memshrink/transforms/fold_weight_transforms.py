@@ -6,8 +6,9 @@ creation — into a fresh heap copy, next to the mapped original — and ONNX Ru
 Conv+BatchNormalization the same way. Done once here, the saved file holds the weights in the
 form the kernels read, and the runtime maps them instead of copying. Reshape, Squeeze,
 Unsqueeze and Flatten change only the shape: the folded weight keeps pointing at the same bytes
-(no data read). Transpose and Cast read one weight at a time and write the result to a spill file
-(``SpillFile``), so weights are never all in memory. A transform is folded only when it is the
+(no data read). Transpose and Cast read one weight at a time, block by block with ``pread``
+(``weight_io``: a memory map would keep the pages resident), and write the result to a spill
+file (``SpillFile``), so weights are never all in memory. A transform is folded only when it is the
 weight's only reader (folding a shared weight would store it twice).
 
 Cast/Transpose/Reshape folds are bit-exact; Conv+BatchNorm folding changes rounding (relative
@@ -24,7 +25,13 @@ import onnx_ir as ir
 
 from memshrink.manager import Pass, PassContext, PassResult
 from memshrink.transforms import register
-from memshrink.transforms.flush_subnormals import SpillFile
+from memshrink.transforms.weight_io import (
+    SPILL_MIN_BYTES,
+    SpillFile,
+    iter_blocks,
+    read_array,
+    transpose_2d_to_spill,
+)
 
 _SHAPE_OPS = ("Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity")
 _NUMERIC = {
@@ -56,7 +63,7 @@ def _ints(value: ir.Value | None) -> list[int] | None:
     t = _const(value)
     if t is None or t.dtype not in (ir.DataType.INT64, ir.DataType.INT32):
         return None
-    return [int(x) for x in np.asarray(t.numpy()).reshape(-1)]
+    return [int(x) for x in read_array(t).reshape(-1)]
 
 
 def _attr_ints(node: ir.Node, name: str) -> list[int] | None:
@@ -203,9 +210,7 @@ class FoldWeightTransformsPass(Pass):
             to = ir.DataType(int(node.attributes["to"].value))
             if to not in _NUMERIC:
                 return False
-            arr = np.asarray(tensor.numpy()).astype(to.numpy())
-            folded = SpillFile.shared().add_array(arr, to, name)
-            del arr
+            folded = _cast(tensor, to, name)
             stats["cast"] += 1
             stats["bytes_rewritten"] += folded.nbytes
         if shared:
@@ -242,12 +247,12 @@ class FoldWeightTransformsPass(Pass):
             return False
         eps_attr = bn.attributes.get("epsilon")
         eps = float(eps_attr.value) if eps_attr is not None else 1e-5
-        scale, bias, mean, var = (np.asarray(p.numpy(), dtype=np.float64) for p in params)  # type: ignore[union-attr]
+        scale, bias, mean, var = (np.asarray(read_array(p), dtype=np.float64) for p in params)  # type: ignore[arg-type]
         s = scale / np.sqrt(var + eps)
-        w_arr = np.asarray(w.numpy(), dtype=np.float64)
+        w_arr = np.asarray(read_array(w), dtype=np.float64)
         w_new = (w_arr * s.reshape((-1,) + (1,) * (w_arr.ndim - 1))).astype(np.float32)
         del w_arr
-        b_arr = np.asarray(b.numpy(), dtype=np.float64) if b is not None else 0.0
+        b_arr = np.asarray(read_array(b), dtype=np.float64) if b is not None else 0.0
         b_new = ((b_arr - mean) * s + bias).astype(np.float32)
         spill = SpillFile.shared()
         w_name = f"{w_val.name}_bnfolded"
@@ -296,22 +301,23 @@ def _reshaped(tensor: ir.TensorProtocol, shape: tuple[int, ...], name: str) -> i
     return ir.Tensor(np.asarray(tensor.numpy()).reshape(shape), dtype=tensor.dtype, name=name)
 
 
-#: 2-D transposes are written in column blocks of this many bytes (bounded memory).
-_BLOCK = 16 << 20
-
-
 def _transposed(tensor: ir.TensorProtocol, perm: list[int], name: str) -> ir.TensorProtocol:
-    """``tensor`` transposed; a large 2-D weight is transposed block by block into the spill
-    file, so only one block (not the whole weight) is ever in memory."""
-    arr = np.asarray(tensor.numpy())  # file-backed tensors are memory-mapped
+    """``tensor`` transposed; a file-backed 2-D weight is transposed block by block into the
+    spill file (``transpose_2d_to_spill``), so only one block is ever in memory."""
+    if isinstance(tensor, ir.ExternalTensor) and perm == [1, 0] and tensor.dtype.bitwidth % 8 == 0:
+        return transpose_2d_to_spill(tensor, name)
+    arr = read_array(tensor)
+    return SpillFile.shared().add_array(arr.transpose(perm), tensor.dtype, name)
+
+
+def _cast(tensor: ir.TensorProtocol, to: ir.DataType, name: str) -> ir.TensorProtocol:
+    """``tensor`` cast to ``to`` (numpy's conversion); a file-backed weight whose result goes
+    to the spill file is converted block by block."""
+    out_bytes = tensor.size * to.itemsize
+    if not isinstance(tensor, ir.ExternalTensor) or out_bytes < SPILL_MIN_BYTES:
+        return SpillFile.shared().add_array(read_array(tensor).astype(to.numpy()), to, name)
     spill = SpillFile.shared()
-    if arr.ndim != 2 or perm != [1, 0] or arr.nbytes < 2 * _BLOCK:
-        return spill.add_array(arr.transpose(perm), tensor.dtype, name)
-    rows, cols = arr.shape
-    step = max(1, _BLOCK // max(1, rows * arr.itemsize))
     offset = spill.begin()
-    for c0 in range(0, cols, step):
-        block = np.ascontiguousarray(arr[:, c0 : c0 + step].T)
-        spill.write(block.reshape(-1).view(np.uint8).data)
-        del block
-    return spill.tensor(offset, tensor.dtype, (cols, rows), name)
+    for block in iter_blocks(tensor):
+        spill.write(block.astype(np.dtype(to.numpy()).newbyteorder("<")).view(np.uint8).data)
+    return spill.tensor(offset, to, tuple(tensor.shape.numpy()), name)

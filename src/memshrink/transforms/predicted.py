@@ -94,6 +94,20 @@ def guard_figures(model: ir.Model, context: PassContext, backend: str) -> dict[s
     return out
 
 
+def process_figures(model: ir.Model, context: PassContext, backend: str) -> dict[str, int]:
+    """Predicted process peak (the highest stage) on ``backend`` and its steady-state
+    activations, in the weight layout the pipeline saves: what a preferred backend is judged by
+    (OpenVINO's peak can sit in compile_model, where per-node primitives are made)."""
+    from memshrink.estimate import estimate
+    from memshrink.transforms.saved_layout import saved_embedded
+
+    est = estimate(
+        model, backend=backend, embedded=saved_embedded(model), **pipeline_bindings(model, context)
+    )
+    stage = next(s for s in est.prediction.stages if s.name == "steady_state")
+    return {"peak": int(max(est.stage_peaks().values())), "activations": int(stage.activations)}
+
+
 def first_unraised(
     model: ir.Model,
     context: PassContext,

@@ -21,11 +21,21 @@ from memshrink.manager import Pass, PassContext, PassResult
 from memshrink.transforms import register
 
 
-def _counts(model: ir.Model) -> tuple[int, int, int, int, int]:
-    nodes = sum(1 for _ in ir.traversal.RecursiveGraphIterator(model.graph))
+def _counts(model: ir.Model) -> tuple[int, int, int, int, int, int]:
+    nodes = list(ir.traversal.RecursiveGraphIterator(model.graph))
+    # RemoveUnusedNodesPass also drops unused trailing outputs (Dropout's mask): the
+    # runtime no longer allocates them, so they count as a change.
+    outputs = sum(len(node.outputs) for node in nodes)
     inits = [v for g in model.graphs() for v in g.initializers.values()]
     init_bytes = sum(v.const_value.nbytes for v in inits if v.const_value is not None)
-    return nodes, len(inits), init_bytes, len(model.functions), len(model.opset_imports)
+    return (
+        len(nodes),
+        len(inits),
+        init_bytes,
+        len(model.functions),
+        len(model.opset_imports),
+        outputs,
+    )
 
 
 def _remove_unused_subgraph_initializers(model: ir.Model) -> None:
@@ -62,5 +72,6 @@ class PrunePass(Pass):
             "bytes_removed": before[2] - after[2],
             "functions_removed": before[3] - after[3],
             "opsets_removed": before[4] - after[4],
+            "node_outputs_removed": before[5] - after[5],
         }
         return PassResult(modified=before != after, stats=stats)

@@ -79,36 +79,87 @@ def compare_arrays(
         res.ok = res.mismatches == 0
         res.note = "compared for equality (non-numeric dtype)"
         return res
-    a = out.astype(np.complex128 if ref.dtype.kind == "c" else np.float64)
-    b = ref.astype(a.dtype)
-    nan_a, nan_b = np.isnan(a), np.isnan(b)
-    inf_a, inf_b = np.isinf(a), np.isinf(b)
-    res.nan_out, res.nan_ref = int(nan_a.sum()), int(nan_b.sum())
-    res.inf_out, res.inf_ref = int(inf_a.sum()), int(inf_b.sum())
-    finite = ~(nan_a | nan_b | inf_a | inf_b)
-    absdiff = np.zeros(a.shape, np.float64)
-    absdiff[finite] = np.abs(a[finite] - b[finite])
-    refmag = np.abs(b)
-    bad = np.zeros(a.shape, bool)
-    bad[finite] = absdiff[finite] > atol + rtol * refmag[finite]
-    nan_bad = (nan_a != nan_b) if equal_nan else (nan_a | nan_b)
-    inf_bad = (inf_a | inf_b) & ~(inf_a & inf_b & (a == b))
-    bad |= nan_bad | inf_bad
-    res.mismatches = int(bad.sum())
+    ctype = np.complex128 if ref.dtype.kind == "c" else np.float64
+    flat_out, flat_ref = out.reshape(-1), ref.reshape(-1)
+    acc = _Stats()
+    for start in range(0, flat_ref.size, CHUNK):
+        stop = start + CHUNK
+        acc.add(start, flat_out[start:stop].astype(ctype), flat_ref[start:stop].astype(ctype),
+                atol, rtol, equal_nan)  # fmt: skip
+    res.nan_out, res.nan_ref, res.inf_out, res.inf_ref = acc.nan_a, acc.nan_b, acc.inf_a, acc.inf_b
+    res.mismatches = acc.bad
     res.ok = res.mismatches == 0
-    if finite.any():
-        fa = absdiff[finite]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            rel = np.where(refmag[finite] > 0, fa / refmag[finite], np.where(fa > 0, np.inf, 0.0))
-        res.max_abs, res.mean_abs = float(fa.max()), float(fa.mean())
-        res.max_rel, res.mean_rel = float(rel.max()), float(rel.mean())
+    if acc.finite:
+        res.max_abs, res.mean_abs = acc.max_abs, acc.sum_abs / acc.finite
+        res.max_rel, res.mean_rel = acc.max_rel, acc.sum_rel / acc.finite
     if res.mismatches:
-        score = np.where(bad, absdiff + 1.0, 0.0)  # worst mismatching element, NaN/Inf first
-        score[bad & ~finite] = np.inf
-        idx = np.unravel_index(int(np.argmax(score)), a.shape)
+        idx = np.unravel_index(acc.worst, ref.shape)
         res.worst_index = [int(i) for i in idx]
-        res.worst_ref, res.worst_out = _scalar(b[idx]), _scalar(a[idx])
+        res.worst_ref, res.worst_out = acc.worst_ref, acc.worst_out
     return res
+
+
+#: Elements compared per step: the float64 temporaries of one step stay near 20 MiB whatever
+#: the output's size (GPT-2's logits, 6.4 M values, took ~500 MiB compared in one go).
+CHUNK = 1 << 18
+
+
+@dataclass
+class _Stats:
+    """Running totals of ``compare_arrays`` over consecutive chunks of the flattened arrays."""
+
+    nan_a: int = 0
+    nan_b: int = 0
+    inf_a: int = 0
+    inf_b: int = 0
+    bad: int = 0
+    finite: int = 0
+    max_abs: float = 0.0
+    sum_abs: float = 0.0
+    max_rel: float = 0.0
+    sum_rel: float = 0.0
+    worst: int = 0
+    worst_score: float = -1.0
+    worst_ref: float = 0.0
+    worst_out: float = 0.0
+
+    def add(
+        self, start: int, a: np.ndarray, b: np.ndarray, atol: float, rtol: float, equal_nan: bool
+    ) -> None:
+        nan_a, nan_b = np.isnan(a), np.isnan(b)
+        inf_a, inf_b = np.isinf(a), np.isinf(b)
+        self.nan_a += int(nan_a.sum())
+        self.nan_b += int(nan_b.sum())
+        self.inf_a += int(inf_a.sum())
+        self.inf_b += int(inf_b.sum())
+        finite = ~(nan_a | nan_b | inf_a | inf_b)
+        absdiff = np.zeros(a.shape, np.float64)
+        absdiff[finite] = np.abs(a[finite] - b[finite])
+        refmag = np.abs(b)
+        bad = np.zeros(a.shape, bool)
+        bad[finite] = absdiff[finite] > atol + rtol * refmag[finite]
+        nan_bad = (nan_a != nan_b) if equal_nan else (nan_a | nan_b)
+        inf_bad = (inf_a | inf_b) & ~(inf_a & inf_b & (a == b))
+        bad |= nan_bad | inf_bad
+        n_bad = int(bad.sum())
+        self.bad += n_bad
+        if finite.any():
+            fa = absdiff[finite]
+            mag = refmag[finite]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                rel = np.where(mag > 0, fa / mag, np.where(fa > 0, np.inf, 0.0))
+            self.max_abs = max(self.max_abs, float(fa.max()))
+            self.max_rel = max(self.max_rel, float(rel.max()))
+            self.sum_abs += float(fa.sum())
+            self.sum_rel += float(rel.sum())
+            self.finite += int(fa.size)
+        if n_bad:
+            score = np.where(bad, absdiff + 1.0, 0.0)  # worst mismatching element, NaN/Inf first
+            score[bad & ~finite] = np.inf
+            i = int(np.argmax(score))
+            if score[i] > self.worst_score:  # strict: the first worst element wins, as argmax
+                self.worst, self.worst_score = start + i, float(score[i])
+                self.worst_ref, self.worst_out = _scalar(b[i]), _scalar(a[i])
 
 
 def _scalar(v: Any) -> float:

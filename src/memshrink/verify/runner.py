@@ -187,14 +187,8 @@ def run_child(
     except OSError as exc:
         res.status, res.error = "unsupported", f"cannot start interpreter {py}: {exc}"
         return res
-    timed_out = False
-    try:
-        log, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        log, _ = proc.communicate()
+    log, timed_out = _wait_child(proc, timeout, Path(spec["result"]), f"{label} on {backend}",
+                                 progress, t0)  # fmt: skip
     res.seconds = time.perf_counter() - t0
     res.returncode = proc.returncode
     text = log.decode(errors="replace")[-4000:].strip()
@@ -227,6 +221,54 @@ def run_child(
     if progress:
         progress(f"memshrink: {label} on {backend}: {res.status} ({res.seconds:.1f} s)")
     return res
+
+
+#: A child running longer than this reports each finished stage (big models take minutes).
+PROGRESS_AFTER_S = 5.0
+
+
+def _wait_child(
+    proc: subprocess.Popen, timeout: float, result_path: Path, what: str, progress: Progress,
+    t0: float,
+) -> tuple[bytes, bool]:  # fmt: skip
+    """Wait for the child (killing its group at ``timeout``); returns (its output, timed out).
+
+    While it runs, the stages it has finished (it rewrites ``result_path`` after each one) are
+    reported through ``progress`` once it has run for ``PROGRESS_AFTER_S``, so a multi-GB
+    model's minutes of session creation and runs are not silent.
+    """
+    reported = 0
+    deadline = t0 + timeout
+    while True:
+        try:
+            log, _ = proc.communicate(timeout=max(0.01, min(1.0, deadline - time.perf_counter())))
+        except subprocess.TimeoutExpired:
+            pass
+        else:
+            if progress and time.perf_counter() - t0 >= PROGRESS_AFTER_S:
+                _report_stages(result_path, what, progress, reported)  # the last ones
+            return log, False
+        if time.perf_counter() >= deadline:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            log, _ = proc.communicate()
+            return log, True
+        if progress and time.perf_counter() - t0 >= PROGRESS_AFTER_S:
+            reported = _report_stages(result_path, what, progress, reported)
+
+
+def _report_stages(path: Path, what: str, progress: Callable[[str], None], done: int) -> int:
+    """Report the stages recorded in the child's result file after the first ``done``."""
+    try:
+        stages = json.loads(path.read_text()).get("stages") or []
+    except (OSError, ValueError):
+        return done
+    for st in stages[done:]:
+        progress(
+            f"memshrink: {what}: {st.get('name')} done in {float(st.get('seconds', 0)):.1f} s, "
+            f"peak RSS {int(st.get('peak', 0)) / 2**20:.0f} MiB"
+        )
+    return max(done, len(stages))
 
 
 def _read_outputs(path: Path, names: list[str]) -> dict[str, np.ndarray]:

@@ -16,6 +16,7 @@ from typing import Any
 import onnx_ir as ir
 
 from memshrink.transforms.chunking.channels import Shape, find_blocks, split_channels
+from memshrink.transforms.chunking.choice import Chooser, rank
 from memshrink.transforms.saved_layout import clone_with_meta
 
 #: Slice counts tried (one per model).
@@ -35,13 +36,13 @@ def choose_channels(
     min_gain: float = 0.05,
     max_chunks: int = 16,
     progress: Callable[[str], None] | None = None,
-    guard: Callable[[ir.Model], str | None] | None = None,
+    chooser: Chooser | None = None,
 ) -> dict[str, Any]:
     """Try the channel splits on clones, apply the chosen one to ``model`` (in place) and
     return its stats (``chunks`` set only when applied, else ``reason``). ``predict`` gives
     (steady-state activations, whole-process peak); a trial that raises the peak over
-    ``base_peak`` is refused. ``guard`` returns why a trial is refused (another backend's
-    predicted peak rises), or None."""
+    ``base_peak`` is refused. ``chooser`` (``chunking.choice``) walks the ranking for the
+    guarded and preferred backends; its ``make_trial`` is set here."""
     blocks = find_blocks(model.graph, shapes)
     stats: dict[str, Any] = {"predicted_activations_before": base, "blocks_found": len(blocks)}
     if not blocks:
@@ -63,11 +64,10 @@ def choose_channels(
         cand: dict[str, Any] = {"chunks": count, "min_bytes": min_bytes, "blocks": st.blocks}
         try:
             cand["predicted_activations"], peak = predict(clone)
-            why = guard(clone) if guard is not None else None
-            if not why and base_peak and peak > base_peak:  # slices cost kernels' memory
-                why = f"raises the predicted ORT whole-process peak {base_peak} -> {peak} B"
-            if why:
-                cand["refused"] = why
+            if base_peak and peak > base_peak:  # slices cost kernels' memory
+                cand["refused"] = (
+                    f"raises the predicted ORT whole-process peak {base_peak} -> {peak} B"
+                )
         except Exception as exc:  # noqa: BLE001 - a candidate that fails is skipped
             cand["refused"] = f"{type(exc).__name__}: {exc}"
         candidates.append(cand)
@@ -86,19 +86,25 @@ def choose_channels(
             f" ({candidates[0]['refused']})" if candidates else ""
         )
         return stats
-    best = min(c["predicted_activations"] for c in ok)
-    fit = [c for c in ok if c["predicted_activations"] <= budget]
-    if budget and fit:
-        pick = min(fit, key=lambda c: (c["chunks"], -c["min_bytes"]))
-    else:
-        near = [c for c in ok if c["predicted_activations"] <= best * 1.03]
-        pick = min(near, key=lambda c: (c["chunks"], -c["min_bytes"]))
+    fewest = lambda c: (c["chunks"], -c["min_bytes"])  # noqa: E731
+    ranking = rank(ok, budget, fewest, fewest)
+    pick = ranking[0]
     if pick["predicted_activations"] > base * (1 - min_gain):
         stats["reason"] = (
             f"best candidate (channels x{pick['chunks']}) lowers the predicted activations by "
             f"less than {min_gain:.0%}"
         )
         return stats
+    ranking = [c for c in ranking if c["predicted_activations"] <= base * (1 - min_gain)]
+    if chooser is not None:
+        chooser.make_trial = lambda c: _split(model, shapes, c)
+        chosen = chooser.choose(ranking)
+        if chooser.report:
+            stats["guard"] = chooser.report
+        if chosen is None:
+            stats["reason"] = f"every split tried raises the predicted peak on {chooser.guard}"
+            return stats
+        pick = chosen
     st = split_channels(model.graph, shapes, pick["chunks"], pick["min_bytes"])
     stats.update(
         chunks=pick["chunks"],
@@ -110,3 +116,9 @@ def choose_channels(
         exact="atol 1e-4, rtol 1e-4 (partial sums over channel slices)",
     )
     return stats
+
+
+def _split(model: ir.Model, shapes: dict[str, Shape | None], c: dict[str, Any]) -> ir.Model:
+    clone = clone_with_meta(model)
+    split_channels(clone.graph, shapes, c["chunks"], c["min_bytes"])
+    return clone

@@ -1,0 +1,203 @@
+"""Which chunk layout to keep, across runtimes: ORT CPU's gain, guarded and preferred backends.
+
+Why: candidates are ranked on ORT CPU's predicted steady state, but the same file is run on
+OpenVINO and the ORT OpenVINO EP too, where every copied Conv/FC node costs a compiled primitive
+(measured, ResNet-50 b16 batch x2: ORT CPU steady 216 -> 116 MiB, OpenVINO process peak 349 ->
+371). So the choice walks the ORT ranking and keeps the first candidate that
+
+* raises no *guarded* backend's predicted steady state (``guard_backends``, default CUDA's
+  GPU, plus the pipeline's ``--backend``): a hard rule, no candidate -> no rewrite;
+* and, preferably, raises no *preferred* backend's predicted process peak by more than 5 %
+  and 8 MiB (``prefer_backends``, default OpenVINO and its EP; the threshold ``optimize``'s
+  other-runtime note uses). When none of the tried candidates keeps them, the first one that
+  passes the guard is kept (ORT CPU's gain wins; ``optimize`` then prints its note).
+
+Predictions are lazy and cached per candidate: most candidates never need another backend's
+estimate, and a cheap bound (OpenVINO's per-primitive memory times the Conv/FC nodes a layout
+adds, against the activations it could at best remove) skips those that must raise OpenVINO.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import onnx_ir as ir
+
+from memshrink.manager import PassContext
+from memshrink.transforms.predicted import guard_figures, process_figures
+
+MiB = 1 << 20
+#: A preferred backend's peak "rises" when it grows by more than both of these.
+RISE, RISE_BYTES = 0.05, 8 * MiB
+#: Runtimes whose predicted peak the per-primitive bound below holds for: OpenVINO's highest
+#: stage is its steady state, which carries every compiled primitive (the EP's may be a session
+#: stage without them; it is predicted only after OpenVINO passed).
+PER_KERNEL = frozenset({"openvino"})
+HEADS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
+
+
+def rank(ok: Sequence[dict[str, Any]], budget: int, keys: Callable[[dict[str, Any]], tuple],
+         fit_keys: Callable[[dict[str, Any]], tuple]) -> list[dict[str, Any]]:  # fmt: skip
+    """``ok`` in order of preference on ORT CPU: the pick first (under ``budget``: the first
+    by ``fit_keys`` that fits; else the first by ``keys`` within 3 % of the lowest
+    prediction), then the rest by prediction."""
+    if not ok:
+        return []
+    best = min(c["predicted_activations"] for c in ok)
+    fit = [c for c in ok if c["predicted_activations"] <= budget]
+    if budget and fit:
+        pick = min(fit, key=fit_keys)
+    else:
+        # Why not the lowest: candidates within a few % are within the estimator's error
+        # (U-Net: 338 MiB predicted measured 380-398, 347 predicted measured 353-355).
+        pick = min((c for c in ok if c["predicted_activations"] <= best * 1.03), key=keys)
+    rest = sorted((c for c in ok if c is not pick),
+                  key=lambda c: (c["predicted_activations"], c["chunks"], c.get("extra_flops", 0.0)))  # fmt: skip
+    return [pick, *rest]
+
+
+def kernels(model: ir.Model) -> int:
+    """Conv/FC nodes with a constant weight: one compiled primitive each on OpenVINO."""
+    g = model.graph
+    return sum(
+        1
+        for n in g
+        if n.op_type in HEADS
+        and len(n.inputs) > 1
+        and n.inputs[1] is not None
+        and (n.inputs[1].name in g.initializers or n.inputs[1].const_value is not None)
+    )
+
+
+@dataclass
+class Chooser:
+    """Walks a ranking with cached, lazy predictions per backend; see the module docstring."""
+
+    model: ir.Model
+    context: PassContext
+    guard: list[str]
+    prefer: list[str]
+    make_trial: Callable[[dict[str, Any]], ir.Model]
+    tries: int = 3  # candidates predicted on the preferred backends, at most
+    walk: int = 32  # candidates looked at for the preference (the bound is cheap)
+    guard_tries: int = 4  # fallback: the first candidates predicted on the guard backends
+    per_kernel: int = 0  # bytes of OpenVINO memory per added Conv/FC node (0: no bound)
+    report: dict[str, Any] = field(default_factory=dict)
+    # a guarded backend's figures ({"steady_state": bytes, ...}); the channel split guards the
+    # whole-process peak instead (``chunk._peak``)
+    figures: Callable[[ir.Model, PassContext, str], dict[str, int]] = guard_figures
+    # preferred backends' figures of ``model`` already predicted (the row modes' layout kept,
+    # before the channel split): not predicted again
+    known: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def choose(self, ranking: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+        """The first candidate passing guard and preference, else the first of the first
+        ``guard_tries`` passing the guard (None when none does); ``self.report`` says what was
+        tried. The guard is predicted only for candidates the preference keeps, and for the
+        fallback: most never need it."""
+        prefer = [b for b in self.prefer if b not in self.guard]
+        if not self.guard and not prefer:
+            return ranking[0] if ranking else None
+        try:
+            before = {b: self.figures(self.model, self.context, b) for b in self.guard}
+            before.update(
+                {
+                    b: self.known.get(b) or process_figures(self.model, self.context, b)
+                    for b in prefer
+                }
+            )
+        except Exception as exc:  # noqa: BLE001 - no prediction on a backend: no guard
+            self.report = {"skipped": f"{type(exc).__name__}: {exc}"}
+            return ranking[0] if ranking else None
+        tried: dict[int, dict[str, Any]] = {}
+        self.report = {"before": before}
+        chosen = self._walk(ranking, before, prefer, tried)
+        self.report["tried"] = [tried[i] for i in sorted(tried)]
+        return chosen
+
+    def _walk(self, ranking: Sequence[dict[str, Any]], before: dict[str, Any],
+              prefer: list[str], tried: dict[int, dict[str, Any]]) -> dict[str, Any] | None:  # fmt: skip
+        kept: dict[int, ir.Model] = {}  # trials the fallback may need again (the first few)
+
+        def trial_of(i: int) -> ir.Model:
+            if i in kept:
+                return kept[i]
+            trial = self.make_trial(ranking[i])
+            if i < self.guard_tries:
+                kept[i] = trial
+            return trial
+
+        if prefer:
+            base_kernels = kernels(self.model)
+            estimated = 0
+            for i, cand in enumerate(list(ranking)[: self.walk]):
+                if estimated >= self.tries:
+                    break
+                trial = trial_of(i)
+                row = tried.setdefault(i, {"candidate": _label(cand)})
+                why, cost = self._raises(trial, before, prefer, kernels(trial) - base_kernels, row)
+                estimated += cost
+                if why is not None:
+                    row["not preferred"] = why
+                    continue
+                if self._guard_ok(trial, before, row):
+                    self._done(cand, before, row, "")
+                    return cand
+        for i, cand in enumerate(list(ranking)[: self.guard_tries]):
+            row = tried.setdefault(i, {"candidate": _label(cand)})
+            if "refused" in row:
+                continue
+            if all(b in row for b in self.guard) or self._guard_ok(trial_of(i), before, row):
+                self._done(cand, before, row,
+                           "no candidate tried keeps " + ", ".join(prefer) if prefer else "")  # fmt: skip
+                return cand
+        return None
+
+    def _guard_ok(self, trial: ir.Model, before: dict[str, Any], row: dict[str, Any]) -> bool:
+        for b in self.guard:
+            row[b] = self.figures(trial, self.context, b)
+            if row[b]["steady_state"] > before[b]["steady_state"]:
+                row["refused"] = f"raises the predicted {b} steady state"
+                return False
+        return True
+
+    def _raises(self, trial: ir.Model, before: dict[str, dict[str, int]], prefer: list[str],
+                added: int, row: dict[str, Any]) -> tuple[str | None, int]:  # fmt: skip
+        """Why ``trial`` raises a preferred backend's peak (bound or prediction), or None;
+        and whether it took a prediction (1) or the bound sufficed (0)."""
+        for b in prefer:
+            old = before[b]["peak"]
+            limit = max(old * (1 + RISE), old + RISE_BYTES)
+            if b in PER_KERNEL and self.per_kernel and added > 0:
+                # Activations can drop to zero at best; the added primitives stay.
+                floor = old - before[b]["activations"] + self.per_kernel * added
+                if floor > limit:
+                    row[b] = {"bound": floor}
+                    return f"{b}: {added} more Conv/FC primitives, peak >= {floor} B", 0
+            row[b] = process_figures(trial, self.context, b)
+            if row[b]["peak"] > limit:
+                return f"{b}: predicted peak {old} -> {row[b]['peak']} B", 1
+        return None, 1
+
+    def _done(self, cand: dict[str, Any], before: dict[str, Any], row: dict[str, Any],
+              note: str) -> None:  # fmt: skip
+        self.report["chosen"] = _label(cand)
+        after = {b: row[b] for b in before if b in row and "bound" not in row[b]}
+        self.report["after"] = after
+        self.report["change"] = {
+            b: {k: v - before[b][k] for k, v in after[b].items() if k in before[b]}
+            for b in after
+            if b in before
+        }
+        if note:
+            self.report["preference"] = note
+
+
+def _label(c: dict[str, Any]) -> str:
+    parts = [f"{c.get('mode', 'channels')} x{c['chunks']}"]
+    for k in ("stagger", "distinct", "trim", "cut", "min_bytes"):
+        if c.get(k):
+            parts.append(f"{k} {c[k]}")
+    return " ".join(parts)

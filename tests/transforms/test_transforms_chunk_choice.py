@@ -1,0 +1,140 @@
+"""``chunk``'s cross-runtime choice (``chunking.choice``) and batch prefix cuts (``partial``).
+
+Why: a layout ranked first on ORT CPU can raise OpenVINO's process peak (one compiled primitive
+per copied Conv/FC node); the choice walks the ranking for one that keeps the preferred
+backends, else keeps ORT CPU's pick, and never breaks the guarded backends.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+from memshrink.manager import PassContext
+from memshrink.transforms.chunk import ChunkPass, _predict, _shapes, apply
+from memshrink.transforms.chunking.choice import Chooser, kernels, rank
+from memshrink.transforms.saved_layout import clone_with_meta
+
+MiB = 1 << 20
+
+
+def _stages(batch: int = 8, hw: int = 32, depth: int = 3) -> onnx.ModelProto:
+    """Conv+Relu stages, each halving H and W (stride 2) after the first: large tensors first,
+    as in a CNN's stem."""
+    rng = np.random.default_rng(0)
+    f = TensorProto.FLOAT
+    nodes, inits, x, c = [], [], "x", 3
+    for i in range(depth):
+        w = f"w{i}"
+        inits.append(numpy_helper.from_array(
+            rng.standard_normal((8, c, 3, 3)).astype(np.float32) * 0.2, w))  # fmt: skip
+        s = 1 if i == 0 else 2
+        nodes.append(helper.make_node("Conv", [x, w], [f"c{i}"], pads=[1, 1, 1, 1], strides=[s, s]))
+        nodes.append(helper.make_node("Relu", [f"c{i}"], [f"r{i}"]))
+        x, c = f"r{i}", 8
+    nodes.append(helper.make_node("GlobalAveragePool", [x], ["y"]))
+    g = helper.make_graph(
+        nodes, "stages", [helper.make_tensor_value_info("x", f, [batch, 3, hw, hw])],
+        [helper.make_tensor_value_info("y", f, [batch, 8, 1, 1])], inits,
+    )  # fmt: skip
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _run(proto: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
+    sess = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, {"x": x})[0]
+
+
+def test_a_prefix_cut_chunks_only_the_first_stage_and_keeps_outputs() -> None:
+    proto = _stages()
+    model = ir.from_proto(proto)
+    shapes = _shapes(_predict(model, PassContext())[1])
+    region, st = apply(model, shapes, "batch", 4, 2, cut=1)
+    # cut 1: up to the last op whose output is as large as the largest (the first stage)
+    assert [n.op_type for n in region.nodes] == ["Conv", "Relu"]
+    assert st.outputs == ["r0"]
+    assert kernels(model) == 4 + 2  # 4 chunk copies of the first Conv, the others once
+    x = np.random.default_rng(1).standard_normal((8, 3, 32, 32)).astype(np.float32)
+    got, want = _run(ir.to_proto(model), x), _run(proto, x)
+    np.testing.assert_allclose(got, want, atol=0, rtol=0)  # batch chunks: bit-identical
+
+
+def test_rank_puts_the_fewest_chunks_within_3_percent_first() -> None:
+    cands = [
+        {"chunks": 8, "predicted_activations": 100, "extra_flops": 0.0, "stagger": 0},
+        {"chunks": 2, "predicted_activations": 102, "extra_flops": 0.0, "stagger": 0},
+        {"chunks": 4, "predicted_activations": 150, "extra_flops": 0.0, "stagger": 0},
+    ]
+    keys = lambda c: (c["chunks"], c["extra_flops"], c["stagger"])  # noqa: E731
+    fit = lambda c: (c["extra_flops"], c["chunks"])  # noqa: E731
+    assert [c["chunks"] for c in rank(cands, 0, keys, fit)] == [2, 8, 4]
+    assert [c["chunks"] for c in rank(cands, 160, keys, fit)][0] == 2  # all fit: fewest
+    assert rank([], 0, keys, fit) == []
+
+
+def _chooser(base: ir.Model, trials: dict[str, ir.Model], prefer: list[str],
+             per_kernel: int) -> Chooser:  # fmt: skip
+    return Chooser(base, PassContext(), [], prefer, lambda c: trials[c["name"]],
+                   per_kernel=per_kernel)  # fmt: skip
+
+
+def _variants() -> tuple[ir.Model, dict[str, ir.Model]]:
+    """The model, its batch x8 chunking (7 x 3 more Conv primitives) and itself unchanged."""
+    base = ir.from_proto(_stages(depth=3, hw=8))
+    shapes = _shapes(_predict(base, PassContext())[1])
+    many = clone_with_meta(base)
+    apply(many, shapes, "batch", 8, 2)
+    return base, {"many": many, "same": clone_with_meta(base)}
+
+
+def test_preference_walks_past_a_layout_that_raises_openvino() -> None:
+    """The ORT pick adds 21 Conv primitives (5.25 MiB at 0.25 MiB each, calibrated): with a
+    per-primitive bound of 1 MiB it must raise OpenVINO by more than 8 MiB, so the next one,
+    which keeps OpenVINO, is taken without estimating the first."""
+    base, trials = _variants()
+    ch = _chooser(base, trials, ["openvino"], per_kernel=1 * MiB)
+    got = ch.choose([{"name": "many", "chunks": 8}, {"name": "same", "chunks": 2}])
+    assert got is not None and got["name"] == "same"
+    first, second = ch.report["tried"]
+    assert "bound" in first["openvino"] and "primitives" in first["not preferred"]
+    assert second["openvino"]["peak"] == ch.report["before"]["openvino"]["peak"]
+    assert "preference" not in ch.report
+
+
+def test_no_layout_keeps_openvino_falls_back_to_the_ort_pick() -> None:
+    base, trials = _variants()
+    ch = _chooser(base, trials, ["openvino"], per_kernel=1 * MiB)
+    got = ch.choose([{"name": "many", "chunks": 8}])
+    assert got is not None and got["name"] == "many"
+    assert ch.report["preference"] == "no candidate tried keeps openvino"
+
+
+def test_the_openvino_prediction_itself_decides_without_the_bound() -> None:
+    """per_kernel = 0: the estimator's OpenVINO prediction of the trial is compared instead."""
+    base, trials = _variants()
+    ch = _chooser(base, trials, ["openvino"], per_kernel=0)
+    ch.choose([{"name": "many", "chunks": 8}, {"name": "same", "chunks": 2}])
+    first = ch.report["tried"][0]
+    assert "peak" in first["openvino"]  # predicted, not bounded
+    before = ch.report["before"]["openvino"]["peak"]
+    assert first["openvino"]["peak"] > before  # more primitives: a higher predicted peak
+
+
+def test_chunk_pass_reports_the_preferred_backends_and_keeps_its_pick() -> None:
+    """ORT CPU's pick keeps OpenVINO within 5 % / 8 MiB here (a few more primitives, smaller
+    activations): the pass takes it, reports both preferred backends, and without them picks
+    the same layout."""
+    res = ChunkPass(guard_backends="").run(ir.from_proto(_stages(hw=64)), PassContext())
+    assert res.modified, res.stats
+    g = res.stats["guard"]
+    assert set(g["before"]) == set(g["after"]) == {"openvino", "ort-openvino"}
+    assert "preference" not in g and g["change"]["openvino"]["peak"] < 8 * MiB
+    off = ChunkPass(guard_backends="", prefer_backends="").run(
+        ir.from_proto(_stages(hw=64)), PassContext()
+    )
+    assert "guard" not in off.stats
+    keys = ("mode", "chunks", "stagger", "edges", "cut")
+    assert [off.stats[k] for k in keys] == [res.stats[k] for k in keys]
