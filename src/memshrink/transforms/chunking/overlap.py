@@ -30,7 +30,7 @@ from math import lcm
 import onnx_ir as ir
 
 from memshrink.transforms.chunking import rules
-from memshrink.transforms.chunking.region import ChunkRows, Region, bands, output_extent
+from memshrink.transforms.chunking.region import ChunkRows, Region, output_parts
 from memshrink.transforms.chunking.rules import Range, Refuse
 
 #: Ops whose output rows are the input rows (same extent), element for element.
@@ -115,21 +115,10 @@ def overlap_plans(
         raise Refuse("overlapping bands need one entry extent")
     extent = entry_ext.pop()
     align = lcm(*cum.values())
-    ref = output_extent(region) if edges is not None else 0
     plans: list[ChunkRows] = []
     lengths: list[int] = []
     for k in range(count):
-        part: dict[ir.Value, Range] = {}
-        for v in region.outputs:
-            s = region.facts[v.producer()].out_shapes[v.index()]  # type: ignore[index,arg-type]
-            assert s is not None
-            ext = s[region.axes[v]]
-            if edges is not None:
-                part[v] = (edges[k] * ext // ref, edges[k + 1] * ext // ref)
-            else:
-                part[v] = bands(ext, k, count, stagger)
-            if part[v][1] <= part[v][0]:
-                raise Refuse(f"band layout {edges or stagger} leaves chunk {k} of {v.name} empty")
+        part = output_parts(region, k, count, stagger, edges)
         a = min(p[0] * cum[v] for v, p in part.items()) // align * align
         b = min(extent, max(p[1] * cum[v] for v, p in part.items()))
         while True:  # widen each side until the exact rows cover the part

@@ -294,16 +294,10 @@ def output_extent(region: Region) -> int:
     )
 
 
-def chunk_rows(
+def output_parts(
     region: Region, k: int, count: int, stagger: int = 0, edges: Sequence[int] | None = None
-) -> ChunkRows:
-    """Backward: what every region node must produce, and read, for chunk ``k``.
-
-    ``edges`` (``count + 1`` increasing rows on the scale of ``output_extent``), when given,
-    replace the near-equal / staggered ``bands``; an output of another extent is cut at the
-    proportional rows.
-    """
-    want: dict[ir.Value, Range] = {}
+) -> dict[ir.Value, Range]:
+    """The rows of every region output that chunk ``k`` of ``count`` must deliver."""
     part: dict[ir.Value, Range] = {}
     ref = output_extent(region) if edges is not None else 0
     for v in region.outputs:
@@ -316,7 +310,20 @@ def chunk_rows(
             part[v] = bands(ext, k, count, stagger)
         if part[v][1] <= part[v][0]:
             raise Refuse(f"band layout {edges or stagger} leaves chunk {k} of {v.name} empty")
-        want[v] = part[v]
+    return part
+
+
+def chunk_rows(
+    region: Region, k: int, count: int, stagger: int = 0, edges: Sequence[int] | None = None
+) -> ChunkRows:
+    """Backward: what every region node must produce, and read, for chunk ``k``.
+
+    ``edges`` (``count + 1`` increasing rows on the scale of ``output_extent``), when given,
+    replace the near-equal / staggered ``bands``; an output of another extent is cut at the
+    proportional rows.
+    """
+    part = output_parts(region, k, count, stagger, edges)
+    want: dict[ir.Value, Range] = dict(part)
     node_range: dict[ir.Node, Range] = {}
     needs: dict[ir.Node, list[Range | None]] = {}
     clipped: dict[ir.Node, list[Range | None]] = {}
