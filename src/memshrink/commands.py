@@ -94,7 +94,13 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             f"loaded {src} ({len(model.graph)} nodes, {format_bytes(in_bytes)} of weights) "
             f"in {time.perf_counter() - t0:.2f} s"
         )
-    context = PassContext(shapes=shapes, dims=dims, backend=args.backend, progress=progress)
+    context = PassContext(
+        shapes=shapes,
+        dims=dims,
+        backend=args.backend or "ort",
+        deploy_only=args.backend is not None,
+        progress=progress,
+    )
     from memshrink.transforms.weight_io import SpillFile
 
     SpillFile.directory = str(dst.parent)  # rewritten weights wait next to the output
@@ -121,12 +127,12 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         "save": info.to_dict(),
         **report.to_dict(),
     }
-    recommendations = _add_recommendations(result, model, args.backend, shapes, dims)
+    recommendations = _add_recommendations(result, model, context.backend, shapes, dims)
     others = None
     if args.estimate:
         if progress:
             progress("predicting the other runtimes' peaks (original vs output)")
-        others = _other_backends(result, src, dst, args.backend, shapes, dims)
+        others = _other_backends(result, src, dst, context.backend, shapes, dims)
     exit_code = 0
     if not quiet:
         print(_format_optimize(result))
@@ -360,11 +366,13 @@ def register_builtin(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--backend",
-        default="ort",
-        help="the runtime you deploy on: the per-pass estimate predicts for it, and the "
-        "activation passes refuse rewrites predicted to raise its peak, and for openvino "
-        "tied weights are not folded into a second copy (ort = ONNX Runtime CPU, default; "
-        "openvino, ort-openvino, cuda; CUDA is always guarded)",
+        default=None,
+        help="the one runtime you deploy on: the per-pass estimate predicts for it, the "
+        "activation passes refuse rewrites predicted to raise its peak and stop sparing the "
+        "other runtimes, and for openvino tied weights are not folded into a second copy "
+        "(ort = ONNX Runtime CPU; openvino, ort-openvino, cuda). Without it, passes decide "
+        "on ORT CPU's prediction but avoid rewrites predicted to raise OpenVINO's, its EP's "
+        "or CUDA's peak much",
     )
     p.add_argument(
         "--verify",

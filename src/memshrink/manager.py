@@ -41,11 +41,15 @@ class PassContext:
         shapes: Mapping[str, Sequence[int]] | None = None,
         dims: Mapping[str, int] | None = None,
         backend: str = "ort",
+        deploy_only: bool = False,
         progress: Callable[[str], None] | None = None,
     ) -> None:
         self.shapes = dict(shapes or {})
         self.dims = dict(dims or {})
         self.backend = backend
+        # True when the user named ``backend`` as the one runtime they deploy on
+        # (``optimize --backend``): passes need not spare the other runtimes' peaks.
+        self.deploy_only = deploy_only
         self._progress = progress
         self._analyses: dict[str, Any] = {}
 
