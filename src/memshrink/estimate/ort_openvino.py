@@ -21,9 +21,14 @@ onnxruntime-openvino 1.24.1, which bundles OpenVINO 2025.4.1; micro-graphs measu
   OpenVINO reads it (2x, session creation only).
 * Ops the EP does not claim (``UNSUPPORTED``; measured: ``IsNaN``, which every torch-exported
   transformer here has once per layer) run on ORT's CPU EP, and the graph is cut into several
-  OpenVINO subgraphs (BERT-base: 13). Each is a separately compiled model with its own infer
-  request and activation workspace, all alive at once: the workspaces add up instead of
-  sharing one plan. Tensors crossing a cut live in ORT's CPU arena.
+  OpenVINO subgraphs (BERT-base: 13; with a 4x batch split, 52: each chunk's piece between two
+  cuts is its own subgraph). Each is a separately compiled model with its own infer request
+  and activation workspace, all alive at once: the workspaces add up instead of sharing one
+  plan. Tensors crossing a cut live in ORT's CPU arena. A weight read by k subgraphs (the
+  chunks of a batch split all read the layer's weights) is mapped k times (RSS counts each
+  mapping) and, for Conv/FC, re-laid out k times: k - 1 more copies of each, for the whole
+  session (measured on MatMul chains, and BERT b4x512 batch x4: +1255 MiB file, predicted
+  +1248).
 * From there the CPU plugin behaves exactly as native OpenVINO: the same re-laid-out Conv/FC
   copies, the same dynamic-shape deferral of Conv and post-op FC weights to the first infer,
   the same ``MemorySolver`` workspace. So the prediction is native OpenVINO's (``openvino.py``,
