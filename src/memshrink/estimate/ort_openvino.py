@@ -124,26 +124,6 @@ def folded_bytes(view: ModelView) -> int:
     )
 
 
-def partition_levels(g: GraphInfo, order: list[int]) -> dict[int, int]:
-    """OpenVINO subgraph index of each supported node.
-
-    A node reading (through any path) the output of an unsupported node must be in a later
-    subgraph than the nodes feeding that unsupported node, or the subgraphs would form a cycle
-    through ORT's CPU EP: index = the most unsupported nodes on any path from the inputs.
-    """
-    level: dict[int, int] = {}
-    for i in order:
-        lv = 0
-        for name in g.nodes[i].inputs:
-            t = g.tensors.get(name) if name else None
-            if t is None or t.producer is None or t.producer not in level:
-                continue
-            p = t.producer
-            lv = max(lv, level[p] + (g.nodes[p].op_type in UNSUPPORTED))
-        level[i] = lv
-    return {i: lv for i, lv in level.items() if g.nodes[i].op_type not in UNSUPPORTED}
-
-
 def subgraph_ids(g: GraphInfo) -> dict[int, int]:
     """OpenVINO subgraph of each supported node, the EP's way.
 
