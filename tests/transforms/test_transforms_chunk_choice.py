@@ -2,7 +2,8 @@
 
 Why: a layout ranked first on ORT CPU can raise OpenVINO's process peak (one compiled primitive
 per copied Conv/FC node); the choice walks the ranking for one that keeps the preferred
-backends, else keeps ORT CPU's pick, and never breaks the guarded backends.
+backends, else keeps ORT CPU's best within a hard cap (``prefer_cap``, 25 %), else none, and
+never breaks the guarded backends.
 """
 
 from __future__ import annotations
@@ -104,12 +105,31 @@ def test_preference_walks_past_a_layout_that_raises_openvino() -> None:
     assert "preference" not in ch.report
 
 
-def test_no_layout_keeps_openvino_falls_back_to_the_ort_pick() -> None:
+def test_no_layout_keeps_openvino_and_over_the_cap_means_no_chunk() -> None:
+    """The only candidate's bound (21 primitives at 1 MiB) is far over 25 % of the tiny
+    model's OpenVINO peak: refused without a prediction, and the reason is reported."""
     base, trials = _variants()
     ch = _chooser(base, trials, ["openvino"], per_kernel=1 * MiB)
-    got = ch.choose([{"name": "many", "chunks": 8}])
+    assert ch.choose([{"name": "many", "chunks": 8}]) is None
+    (row,) = ch.report["tried"]
+    assert "bound" in row["openvino"] and "> 25%" in row["over cap"]
+    assert "25%" in ch.report["refused"] and "chosen" not in ch.report
+
+
+def test_without_a_cap_or_within_it_the_ort_pick_is_kept() -> None:
+    base, trials = _variants()
+    off = _chooser(base, trials, ["openvino"], per_kernel=1 * MiB)
+    off.cap = 0  # the behaviour before the cap: ORT CPU's pick wins
+    got = off.choose([{"name": "many", "chunks": 8}])
     assert got is not None and got["name"] == "many"
-    assert ch.report["preference"] == "no candidate tried keeps openvino"
+    assert off.report["preference"] == "no candidate tried keeps openvino"
+    wide = _chooser(base, trials, ["openvino"], per_kernel=1 * MiB)
+    wide.cap = 100.0  # the bound is within: predicted, and kept with the note
+    got = wide.choose([{"name": "many", "chunks": 8}])
+    assert got is not None and got["name"] == "many"
+    row = wide.report["tried"][0]
+    assert "peak" in row["openvino"] and 0 < row["rise"] < 100
+    assert wide.report["preference"].endswith("the best on ORT CPU within the 10000% cap kept")
 
 
 def test_the_openvino_prediction_itself_decides_without_the_bound() -> None:

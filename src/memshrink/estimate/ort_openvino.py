@@ -21,9 +21,14 @@ onnxruntime-openvino 1.24.1, which bundles OpenVINO 2025.4.1; micro-graphs measu
   OpenVINO reads it (2x, session creation only).
 * Ops the EP does not claim (``UNSUPPORTED``; measured: ``IsNaN``, which every torch-exported
   transformer here has once per layer) run on ORT's CPU EP, and the graph is cut into several
-  OpenVINO subgraphs (BERT-base: 13). Each is a separately compiled model with its own infer
-  request and activation workspace, all alive at once: the workspaces add up instead of
-  sharing one plan. Tensors crossing a cut live in ORT's CPU arena.
+  OpenVINO subgraphs (BERT-base: 13; with a 4x batch split, 52: each chunk's piece between two
+  cuts is its own subgraph). Each is a separately compiled model with its own infer request
+  and activation workspace, all alive at once: the workspaces add up instead of sharing one
+  plan. Tensors crossing a cut live in ORT's CPU arena. A weight read by k subgraphs (the
+  chunks of a batch split all read the layer's weights) is mapped k times (RSS counts each
+  mapping) and, for Conv/FC, re-laid out k times: k - 1 more copies of each, for the whole
+  session (measured on MatMul chains, and BERT b4x512 batch x4: +1255 MiB file, predicted
+  +1248).
 * From there the CPU plugin behaves exactly as native OpenVINO: the same re-laid-out Conv/FC
   copies, the same dynamic-shape deferral of Conv and post-op FC weights to the first infer,
   the same ``MemorySolver`` workspace. So the prediction is native OpenVINO's (``openvino.py``,
@@ -43,6 +48,7 @@ from memshrink.estimate.backends import BackendPrediction, Stage
 from memshrink.estimate.graph import GraphInfo, ModelView
 from memshrink.estimate.lifetimes import Buffer
 from memshrink.estimate.planners import greedy_by_size
+from memshrink.estimate.schedule import ort_default
 
 MiB = 1 << 20
 
@@ -60,6 +66,12 @@ OVEP_CALIBRATION: dict[str, float] = {
     # measured +59 MiB over native OpenVINO, 3x predicted +42; 8 x 9 MiB Conv tensors: 3x.
     "ovep_small_tensor": 1 * MiB,
     "ovep_file": 16.4 * MiB,  # ORT + EP + OpenVINO frontend library pages (one Relu: +16.4)
+    # Static shapes cut into several subgraphs: fractions of the summed per-subgraph greedy
+    # workspaces held after session creation and in the run stages. Fitted on BERT b4x512
+    # `all` (13 subgraphs, dims made static: 0.75 / 1.57; batch split x4, 52: 0.81 / 1.98);
+    # checked on `all` with batch x2 + channels x4 (see docs/estimate.md, rule 10).
+    "ovep_static_ws_session": 0.8,
+    "ovep_static_ws_run": 1.8,
 }
 
 # Ops the EP (onnxruntime-openvino 1.24.1, OpenVINO 2025.4, device CPU) leaves to ORT's CPU
@@ -112,50 +124,91 @@ def folded_bytes(view: ModelView) -> int:
     )
 
 
-def partition_levels(g: GraphInfo, order: list[int]) -> dict[int, int]:
-    """OpenVINO subgraph index of each supported node.
+def subgraph_ids(g: GraphInfo) -> dict[int, int]:
+    """OpenVINO subgraph of each supported node, the EP's way.
 
-    A node reading (through any path) the output of an unsupported node must be in a later
-    subgraph than the nodes feeding that unsupported node, or the subgraphs would form a cycle
-    through ORT's CPU EP: index = the most unsupported nodes on any path from the inputs.
+    ``GetPartitionedClusters`` (``ov_versions/utils.cc``) cuts ORT's topological order (the
+    DEFAULT reverse DFS) at every unsupported node into runs of consecutive supported nodes,
+    and ``GetConnectedClusters`` splits each run into its connected pieces. So parallel chunks
+    each get their own subgraphs: BERT b4x512 has 13 subgraphs whole and 52 with its batch split
+    4x (ORT's verbose log); 4 MatMul chains with one ``IsNaN`` each, 8.
     """
-    level: dict[int, int] = {}
-    for i in order:
-        lv = 0
+    run, runs = 0, {}
+    for i in ort_default(g):
+        if g.nodes[i].op_type in UNSUPPORTED:
+            run += 1
+        elif i not in g.folded:  # ORT folds those before partitioning
+            runs[i] = run
+    parent = {i: i for i in runs}
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for i in runs:
         for name in g.nodes[i].inputs:
             t = g.tensors.get(name) if name else None
-            if t is None or t.producer is None or t.producer not in level:
-                continue
-            p = t.producer
-            lv = max(lv, level[p] + (g.nodes[p].op_type in UNSUPPORTED))
-        level[i] = lv
-    return {i: lv for i, lv in level.items() if g.nodes[i].op_type not in UNSUPPORTED}
+            if t is not None and t.producer in runs and runs[t.producer] == runs[i]:
+                parent[find(t.producer)] = find(i)
+    roots: dict[int, int] = {}
+    return {i: roots.setdefault(find(i), len(roots)) for i in sorted(runs)}
+
+
+RELAYOUT = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
+
+
+def shared_weight_copies(g: GraphInfo, sub: Mapping[int, int]) -> tuple[int, int]:
+    """(bytes, re-laid-out bytes) of the extra copies of weights read by several subgraphs.
+
+    Each OpenVINO subgraph is a model of its own: it maps the external weights it reads
+    through its own view of ORT's initializers (RSS counts each mapping) and its CPU plugin
+    re-lays out its own copy of every Conv/FC weight. A weight read by k subgraphs costs k - 1
+    more of each (measured: 4 MatMul 2048^2 external, batch split 2x / 4x with an IsNaN cut:
+    +66 / +194 MiB file and +68 / +198 MiB anon for 64 MiB of weights; one reader each: +0).
+    """
+    extra = relaid = 0
+    for name in g.initializers:
+        t = g.tensors[name]
+        if t.folded or not t.nbytes:
+            continue
+        readers = {c for c in t.consumers if c in sub}
+        k = len({sub[c] for c in readers})
+        if k < 2:
+            continue
+        extra += (k - 1) * t.nbytes
+        if any(
+            g.nodes[c].op_type in RELAYOUT and g.nodes[c].inputs[1:2] == [name] for c in readers
+        ):
+            relaid += (k - 1) * t.nbytes
+    return extra, relaid
 
 
 def partitioned_activations(
-    g: GraphInfo, order: list[int], bufs: list[Buffer], dynamic: bool
-) -> tuple[int, int, int]:
-    """(OpenVINO workspaces summed over subgraphs, ORT arena for the tensors crossing a cut,
-    number of subgraphs). Each subgraph plans its own buffers the native way."""
-    level = partition_levels(g, order)
+    g: GraphInfo, order: list[int], bufs: list[Buffer], dynamic: bool, sub: Mapping[int, int]
+) -> tuple[int, int]:
+    """(OpenVINO workspaces summed over subgraphs, ORT arena for the tensors crossing a cut).
+    Each subgraph (``sub``: node -> subgraph) plans its own buffers the native way, and all
+    of them are alive at once: parallel chunks in separate subgraphs do not share one."""
     groups: dict[int, list[Buffer]] = {}
     crossing: list[Buffer] = []
     for b in bufs:
         if not b.size:
             continue
-        if b.producer is None or b.producer not in level:
+        if b.producer is None or b.producer not in sub:
             crossing.append(b)  # made by an ORT CPU node (or a graph input's reorder)
             if b.producer is None:
                 groups.setdefault(0, []).append(b)
             continue
-        lv = level[b.producer]
-        groups.setdefault(lv, []).append(b)
+        sg = sub[b.producer]
+        groups.setdefault(sg, []).append(b)
         readers = {c for t in b.tensors if t in g.tensors for c in g.tensors[t].consumers}
-        if any(level.get(c, -1) != lv for c in readers):
+        if any(sub.get(c, -1) != sg for c in readers):
             crossing.append(b)
     plan = openvino.nonoverlapping_sets if dynamic else (lambda bs: greedy_by_size(bs)[0])
     workspaces = sum(plan(bs) for bs in groups.values())
-    return workspaces, greedy_by_size(crossing)[0] if crossing else 0, len(groups)
+    return workspaces, greedy_by_size(crossing)[0] if crossing else 0
 
 
 def predict(
@@ -206,17 +259,31 @@ def predict(
     acts: int | None = None
     n_sub = 1
     planners = dict(native.planners)
+    shared = relaid = static_session = 0
     if cut:
-        ws, arena, n_sub = partitioned_activations(g, order, openvino.ov_buffers(g, order), dynamic)
+        sub = subgraph_ids(g)
+        n_sub = len(set(sub.values()))
+        bufs = openvino.ov_buffers(g, order)
+        ws, arena = partitioned_activations(g, order, bufs, dynamic, sub)
         acts = ws + arena
+        if not dynamic:
+            # Static subgraphs: each infer request holds its workspace from session creation,
+            # and more appears in run 1 (measured, not explained: rule 10 in the docs)
+            acts = int(c["ovep_static_ws_run"] * ws) + arena
+            static_session = int(c["ovep_static_ws_session"] * ws)
         planners = {**native.planners, "ovep_subgraph_workspaces": ws, "ovep_ort_arena": arena}
+        shared, relaid = shared_weight_copies(g, sub)
+        # External: one more mapping per extra reader. Embedded: only the re-laid-out copies
+        # are modelled (the inlined proto copies per subgraph were not measured).
+        if view.embedded:
+            shared = 0
     stages = []
     for name, src in _STAGES:
         s = by_name[src]
         st = Stage(
             name,
-            weights_anon=s.weights_anon + ort_copy,
-            weights_file=s.weights_file,
+            weights_anon=s.weights_anon + ort_copy + relaid,
+            weights_file=s.weights_file + shared,
             activations=s.activations if acts is None or not s.activations else acts,
             overhead=s.overhead + fixed_anon + fixed_file,
             notes=list(s.notes),
@@ -225,6 +292,9 @@ def predict(
             st.notes.append("ORT's own initializers on the heap beside OpenVINO's")
         stages.append(st)
     stages[0].notes.append("ORT load + OpenVINO read_model + compile_model")
+    if static_session:
+        stages[0].activations += static_session
+        stages[0].notes.append("static subgraphs: workspaces allocated at session creation")
     # Native OpenVINO's run stages drop the embedded Conv+BN originals with the ov.Model; the
     # EP's fused-weight correction above (ort_copy) already covers every stage.
     refill = int(native.details.get("freed_after_compile", 0))
@@ -247,6 +317,12 @@ def predict(
         stages[0].notes.append(
             "ORT-folded weights travel in the ModelProto: proto + serialized string (2x)"
         )
+    if shared or relaid:
+        for st in stages:
+            st.notes.append(
+                f"weights read by several OpenVINO subgraphs: {shared / MiB:.0f} MiB more mapped, "
+                f"{relaid / MiB:.0f} MiB more re-laid out (one copy per extra subgraph)"
+            )
     if cut:
         for st in stages[1:]:
             st.notes.append(
@@ -270,6 +346,7 @@ def predict(
     details = dict(native.details)
     details["ort_initializers_heap"] = ort_copy
     details["ovep_subgraphs"] = n_sub
+    details["ovep_shared_weight_copies"] = {"mapped": shared, "relaid_out": relaid}
     return BackendPrediction(
         "ort-openvino",
         sched,

@@ -270,6 +270,10 @@ class ChunkPass(Pass):
         # and 8 MiB): the ranking on ORT CPU is walked for the best layout that keeps them,
         # else ORT CPU's pick is kept (transforms/chunking/choice.py); "" = ORT CPU only
         prefer_backends: str = "openvino,ort-openvino"
+        # ... and a hard cap: when none keeps them, a layout raising one by more than this
+        # fraction (and 8 MiB) is never kept; the best on ORT CPU within it is, else no chunk
+        # (stats["guard"]["refused"]). 0 = no cap (ORT CPU's pick kept, as before)
+        prefer_cap: float = 0.25
         # batch-mode prefix cuts tried (0 = whole region; c = up to the last op with an output
         # of >= 1/c of the largest): fewer copied Conv/FC nodes for OpenVINO. Only the whole
         # region by default: on ResNet-50 b16 no cut kept OpenVINO and met ORT CPU's 0.5x
@@ -366,7 +370,7 @@ class ChunkPass(Pass):
         return Chooser(
             model, context, guard, [b for b in prefer if b not in guard],
             lambda c: _trial(model, shapes, c, o.spatial_axis),
-            per_kernel=int(OV_CALIBRATION["ov_per_kernel"]),
+            per_kernel=int(OV_CALIBRATION["ov_per_kernel"]), cap=o.prefer_cap,
         )  # fmt: skip
 
     def _rows(
@@ -479,7 +483,9 @@ class ChunkPass(Pass):
         if chooser.report:
             stats["guard"] = chooser.report
         if chosen is None:
-            stats["reason"] = f"every layout tried raises the steady state on {chooser.guard}"
+            stats["reason"] = chooser.report.get(
+                "refused", f"every layout tried raises the steady state on {chooser.guard}"
+            )
             return stats, False, base
         pick = chosen
         region, st = apply(

@@ -102,7 +102,9 @@ def choose_channels(
         if chooser.report:
             stats["guard"] = chooser.report
         if chosen is None:
-            stats["reason"] = f"every split tried raises the predicted peak on {chooser.guard}"
+            stats["reason"] = chooser.report.get(
+                "refused", f"every split tried raises the predicted peak on {chooser.guard}"
+            )
             return stats
         pick = chosen
     st = split_channels(model.graph, shapes, pick["chunks"], pick["min_bytes"])
