@@ -158,3 +158,17 @@ def test_chunk_pass_reports_the_preferred_backends_and_keeps_its_pick() -> None:
     assert "guard" not in off.stats
     keys = ("mode", "chunks", "stagger", "edges", "cut")
     assert [off.stats[k] for k in keys] == [res.stats[k] for k in keys]
+
+
+def test_naming_the_deploy_runtime_drops_the_preferred_backends() -> None:
+    """optimize --backend ort: the user deploys on ORT CPU only, so OpenVINO and its EP are
+    neither predicted nor weighed, and the layout is ORT CPU's own pick."""
+    only = ChunkPass(guard_backends="").run(
+        ir.from_proto(_stages(hw=64)), PassContext(backend="ort", deploy_only=True)
+    )
+    assert only.modified and "guard" not in only.stats
+    free = ChunkPass(guard_backends="", prefer_backends="").run(
+        ir.from_proto(_stages(hw=64)), PassContext()
+    )
+    keys = ("mode", "chunks", "stagger", "edges", "cut")
+    assert [only.stats[k] for k in keys] == [free.stats[k] for k in keys]

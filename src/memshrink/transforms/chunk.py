@@ -268,7 +268,8 @@ class ChunkPass(Pass):
         channel_guard: str = ""
         # backends whose predicted process peak the layout should not raise (by more than 5 %
         # and 8 MiB): the ranking on ORT CPU is walked for the best layout that keeps them,
-        # else ORT CPU's pick is kept (transforms/chunking/choice.py); "" = ORT CPU only
+        # else ORT CPU's pick is kept (transforms/chunking/choice.py); "" = ORT CPU only.
+        # Ignored when the user names the one runtime they deploy on (optimize --backend)
         prefer_backends: str = "openvino,ort-openvino"
         # ... and a hard cap: when none keeps them, a layout raising one by more than this
         # fraction (and 8 MiB) is never kept; the best on ORT CPU within it is, else no chunk
@@ -367,6 +368,8 @@ class ChunkPass(Pass):
         o = self.options
         guard = guarded(f"{o.guard_backends},{extra_guard}", context)
         prefer = [b.strip() for b in o.prefer_backends.split(",") if b.strip()]
+        if context.deploy_only:  # optimize --backend X: only X (guarded above) counts
+            prefer = []
         return Chooser(
             model, context, guard, [b for b in prefer if b not in guard],
             lambda c: _trial(model, shapes, c, o.spatial_axis),
