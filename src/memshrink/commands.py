@@ -16,6 +16,7 @@ OPTIMIZE_EPILOG = """\
 examples:
   memshrink optimize bert.onnx bert-small.onnx --passes all
   memshrink optimize net.onnx net-ov.onnx --passes all --backend openvino   # deploying on OpenVINO
+  memshrink optimize net.onnx net-cpu.onnx --passes all --backend ort       # ORT CPU only
   memshrink optimize in.onnx out.onnx --passes prune,dedup-weights,external-data
   memshrink optimize in.onnx out.onnx --passes my-pipeline.toml --json report.json
   memshrink optimize in.onnx out.onnx -O external-data.threshold=4KiB --check
