@@ -482,13 +482,8 @@ class ChunkPass(Pass):
         gain = max(o.min_saving, o.min_gain * base)
         ranking = [pick] + [c for c in ranking[1:] if base - c["predicted_activations"] >= gain]
         chooser = self._chooser(model, context, shapes)
-        chosen = chooser.choose(ranking)
-        if chooser.report:
-            stats["guard"] = chooser.report
+        chosen = chooser.choose_into(ranking, stats, "every layout tried raises the steady state")
         if chosen is None:
-            stats["reason"] = chooser.report.get(
-                "refused", f"every layout tried raises the steady state on {chooser.guard}"
-            )
             return stats, False, base
         pick = chosen
         region, st = apply(

@@ -98,13 +98,8 @@ def choose_channels(
     ranking = [c for c in ranking if c["predicted_activations"] <= base * (1 - min_gain)]
     if chooser is not None:
         chooser.make_trial = lambda c: _split(model, shapes, c)
-        chosen = chooser.choose(ranking)
-        if chooser.report:
-            stats["guard"] = chooser.report
+        chosen = chooser.choose_into(ranking, stats, "every split tried raises the predicted peak")
         if chosen is None:
-            stats["reason"] = chooser.report.get(
-                "refused", f"every split tried raises the predicted peak on {chooser.guard}"
-            )
             return stats
         pick = chosen
     st = split_channels(model.graph, shapes, pick["chunks"], pick["min_bytes"])

@@ -99,6 +99,19 @@ class Chooser:
     # absolute floor) for the fallback; <= 0: no cap (ORT CPU's pick is kept, as before)
     cap: float = 0.25
 
+    def choose_into(
+        self, ranking: Sequence[dict[str, Any]], stats: dict[str, Any], refused: str
+    ) -> dict[str, Any] | None:
+        """``choose``, with its report and, when nothing is kept, the reason put into a pass's
+        ``stats`` (``refused`` names what the guard refused, e.g. "every split tried raises
+        the predicted peak")."""
+        chosen = self.choose(ranking)
+        if self.report:
+            stats["guard"] = self.report
+        if chosen is None:
+            stats["reason"] = self.report.get("refused", f"{refused} on {self.guard}")
+        return chosen
+
     def choose(self, ranking: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
         """The first candidate passing guard and preference, else the first of the first
         ``guard_tries`` passing the guard (None when none does); ``self.report`` says what was
