@@ -16,7 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 from memshrink.estimate import cuda
 from memshrink.manager import PassContext
 from memshrink.transforms.chunk import ChunkPass
-from memshrink.transforms.predicted import first_unraised
+from memshrink.transforms.chunking.choice import Chooser
 
 MiB = 1 << 20
 
@@ -65,15 +65,19 @@ def test_a_rewrite_that_raises_the_gpu_steady_state_is_skipped() -> None:
     base = ir.from_proto(_chain(1 << 20))  # 4 MiB tensors
     bigger = ir.from_proto(_chain(64 << 20))  # 256 MiB: new arena regions on the GPU
     same = ir.from_proto(_chain(1 << 20))
-    chosen, report = first_unraised(
-        base, PassContext(), ["bigger", "same"], {"bigger": bigger, "same": same}.get, ["cuda"]
-    )
-    assert chosen == "same"
+    trials = {"bigger": bigger, "same": same}
+
+    def chooser() -> Chooser:
+        return Chooser(base, PassContext(), ["cuda"], [], lambda c: trials[c["name"]])
+
+    first = chooser()
+    chosen = first.choose([{"name": "bigger", "chunks": 2}, {"name": "same", "chunks": 2}])
+    assert chosen is not None and chosen["name"] == "same"
+    report = first.report
     tried = [t["cuda"]["steady_state"] for t in report["tried"]]
     assert tried[0] > report["before"]["cuda"]["steady_state"] >= tried[1]
     assert report["change"]["cuda"]["steady_state"] <= 0
-    none, _ = first_unraised(base, PassContext(), ["bigger"], {"bigger": bigger}.get, ["cuda"])
-    assert none is None
+    assert chooser().choose([{"name": "bigger", "chunks": 2}]) is None
 
 
 def test_chunk_reports_the_cuda_guard_and_host_change() -> None:

@@ -8,7 +8,6 @@ for the same inputs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import onnx_ir as ir
@@ -106,37 +105,3 @@ def process_figures(model: ir.Model, context: PassContext, backend: str) -> dict
     )
     stage = next(s for s in est.prediction.stages if s.name == "steady_state")
     return {"peak": int(max(est.stage_peaks().values())), "activations": int(stage.activations)}
-
-
-def first_unraised(
-    model: ir.Model,
-    context: PassContext,
-    candidates: Sequence[Any],
-    make_trial: Callable[[Any], ir.Model],
-    backends: Sequence[str],
-    tries: int = 4,
-) -> tuple[Any, dict[str, Any]]:
-    """The first of ``candidates`` (in the caller's order of preference) whose rewrite keeps
-    the predicted steady-state peak of every backend in ``backends`` from rising; None if none
-    of the first ``tries`` does. The report gives each backend's figures before and per try
-    (CUDA: GPU steady state and host, so a pass can report the host change it causes).
-
-    Why: a rewrite chosen for ORT CPU can cost another backend; on the CUDA EP the BFC arena
-    grows in power-of-two regions, so a smaller plan can still take a new region (``reorder``
-    measured 140 -> 268 MiB of GPU memory for an order that ORT CPU liked)."""
-    try:
-        before = {b: guard_figures(model, context, b) for b in backends}
-    except Exception as exc:  # noqa: BLE001 - no prediction on a guard backend: no guard
-        return (candidates[0] if candidates else None), {"skipped": f"{type(exc).__name__}: {exc}"}
-    report: dict[str, Any] = {"before": before, "tried": []}
-    for cand in list(candidates)[:tries]:
-        trial = make_trial(cand)
-        after = {b: guard_figures(trial, context, b) for b in backends}
-        report["tried"].append(after)
-        if all(after[b]["steady_state"] <= before[b]["steady_state"] for b in backends):
-            report["after"] = after
-            report["change"] = {
-                b: {k: v - before[b][k] for k, v in after[b].items()} for b in after
-            }
-            return cand, report
-    return None, report
