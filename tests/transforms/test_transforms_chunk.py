@@ -8,6 +8,7 @@ compared at atol 1e-5, rtol 1e-5 — inside the pass's stated atol 1e-4, rtol 1e
 
 from __future__ import annotations
 
+from math import prod
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +24,7 @@ from memshrink.checks import check_model
 from memshrink.manager import PassContext, PassManager
 from memshrink.model import META_SAVE, load
 from memshrink.transforms.chunk import ChunkPass, _predict, _shapes, apply, entries_for
-from memshrink.transforms.chunking.layout import _elems, chunk_shapes, distinct_edges
+from memshrink.transforms.chunking.layout import chunk_shapes, distinct_edges
 from memshrink.transforms.chunking.region import discover_best
 from memshrink.transforms.chunking.rewrite import META_KEY
 from memshrink.transforms.saved_layout import clone_with_meta, saved_embedded
@@ -450,10 +451,10 @@ def test_distinct_edges_tile_and_keep_large_shapes_apart(tmp_path: Path, count: 
     assert edges is not None and edges[0] == 0 and edges[-1] == 64
     assert all(a < b for a, b in zip(edges, edges[1:], strict=False))
     sigs = [set(chunk_shapes(region, k, count, edges)) for k in range(count)]
-    clash = sum(_elems(s) for j in range(count) for k in range(j) for s in sigs[j] & sigs[k])
+    clash = sum(prod(s) for j in range(count) for k in range(j) for s in sigs[j] & sigs[k])
     equal = [64 * k // count for k in range(count + 1)]
     eq = [set(chunk_shapes(region, k, count, equal)) for k in range(count)]
-    eq_clash = sum(_elems(s) for j in range(count) for k in range(j) for s in eq[j] & eq[k])
+    eq_clash = sum(prod(s) for j in range(count) for k in range(j) for s in eq[j] & eq[k])
     assert clash < eq_clash  # equal bands chain buffers through the chunks; these do less
 
 

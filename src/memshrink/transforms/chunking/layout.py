@@ -15,18 +15,12 @@ the result like any other candidate.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from math import prod
 
 from memshrink.transforms.chunking.region import Region, chunk_rows, output_extent
 from memshrink.transforms.chunking.rules import Refuse
 
 Signature = frozenset[tuple[int, ...]]
-
-
-def _elems(shape: Sequence[int]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def chunk_shapes(region: Region, k: int, count: int, edges: Sequence[int]) -> list[tuple[int, ...]]:
@@ -56,7 +50,7 @@ def chunk_shapes(region: Region, k: int, count: int, edges: Sequence[int]) -> li
 def _signature(
     region: Region, k: int, count: int, edges: Sequence[int], min_elems: int
 ) -> Signature:
-    return frozenset(s for s in chunk_shapes(region, k, count, edges) if _elems(s) >= min_elems)
+    return frozenset(s for s in chunk_shapes(region, k, count, edges) if prod(s) >= min_elems)
 
 
 def distinct_edges(region: Region, count: int, min_elems: int) -> list[int] | None:
@@ -141,7 +135,7 @@ def greedy_edges(region: Region, count: int, min_elems: int, spread: int = 4) ->
                 sig = _signature(region, k, count, edges, min_elems)
             except Refuse:
                 continue
-            clash = sum(_elems(s) for s in sig if s in seen)
+            clash = sum(prod(s) for s in sig if s in seen)
             if best is None or clash < best[0]:
                 best = (clash, end, sig)
             if clash == 0:

@@ -25,7 +25,7 @@ ops whose chunked inputs arrive with different rows.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from math import lcm
+from math import lcm, prod
 
 import onnx_ir as ir
 
@@ -194,7 +194,7 @@ def ends(region: Region, max_fraction: float = 0.5) -> list[ir.Value]:
     except Refuse:
         return []
     size = {
-        y: _elems(s)
+        y: prod(s)
         for n in region.nodes
         for y, s in zip(n.outputs, region.facts[n].out_shapes, strict=False)
         if s is not None
@@ -219,10 +219,3 @@ def _defers(v: ir.Value, later: set[ir.Value]) -> bool:
         return False
     node = uses[0].node
     return sum(x is not None for x in node.inputs) == 1 and any(y in later for y in node.outputs)
-
-
-def _elems(shape: Sequence[int]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n

@@ -10,6 +10,8 @@ after the cut cannot feed one before it.
 
 from __future__ import annotations
 
+from math import prod
+
 from memshrink.transforms.chunking.region import Region
 from memshrink.transforms.chunking.rules import Refuse
 
@@ -17,17 +19,10 @@ from memshrink.transforms.chunking.rules import Refuse
 MIN_DROP = 0.1
 
 
-def _elems(shape: tuple[int, ...] | None) -> int:
-    n = 1
-    for d in shape or (0,):
-        n *= d
-    return n
-
-
 def prefix(region: Region, cut: int) -> Region:
     """``region`` up to its last node with an output of at least 1/``cut`` of the largest
     output's elements; values read after the cut become region outputs (concatenated)."""
-    sizes = [max(_elems(s) for s in region.facts[n].out_shapes) for n in region.nodes]
+    sizes = [max(prod(s) if s else 0 for s in region.facts[n].out_shapes) for n in region.nodes]
     if not sizes:
         raise Refuse("empty region")
     floor = max(sizes) / cut
