@@ -246,7 +246,7 @@ def test_slices_are_read_from_the_file_without_mapping_it(tmp_path: Path) -> Non
     axis, and no mapping of the file is left in the process."""
     import onnx_ir as ir
 
-    from memshrink.transforms.chunking.channels import _read_slice
+    from memshrink.transforms.weight_io import read_slice
 
     arr = np.arange(4 * 6 * 5, dtype=np.float32).reshape(4, 6, 5)
     raw = tmp_path / "w.bin"
@@ -257,6 +257,6 @@ def test_slices_are_read_from_the_file_without_mapping_it(tmp_path: Path) -> Non
     )  # fmt: skip
     for axis, lo, hi in ((0, 1, 3), (1, 2, 6), (2, 0, 1), (1, 0, 6)):
         index = tuple(slice(lo, hi) if a == axis else slice(None) for a in range(3))
-        part = _read_slice(t, axis, lo, hi)
+        part = read_slice(t, axis, lo, hi)
         assert part is not None and np.array_equal(part, arr[index])
     assert t.raw is None  # never mapped

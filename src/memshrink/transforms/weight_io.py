@@ -18,6 +18,8 @@ from collections.abc import Iterator
 import numpy as np
 import onnx_ir as ir
 
+from memshrink.errors import ModelLoadError
+
 #: Bytes per block when a weight is streamed.
 BLOCK = 8 << 20
 #: Rewritten tensors at least this big go to the spill file instead of the heap.
@@ -133,6 +135,33 @@ def read_array(tensor: ir.TensorProtocol) -> np.ndarray:
         finally:
             os.close(fd)
     return arr
+
+
+def read_slice(t: ir.TensorProtocol, axis: int, lo: int, hi: int) -> np.ndarray | None:
+    """Slice ``[lo, hi)`` along ``axis`` of a file-backed tensor, read with ``pread``: only the
+    bytes of the slice pass through memory, and none of the file is mapped into this process
+    (slicing the memory map touched every page of every split weight: BERT-base ``--passes
+    all`` peaked at 373 MiB of RSS, 134 without the channel split). None: not a plain file
+    tensor."""
+    if not isinstance(t, ir.ExternalTensor) or t.dtype.bitwidth < 8 or not t.path:
+        return None
+    dtype = _storage_dtype(t)
+    dims = [int(d) for d in t.shape.numpy()]
+    outer = int(np.prod(dims[:axis], dtype=np.int64))
+    inner = int(np.prod(dims[axis + 1 :], dtype=np.int64)) * dtype.itemsize
+    run, stride = (hi - lo) * inner, dims[axis] * inner
+    out = np.empty(dims[:axis] + [hi - lo] + dims[axis + 1 :], dtype=dtype)
+    view = out.reshape(-1).view(np.uint8).data
+    fd = os.open(t.path, os.O_RDONLY)
+    try:
+        for i in range(outer):
+            at = (t.offset or 0) + i * stride + lo * inner
+            _pread_into(fd, view[i * run : (i + 1) * run], at)
+    except OSError as exc:
+        raise ModelLoadError(f"{t.path}: ended early while reading {t.name}") from exc
+    finally:
+        os.close(fd)
+    return out
 
 
 def iter_blocks(tensor: ir.ExternalTensor, block: int = BLOCK) -> Iterator[np.ndarray]:

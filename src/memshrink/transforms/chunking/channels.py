@@ -20,16 +20,15 @@ initializers computed lazily from the original tensor at save time (one tensor a
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import onnx_ir as ir
 
-from memshrink.errors import ModelLoadError
 from memshrink.transforms.chunking.rewrite import META_KEY, _Namer
 from memshrink.transforms.chunking.rewrite import _with_extent as _with
+from memshrink.transforms.weight_io import read_slice
 
 Shape = tuple[int, ...]
 
@@ -355,30 +354,6 @@ def bounds(c: int, count: int) -> list[tuple[int, int]]:
     return [(edges[k], edges[k + 1]) for k in range(count)]
 
 
-def _read_slice(t: ir.TensorProtocol, axis: int, lo: int, hi: int) -> np.ndarray | None:
-    """Slice ``[lo, hi)`` along ``axis`` of a file-backed tensor, read with ``pread``: only the
-    bytes of the slice pass through memory, and none of the file is mapped into this process
-    (slicing the memory map touched every page of every split weight: BERT-base ``--passes
-    all`` peaked at 373 MiB of RSS, 134 without the split). None: not a plain file tensor."""
-    if not isinstance(t, ir.ExternalTensor) or t.dtype.bitwidth < 8 or not t.path:
-        return None
-    dtype = np.dtype(t.dtype.numpy()).newbyteorder("<")
-    dims = [int(d) for d in t.shape.numpy()]
-    outer = int(np.prod(dims[:axis], dtype=np.int64))
-    inner = int(np.prod(dims[axis + 1 :], dtype=np.int64)) * dtype.itemsize
-    run, stride = (hi - lo) * inner, dims[axis] * inner
-    buf = bytearray(outer * run)
-    view = memoryview(buf)
-    with open(t.path, "rb") as f:
-        for i in range(outer):
-            at = (t.offset or 0) + i * stride + lo * inner
-            got = os.preadv(f.fileno(), [view[i * run : (i + 1) * run]], at)
-            if got != run:
-                raise ModelLoadError(f"{t.path}: ended early while reading {t.name}")
-    out_dims = dims[:axis] + [hi - lo] + dims[axis + 1 :]
-    return np.frombuffer(buf, dtype=dtype).reshape(out_dims)
-
-
 class _Consts:
     """New initializers: lazily computed slices of the original constants."""
 
@@ -401,7 +376,7 @@ class _Consts:
         index = tuple(slice(lo, hi) if a == axis else slice(None) for a in range(len(dims)))
 
         def compute(t: ir.TensorProtocol = t, index: tuple = index) -> ir.TensorProtocol:
-            part = _read_slice(t, axis, lo, hi)
+            part = read_slice(t, axis, lo, hi)
             if part is None:
                 part = np.ascontiguousarray(np.asarray(t.numpy())[index])
             return ir.Tensor(part)
