@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memshrink.estimate.backends import BackendPrediction, Stage
+from memshrink.estimate.disjoint import find_root
 from memshrink.estimate.graph import GraphInfo, ModelView, NodeInfo
 from memshrink.estimate.lifetimes import Buffer, positions, tensor_buffers
 from memshrink.estimate.planners import all_planners, greedy_by_size
@@ -348,12 +349,6 @@ def subgraph_count(g: GraphInfo, gone: set[str]) -> int:
     """
     parent: dict[str, str] = {}
 
-    def find(x: str) -> str:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
     member_out: dict[str, str] = {}  # tensor -> member key of the op that makes it
     for node in g.nodes:
         if node.op_type == "Conv" and node.outputs and node.outputs[0] and _shared_bias(g, node):
@@ -384,8 +379,8 @@ def subgraph_count(g: GraphInfo, gone: set[str]) -> int:
             t = g.tensors[i]
             readers = set(t.consumers)
             if not t.is_output and all(f"n:{c}" in parent for c in readers):
-                parent[find(src)] = find(key)
-    return len({find(k) for k in parent})
+                parent[find_root(parent, src)] = find_root(parent, key)
+    return len({find_root(parent, k) for k in parent})
 
 
 def conv_configs(g: GraphInfo) -> tuple[int, int]:

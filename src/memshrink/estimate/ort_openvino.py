@@ -45,6 +45,7 @@ from typing import Any
 
 from memshrink.estimate import openvino
 from memshrink.estimate.backends import BackendPrediction, Stage
+from memshrink.estimate.disjoint import find_root
 from memshrink.estimate.graph import GraphInfo, ModelView
 from memshrink.estimate.lifetimes import Buffer
 from memshrink.estimate.planners import greedy_by_size
@@ -141,19 +142,13 @@ def subgraph_ids(g: GraphInfo) -> dict[int, int]:
             runs[i] = run
     parent = {i: i for i in runs}
 
-    def find(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
     for i in runs:
         for name in g.nodes[i].inputs:
             t = g.tensors.get(name) if name else None
             if t is not None and t.producer in runs and runs[t.producer] == runs[i]:
-                parent[find(t.producer)] = find(i)
+                parent[find_root(parent, t.producer)] = find_root(parent, i)
     roots: dict[int, int] = {}
-    return {i: roots.setdefault(find(i), len(roots)) for i in sorted(runs)}
+    return {i: roots.setdefault(find_root(parent, i), len(roots)) for i in sorted(runs)}
 
 
 RELAYOUT = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
