@@ -109,6 +109,7 @@ def _ort_cpu(
         calibration=c,
         level=optimization_level(opts.get("graph_optimization_level")),
         mode=str(rules["glibc_mode"]) or None,
+        ort_graph=g if g is not view.graph else None,
     )
     assumptions += ww.assumptions
     ovh = int(

@@ -428,6 +428,74 @@ class _Rewriter:
             self._produce(prods, new)
             self._bump("SkipLayerNormalization")
 
+    def gelu_fusion(self) -> None:
+        """Level 2, ``GeluFusion`` (``gelu_fusion.cc``, before ``MatMulScaleFusion``): the Erf
+        form ``Div(x, s) -> Erf -> Add(1) -> Mul(x) -> Mul(0.5)``, or with ``Mul(x, 0.5)`` as
+        the last Mul's other input, becomes one ``Gelu`` (new node): none of the four
+        intermediates is materialized, and the 0.5 Mul is no longer there for a following
+        MatMul to absorb (ORT's dump of a legacy-exported ViT-base: 96 Gelu, the MLP's second
+        MatMul stays a MatMul). Dynamo's ``(0.5 * (erf + 1)) * x`` matches neither form
+        (BERT-base: no Gelu in ORT's dump either)."""
+        cons, prods = self.consumers(), self.producers()
+
+        def node(name: str, op: str) -> _Node | None:
+            p = self.nodes.get(prods.get(name, -1))
+            if p is None or p.op_type != op or p.domain not in ("", "ai.onnx"):
+                return None
+            return p if self._single_use(name, cons) else None
+
+        def scalar(name: str) -> bool:
+            t = self.t(name)
+            return t is not None and t.kind == "initializer" and _is_scalar(t)
+
+        def other(n: _Node, name: str) -> str | None:
+            if len(n.inputs) != 2 or name not in n.inputs:
+                return None
+            return n.inputs[1] if n.inputs[0] == name else n.inputs[0]
+
+        for idx in self._scan("Erf"):
+            erf = self.nodes.get(idx)
+            if erf is None or erf.op_type != "Erf" or not erf.inputs:
+                continue
+            div = node(erf.inputs[0], "Div")
+            if div is None or len(div.inputs) != 2 or not scalar(div.inputs[1]):
+                continue
+            x = div.inputs[0]
+            add_i = cons.get(erf.outputs[0], [])
+            add = self.nodes.get(add_i[0]) if len(add_i) == 1 else None
+            if add is None or add.op_type != "Add" or not scalar(other(add, erf.outputs[0]) or ""):
+                continue
+            mul_i = cons.get(add.outputs[0], []) if self._single_use(add.outputs[0], cons) else []
+            mul = self.nodes.get(mul_i[0]) if mul_i else None
+            if mul is None or mul.op_type != "Mul":
+                continue
+            m_other = other(mul, add.outputs[0])
+            gone = [div, erf, add, mul]
+            if m_other == x:  # form 1: the last Mul scales by 0.5
+                last_i = cons.get(mul.outputs[0], [])
+                last = self.nodes.get(last_i[0]) if len(last_i) == 1 else None
+                if last is None or last.op_type != "Mul" or mul.outputs[0] in self.outputs:
+                    continue
+                if not scalar(other(last, mul.outputs[0]) or ""):
+                    continue
+                gone.append(last)
+                out = last.outputs[0]
+            else:  # form 2: Mul(x, 0.5) is the Mul's other input
+                half = node(m_other or "", "Mul")
+                if half is None or x not in half.inputs or not scalar(other(half, x) or ""):
+                    continue
+                gone.append(half)
+                out = mul.outputs[0]
+            for g in gone:
+                del self.nodes[g.idx]
+            new = self.add(erf.name + "/gelu", "Gelu", MS_DOMAIN, [x], [out], {}, erf.orig)
+            for g in gone:
+                self._unread(cons, g)
+                self._unproduce(prods, g)
+            self._read(cons, new)
+            self._produce(prods, new)
+            self._bump("Gelu")
+
     def matmul_scale_fusion(self) -> None:
         """Level 2, ``MatMulScaleFusion``: a MatMul input scaled by a scalar constant (Mul or
         Div read only by the MatMul) is read unscaled by a new ``FusedMatMul`` (alpha): the
@@ -807,6 +875,7 @@ def optimize(g: GraphInfo, *, level: str = "all", block: int | None = None) -> O
         rw.matmul_add_fusion()
     if level in ("extended", "all"):
         rw.activation_fusions()
+        rw.gelu_fusion()
         rw.skip_layer_norm_fusion()
         rw.matmul_scale_fusion()
     if level == "all" and b > 1:
