@@ -258,7 +258,7 @@ def predict(
     if cut:
         sub = subgraph_ids(g)
         n_sub = len(set(sub.values()))
-        bufs = openvino.ov_buffers(g, order)
+        bufs = openvino.ov_buffers(g, order, dynamic and not openvino.batch_only_dynamic(view))
         ws, arena = partitioned_activations(g, order, bufs, dynamic, sub)
         acts = ws + arena
         if not dynamic:
