@@ -285,3 +285,88 @@ def test_sparse_data_file_pages_between_allocated_and_size(tmp_path: Path) -> No
     assert w.file_bytes >= 6 * 65536 - 65536  # each tensor at its own 64 KiB offset
     assert weights <= w.file_alloc <= weights + 6 * 4096
     assert mapped_file_pages(w) == (w.file_alloc + w.file_bytes) // 2
+
+
+def _attention(seq: int) -> onnx.ModelProto:
+    """MatMul(q, k) -> Div(scale) -> Add(mask) -> Softmax -> MatMul(., v), 4 heads, symbolic
+    batch, the sequence static."""
+    nodes = [
+        helper.make_node("MatMul", ["q", "k"], ["s"]),
+        helper.make_node("Div", ["s", "sc"], ["d"]),
+        helper.make_node("Add", ["d", "mask"], ["a"]),
+        helper.make_node("Softmax", ["a"], ["p"], axis=-1),
+        helper.make_node("MatMul", ["p", "v"], ["y"]),
+    ]
+    ins = [
+        helper.make_tensor_value_info("q", TensorProto.FLOAT, ["batch", 4, seq, 16]),
+        helper.make_tensor_value_info("k", TensorProto.FLOAT, ["batch", 4, 16, seq]),
+        helper.make_tensor_value_info("v", TensorProto.FLOAT, ["batch", 4, seq, 16]),
+        helper.make_tensor_value_info("mask", TensorProto.FLOAT, ["batch", 1, 1, seq]),
+    ]
+    sc = numpy_helper.from_array(np.array(4.0, np.float32), "sc")
+    graph = helper.make_graph(
+        nodes, "attn", ins, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [sc]
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_tokenized_attention_scores_take_no_buffer() -> None:
+    """The plugin makes one Snippets MHA subgraph of the attention block (no MatMul, no
+    Softmax left in its runtime graph); the estimator gives the scores no buffer."""
+    import openvino as ov
+
+    from memshrink.estimate.openvino import mha_internal
+
+    model = _attention(256)
+    core = ov.Core()
+    compiled = core.compile_model(core.read_model(model.SerializeToString(), b""), "CPU")
+    kinds = [op.get_rt_info()["layerType"].astype(str) for op in compiled.get_runtime_model().get_ordered_ops()]  # fmt: skip
+    assert "Softmax" not in kinds and "MatMul" not in kinds and "Subgraph" in kinds
+    g = build_view(model, dims={"batch": 2}).graph
+    assert mha_internal(g, dynamic=False) == {"s", "d", "a", "p"}
+    bufs = ov_buffers(g, schedule(g, "openvino"), dynamic=False)
+    assert all(b.size == 0 for b in bufs if set(b.tensors) & {"s", "d", "a", "p"})
+
+
+def _fc_gelu(n: int) -> onnx.ModelProto:
+    """``n`` x (MatMul + bias -> legacy Erf GELU -> MatMul), static 3-D shapes (an MLP this
+    small, [8, 32] -> 64, is tokenized whole by Snippets instead)."""
+    rng = np.random.default_rng(0)
+    consts = [numpy_helper.from_array(np.array(v, np.float32), k) for k, v in (("half", 0.5), ("one", 1.0), ("sq", 1.4142135))]  # fmt: skip
+    nodes, inits, cur = [], list(consts), "x"
+    for i in range(n):
+        inits += [
+            numpy_helper.from_array(rng.random((256, 1024), dtype=np.float32), f"w{i}"),
+            numpy_helper.from_array(rng.random(1024, dtype=np.float32), f"b{i}"),
+            numpy_helper.from_array(rng.random((1024, 256), dtype=np.float32), f"u{i}"),
+        ]
+        nodes += [
+            helper.make_node("MatMul", [cur, f"w{i}"], [f"m{i}"]),
+            helper.make_node("Add", [f"m{i}", f"b{i}"], [f"h{i}"]),
+            helper.make_node("Div", [f"h{i}", "sq"], [f"d{i}"]),
+            helper.make_node("Erf", [f"d{i}"], [f"e{i}"]),
+            helper.make_node("Add", [f"e{i}", "one"], [f"a{i}"]),
+            helper.make_node("Mul", [f"h{i}", f"a{i}"], [f"p{i}"]),
+            helper.make_node("Mul", [f"p{i}", "half"], [f"g{i}"]),
+            helper.make_node("MatMul", [f"g{i}", f"u{i}"], [f"o{i}"]),
+        ]
+        cur = f"o{i}"
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 256])],
+        [helper.make_tensor_value_info(cur, TensorProto.FLOAT, None)],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_erf_gelu_after_an_fc_is_no_subgraph() -> None:
+    """OpenVINO's GeluFusion makes the Erf chain one Gelu, fused into the FC as a post-op:
+    no Snippets node (exact count against the plugin's runtime graph)."""
+    from memshrink.estimate.openvino import fused_away, gelu_chains, subgraph_count
+
+    model = _fc_gelu(2)
+    g = build_view(model).graph
+    assert len(gelu_chains(g)) == 10  # five nodes per GELU
+    assert subgraph_count(g, fused_away(g)) == _runtime_subgraphs(model) == 0

@@ -335,3 +335,50 @@ def test_many_branch_fusions_keep_readers_exact(tmp_path):
         _key(n.op_type, n.domain) for n in ref.node
     )
     assert [n.op_type for n in ours.nodes].count("Relu") == 2  # kept where BN has 2 readers
+
+
+def erf_gelu_mlp(form: int) -> onnx.ModelProto:
+    """Linear -> Erf GELU -> Linear, the GELU as the legacy exporter writes it: form 1
+    ``Mul(Mul(x, 1 + erf(x / s)), 0.5)``, form 2 ``Mul(Mul(x, 0.5), 1 + erf(x / s))``, or
+    form 3, dynamo's ``Mul(x, Mul(0.5, 1 + erf(x / s)))`` (ORT does not fuse that one)."""
+    half = numpy_helper.from_array(np.array(0.5, np.float32), "half")
+    one = numpy_helper.from_array(np.array(1.0, np.float32), "one")
+    sq = numpy_helper.from_array(np.array(1.4142135, np.float32), "sq")
+    nodes = [
+        oh.make_node("MatMul", ["x", "w0"], ["m0"]),
+        oh.make_node("Add", ["m0", "b0"], ["h"]),
+        oh.make_node("Div", ["h", "sq"], ["d"]),
+        oh.make_node("Erf", ["d"], ["e"]),
+        oh.make_node("Add", ["e", "one"], ["a"]),
+    ]
+    if form == 1:
+        nodes += [oh.make_node("Mul", ["h", "a"], ["p"]), oh.make_node("Mul", ["p", "half"], ["g"])]
+    elif form == 2:
+        nodes += [oh.make_node("Mul", ["h", "half"], ["p"]), oh.make_node("Mul", ["p", "a"], ["g"])]
+    else:
+        nodes += [oh.make_node("Mul", ["half", "a"], ["p"]), oh.make_node("Mul", ["h", "p"], ["g"])]
+    nodes.append(oh.make_node("MatMul", ["g", "w1"], ["y"]))
+    g = oh.make_graph(
+        nodes,
+        "mlp",
+        [oh.make_tensor_value_info("x", F, [2, 64, 32])],
+        [oh.make_tensor_value_info("y", F, [2, 64, 32])],
+        [_w("w0", 32, 128), _w("b0", 128), _w("w1", 128, 32), half, one, sq],
+    )
+    m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.mark.parametrize("form, gelu", [(1, 1), (2, 1), (3, 0)])
+def test_erf_gelu_fusion_matches_ort(tmp_path, form, gelu):
+    """GeluFusion (level 2, before MatMulScaleFusion) takes the legacy forms' 0.5 Mul, so the
+    second MatMul stays a MatMul; dynamo's form is left alone (ORT's dump, then its profiler:
+    ops, order and output bytes exact)."""
+    path = str(tmp_path / "mlp.onnx")
+    onnx.save(erf_gelu_mlp(form), path)
+    opt = optimize(build_view(path).graph)
+    assert opt.counts.get("Gelu", 0) == gelu
+    ref = _ort_optimized(path, tmp_path)
+    assert sum(n.op_type == "Gelu" for n in ref.node) == gelu
+    _check_against_ort(path, tmp_path, skip=frozenset({"Reshape"}))

@@ -318,7 +318,10 @@ def _size_key(g: GraphInfo, name: str) -> tuple | None:
     if t.elem_type == 8 or t.itemsize is None or not s:
         return None
     if any(
-        d is None or (isinstance(d, int) and d < 0) or d == "" or (isinstance(d, str) and _unnamed(d))
+        d is None
+        or (isinstance(d, int) and d < 0)
+        or d == ""
+        or (isinstance(d, str) and _unnamed(d))
         for d in s
     ):
         return None

@@ -277,9 +277,7 @@ def pack_events(
     return [(i, n, first[n] == i, last[n] == i) for i, n in calls]
 
 
-def prepacked(
-    g: GraphInfo, w: WeightSplit, ort_graph: GraphInfo | None = None
-) -> tuple[int, int]:
+def prepacked(g: GraphInfo, w: WeightSplit, ort_graph: GraphInfo | None = None) -> tuple[int, int]:
     """(packed bytes kept, creation transient) of ORT's prepacking. Session state packs the
     weights in node order (``pack_events``); each weight's source pages (mapped, or its heap
     copy) are resident from its first kernel's packing to its last one's and released after,
