@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import numpy as np
 import onnx
@@ -382,3 +383,51 @@ def test_erf_gelu_fusion_matches_ort(tmp_path, form, gelu):
     ref = _ort_optimized(path, tmp_path)
     assert sum(n.op_type == "Gelu" for n in ref.node) == gelu
     _check_against_ort(path, tmp_path, skip=frozenset({"Reshape"}))
+
+
+def dynamic_block() -> onnx.ModelProto:
+    """x[batch, seq, 32] -> MatMul + bias -> Add(x) -> LayerNorm -> MatMul + bias -> Erf GELU
+    (legacy form) -> MatMul: symbolic batch and sequence, as exported transformers run."""
+    half = numpy_helper.from_array(np.array(0.5, np.float32), "half")
+    one = numpy_helper.from_array(np.array(1.0, np.float32), "one")
+    sq = numpy_helper.from_array(np.array(1.4142135, np.float32), "sq")
+    nodes = [
+        oh.make_node("MatMul", ["x", "w0"], ["m0"]),
+        oh.make_node("Add", ["m0", "b0"], ["h0"]),
+        oh.make_node("Add", ["h0", "x"], ["r"]),
+        oh.make_node("LayerNormalization", ["r", "g", "be"], ["n"], axis=-1),
+        oh.make_node("MatMul", ["n", "w1"], ["m1"]),
+        oh.make_node("Add", ["m1", "b1"], ["h"]),
+        oh.make_node("Div", ["h", "sq"], ["d"]),
+        oh.make_node("Erf", ["d"], ["e"]),
+        oh.make_node("Add", ["e", "one"], ["a"]),
+        oh.make_node("Mul", ["h", "a"], ["p"]),
+        oh.make_node("Mul", ["p", "half"], ["q"]),
+        oh.make_node("MatMul", ["q", "w2"], ["y"]),
+    ]
+    g = oh.make_graph(
+        nodes,
+        "block",
+        [oh.make_tensor_value_info("x", F, ["batch", "seq", 32])],
+        [oh.make_tensor_value_info("y", F, ["batch", "seq", 32])],
+        [_w("w0", 32, 32), _w("b0", 32), _w("g", 32), _w("be", 32), _w("w1", 32, 128),
+         _w("b1", 128), _w("w2", 128, 32), half, one, sq],
+    )  # fmt: skip
+    m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_symbolic_shapes_keep_matmul_add_apart_like_ort(tmp_path):
+    """With symbolic batch / sequence dims ORT's MatMulAddFusion skips (the reshape to 2-D
+    needs a concrete shape); SkipLayerNormFusion then takes the bias Add, BiasGeluFusion the
+    other one: the emulation's op counts equal ORT's dump (exact)."""
+    path = str(tmp_path / "block.onnx")
+    onnx.save(dynamic_block(), path)
+    ref = _ort_optimized(path, tmp_path)
+    g = optimize(build_view(path, dims={"batch": 2, "seq": 16}).graph).graph
+    count = lambda ops: {k: v for k, v in Counter(ops).items() if k != "Reshape"}  # noqa: E731
+    assert count(n.op_type for n in g.nodes) == count(n.op_type for n in ref.node)
+    assert count(n.op_type for n in ref.node) == {
+        "MatMul": 3, "SkipLayerNormalization": 1, "BiasGelu": 1,
+    }  # fmt: skip

@@ -361,6 +361,13 @@ class _Rewriter:
                 continue
             if b.shape is None or len(b.shape) != 2 or a.shape is None or len(a.shape) < 2:
                 continue
+            # an A of rank > 2 needs a concrete shape as ORT sees it at session creation
+            # (``a_shape.Size() == -1`` skips): symbolic batch / sequence dims leave every
+            # MatMul + Add apart (ORT's dump of BERT-base, DistilBERT, Swin: 0 Gemm)
+            if len(a.shape) > 2 and (
+                a.sym_shape is None or not all(isinstance(d, int) and d >= 0 for d in a.sym_shape)
+            ):
+                continue
             add = self.nodes[cons[out][0]]
             if add.op_type != "Add" or add.domain not in ("", "ai.onnx") or len(add.inputs) != 2:
                 continue
@@ -372,6 +379,8 @@ class _Rewriter:
                 and any(d != 1 for d in bias.shape[:-1])
             ):
                 continue  # only a bias broadcast along the rows is Gemm's C
+            if len(a.shape) > 2 and len(bias.shape) != 1:
+                continue  # reshaped to 2-D: only a 1-D bias (N) is accepted
             res = add.outputs[0]
             del self.nodes[n.idx], self.nodes[add.idx]
             self._unread(cons, n)
@@ -416,12 +425,31 @@ class _Rewriter:
             ins = [self.t(i) for i in add.inputs]
             if len(ins) != 2 or any(t is None or t.shape is None or len(t.shape) != 3 for t in ins):
                 continue
-            if ins[0].shape != ins[1].shape:  # type: ignore[union-attr]
-                continue
-            del self.nodes[n.idx], self.nodes[add.idx]
+            if not _same_sym(ins[0], ins[1]):  # type: ignore[arg-type]
+                continue  # ORT compares the shapes it has at session creation
+            # a bias Add on one side, Add(MatMul(.), bias 1-D), read only here, is absorbed
+            # as the fused node's bias (ORT's dump of BERT-base: 24 such, no Gemm)
+            gone, ins_names, bias = [n, add], list(add.inputs), []
+            for k, name in enumerate(add.inputs):
+                b_add = self.nodes.get(prods.get(name, -1))
+                if b_add is None or b_add.op_type != "Add" or not self._single_use(name, cons):
+                    continue
+                consts = [i for i in b_add.inputs if self._is_const(i)]
+                ct = self.t(consts[0]) if len(consts) == 1 else None
+                src = next((i for i in b_add.inputs if not self._is_const(i)), "")
+                mm = self.nodes.get(prods.get(src, -1))
+                if ct is None or ct.shape is None or len(ct.shape) != 1 or mm is None:
+                    continue
+                if mm.op_type != "MatMul":
+                    continue
+                ins_names[k], bias = src, [consts[0]]
+                gone.append(b_add)
+                break
+            for g in gone:
+                del self.nodes[g.idx]
             new = self.add(n.name + "/skip", "SkipLayerNormalization", MS_DOMAIN,
-                     list(add.inputs) + list(n.inputs[1:3]), [n.outputs[0]], {}, n.orig)  # fmt: skip
-            for g in (n, add):
+                     ins_names + list(n.inputs[1:3]) + bias, [n.outputs[0]], {}, n.orig)  # fmt: skip
+            for g in gone:
                 self._unread(cons, g)
                 self._unproduce(prods, g)
             self._read(cons, new)
@@ -495,6 +523,36 @@ class _Rewriter:
             self._read(cons, new)
             self._produce(prods, new)
             self._bump("Gelu")
+
+    def bias_gelu_fusion(self) -> None:
+        """Level 2, ``BiasGeluFusion`` (after GeluFusion): ``Gelu(Add(x, bias))`` with a 1-D
+        constant bias read only by the Gelu becomes one ``BiasGelu``: the sum is not
+        materialized (ORT's dump of ViT-base with a symbolic batch, whose MatMul + Add stay
+        apart: 12 BiasGelu)."""
+        cons, prods = self.consumers(), self.producers()
+        for idx in self._scan("Gelu"):
+            n = self.nodes.get(idx)
+            if n is None or n.op_type != "Gelu" or n.domain != MS_DOMAIN or not n.inputs:
+                continue
+            add = self.nodes.get(prods.get(n.inputs[0], -1))
+            if add is None or add.op_type != "Add" or add.domain not in ("", "ai.onnx"):
+                continue
+            if not self._single_use(n.inputs[0], cons) or len(add.inputs) != 2:
+                continue
+            consts = [i for i in add.inputs if self._is_const(i)]
+            t = self.t(consts[0]) if len(consts) == 1 else None
+            if t is None or t.shape is None or len(t.shape) != 1:
+                continue
+            x = next(i for i in add.inputs if i != consts[0])
+            del self.nodes[n.idx], self.nodes[add.idx]
+            new = self.add(n.name + "/bias", "BiasGelu", MS_DOMAIN, [x, consts[0]],
+                           list(n.outputs), {}, n.orig)  # fmt: skip
+            for g in (n, add):
+                self._unread(cons, g)
+                self._unproduce(prods, g)
+            self._read(cons, new)
+            self._produce(prods, new)
+            self._bump("BiasGelu")
 
     def matmul_scale_fusion(self) -> None:
         """Level 2, ``MatMulScaleFusion``: a MatMul input scaled by a scalar constant (Mul or
@@ -842,6 +900,21 @@ def _reshaped(t: TensorInfo, name: str, shape: tuple[int, ...]) -> TensorInfo:
     )
 
 
+def _same_sym(a: TensorInfo, b: TensorInfo) -> bool:
+    """Equal shapes as ORT's optimizer compares them at session creation: equal values or
+    equal named dims (``unk__N`` names are ONNX inference's, unnamed to ORT)."""
+    sa, sb = a.sym_shape, b.sym_shape
+    if sa is None or sb is None or len(sa) != len(sb):
+        return False
+    for x, y in zip(sa, sb, strict=True):
+        if isinstance(x, int) and isinstance(y, int) and x == y and x >= 0:
+            continue
+        if isinstance(x, str) and x == y and x and not x.startswith("unk__"):
+            continue
+        return False
+    return True
+
+
 def _is_scalar(t: TensorInfo) -> bool:
     return t.shape is not None and all(d == 1 for d in t.shape)
 
@@ -877,6 +950,7 @@ def optimize(g: GraphInfo, *, level: str = "all", block: int | None = None) -> O
         rw.activation_fusions()
         rw.gelu_fusion()
         rw.skip_layer_norm_fusion()
+        rw.bias_gelu_fusion()
         rw.matmul_scale_fusion()
     if level == "all" and b > 1:
         rw.nchwc()
