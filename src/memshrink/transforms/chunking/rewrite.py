@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx_ir as ir
 
-from memshrink.transforms.chunking import rules
+from memshrink.transforms.chunking import reblock, rules
 from memshrink.transforms.chunking.region import ChunkRows, Region, chunk_rows
 from memshrink.transforms.chunking.rules import Range, Shape
 
@@ -34,6 +34,7 @@ class RewriteStats:
     outputs: list[str] = field(default_factory=list)  # names of the concatenated region outputs
     specialized: dict[str, int] = field(default_factory=dict)  # what specialize() changed
     edges: list[int] | None = None  # explicit band edges (``chunking.layout``), if used
+    reblocked: list[str] = field(default_factory=list)  # outputs re-blocked (``reblock``)
 
     @property
     def extra_flops(self) -> float:
@@ -217,10 +218,19 @@ def rewrite(
             parts[v].append(lv)
         signatures.add(tuple(sig))
     cats: list[tuple[ir.Value, ir.Value]] = []
+    reblocked: list[str] = []
     for v in region.outputs:
-        cat = b.value(f"{v.name}__chunked", v, _out_shape(region, v))
+        vs = _out_shape(region, v)
+        cat = b.value(f"{v.name}__chunked", v, vs)
         b.node("Concat", list(parts[v]), [cat], base=f"{v.name}__concat", k="concat",
                attrs=[ir.Attr("axis", ir.AttributeType.INT, region.axes[v])])  # fmt: skip
+        if reblock.wanted(v, vs, region.axes[v], set(region.nodes)):
+            w = reblock.weight(b.name(f"{v.name}__reblock_w"), vs[1])
+            graph.register_initializer(w)
+            cat_in, cat = cat, b.value(f"{v.name}__reblocked", v, vs)
+            b.node("Conv", [cat_in, w], [cat], attrs=reblock.attrs(vs[1]),
+                   base=f"{v.name}__reblock", k="concat")  # fmt: skip
+            reblocked.append(v.name or "")
         cats.append((v, cat))
     first = region.nodes[0]
     graph.insert_before(first, b.nodes)
@@ -245,6 +255,7 @@ def rewrite(
         shape_classes=len(signatures),
         halo_rows=halo,
         outputs=[cat.name or "" for _, cat in cats],
+        reblocked=reblocked,
     )
 
 
