@@ -82,9 +82,7 @@ def _backbone(width: int, blocks: tuple[int, ...], dilate_last: bool) -> tuple[A
     return stem, stages
 
 
-def deeplab(
-    width: int = 64, num_classes: int = 21, blocks: tuple[int, ...] = (3, 4, 6, 3)
-) -> Any:
+def deeplab(width: int = 64, num_classes: int = 21, blocks: tuple[int, ...] = (3, 4, 6, 3)) -> Any:
     """DeepLabv3-like segmenter: ResNet-50 at output stride 16 (stage 4 dilated by 2), an
     ASPP head (1x1, 3x3 at dilations 6/12/18, image pooling), a classifier and a bilinear
     upsample back to the input size. Dilated convs widen a chunk's halo by their dilation."""

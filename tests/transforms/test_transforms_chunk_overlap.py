@@ -256,3 +256,32 @@ def test_dilated_convs_get_their_halo(tmp_path: Path, end: str, count: int) -> N
     feeds = {"x": np.random.default_rng(2).standard_normal((1, 3, 80, 48)).astype(np.float32)}
     np.testing.assert_allclose(run_ort(out, feeds)[0], run_ort(src, feeds)[0], atol=1e-5, rtol=1e-5)
     assert st.extra_flops > 0
+
+
+@pytest.mark.parametrize(("h", "inner"), [(96, ("mp", 2)), (101, ("cout", 2)), (96, ("cout", 3))])
+def test_sub_bands_inside_bands_match(tmp_path: Path, h: int, inner: tuple[str, int]) -> None:
+    """``chunking.nested``: each band's shallow layers split again into sub-bands (the band's
+    edges are their real border) still give the original's outputs; the search finds the
+    sub-band ends from the first band."""
+    from memshrink.transforms.chunking.nested import band_end_names
+
+    src = _src(tmp_path, h)
+    model = load(src)
+    _, est = _predict(model, PassContext())
+    shapes = _shapes(est)
+    probe = load(src)
+    _, outer = apply(probe, shapes, "spatial", 2, 2, end="dout", overlap=True)
+    assert inner[0] in band_end_names(probe.graph, outer, 2, 18)
+    _, st = apply(model, shapes, "spatial", 2, 2, end="dout", overlap=True, inner=inner)
+    check_model(model)
+    assert st.extra_flops > outer.extra_flops and st.nodes_after > outer.nodes_after
+    out = tmp_path / "o.onnx"
+    save_model(model, out)
+    feeds = _feeds(h)
+    np.testing.assert_allclose(run_ort(out, feeds)[0], run_ort(src, feeds)[0], atol=1e-5, rtol=1e-5)
+
+
+def test_pass_tries_sub_bands_when_asked(tmp_path: Path) -> None:
+    model = load(_src(tmp_path))
+    res = ChunkPass(modes="spatial", max_chunks=2, nested=True).run(model, PassContext())
+    assert any(c.get("inner") for c in res.stats["candidates"])

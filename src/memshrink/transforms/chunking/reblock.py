@@ -33,9 +33,7 @@ def wanted(v: ir.Value, shape: tuple[int, ...], axis: int, inside: set[ir.Node])
         return False
     if v.type is None or v.type.dtype != ir.DataType.FLOAT:
         return False
-    return any(
-        u.node.op_type not in _WINDOW_READERS for u in v.uses() if u.node not in inside
-    )
+    return any(u.node.op_type not in _WINDOW_READERS for u in v.uses() if u.node not in inside)
 
 
 def weight(name: str, channels: int) -> ir.Value:

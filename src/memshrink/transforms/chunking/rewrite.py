@@ -35,6 +35,8 @@ class RewriteStats:
     specialized: dict[str, int] = field(default_factory=dict)  # what specialize() changed
     edges: list[int] | None = None  # explicit band edges (``chunking.layout``), if used
     reblocked: list[str] = field(default_factory=list)  # outputs re-blocked (``reblock``)
+    entries: list[list[ir.Value]] = field(default_factory=list)  # per chunk: its sliced inputs
+    copies: list[dict[str, ir.Value]] = field(default_factory=list)  # per chunk: name -> copy
 
     @property
     def extra_flops(self) -> float:
@@ -147,6 +149,8 @@ def rewrite(
     parts: dict[ir.Value, list[ir.Value]] = {v: [] for v in region.outputs}
     signatures: set[tuple] = set()
     halo: dict[str, int] = {}
+    entries: list[list[ir.Value]] = []
+    copies: list[dict[str, ir.Value]] = []
     for k, rows in enumerate(plans):
         sig: list[tuple] = []
         local: dict[ir.Value, tuple[ir.Value, Range]] = {}
@@ -161,6 +165,7 @@ def rewrite(
             else:
                 local[v] = (b.slice(v, a, r, s, k), r)
             sig.append((r[1] - r[0],))
+        entries.append([local[v][0] for v in region.externals])
         for node in region.nodes:
             if node not in rows.node_range:
                 continue
@@ -217,6 +222,7 @@ def rewrite(
                              _with_extent(vs, region.axes[v], lr[1] - lr[0]), k)  # fmt: skip
             parts[v].append(lv)
         signatures.add(tuple(sig))
+        copies.append({y.name or "": c for y, (c, _) in local.items() if y not in region.externals})
     cats: list[tuple[ir.Value, ir.Value]] = []
     reblocked: list[str] = []
     for v in region.outputs:
@@ -256,6 +262,8 @@ def rewrite(
         halo_rows=halo,
         outputs=[cat.name or "" for _, cat in cats],
         reblocked=reblocked,
+        entries=entries,
+        copies=copies,
     )
 
 
