@@ -584,6 +584,7 @@ class ChunkPass(Pass):
             halo_rows=st.halo_rows,
             specialized=st.specialized,
             stopped_at=region.stops,
+            reblocked=st.reblocked,
         )
         if pick.get("end"):
             stats.update(end=pick["end"], overlap=True)
