@@ -212,7 +212,7 @@ def apply(
         seen.add(key)
     plans = overlap_plans(region, count, stagger, edges) if overlap else None
     st = rewrite(model.graph, region, count, stagger, edges, plans)
-    if inner:
+    if inner:  # a Refuse here leaves the bands written: the search applies it to clones first
         if not overlap:
             raise Refuse("sub-bands need overlapping bands")
         ist = nest(model.graph, st, axis, inner[0], inner[1], _opset(model), region.label)
