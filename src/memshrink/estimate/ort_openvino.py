@@ -151,6 +151,14 @@ def subgraph_ids(g: GraphInfo) -> dict[int, int]:
     return {i: roots.setdefault(find_root(parent, i), len(roots)) for i in sorted(runs)}
 
 
+def subgraph_count(g: GraphInfo) -> int:
+    """OpenVINO subgraphs the EP makes of ``g``: one without unsupported nodes (as ``predict``
+    assumes), else ``subgraph_ids``' count."""
+    if not any(n.op_type in UNSUPPORTED for n in g.nodes):
+        return 1
+    return len(set(subgraph_ids(g).values()))
+
+
 RELAYOUT = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
 
 

@@ -1,0 +1,210 @@
+"""``ep-compat``: rewrite ops an execution provider leaves to ORT's CPU EP into equal ops it runs.
+
+Why: ONNX Runtime's OpenVINO EP does not claim ``IsNaN``, and every torch-exported transformer
+has one per attention layer (``Softmax -> IsNaN -> Where(isnan, 0, softmax) -> MatMul``). Each
+node left to ORT CPU cuts the graph: BERT-base becomes 13 OpenVINO subgraphs, each compiled on
+its own with its own workspace, and each weight read by several subgraphs is mapped and re-laid
+out once per subgraph (a 4x batch split of BERT b4x512 gave 52 subgraphs and raised the EP's
+process peak 3617 -> 5541 MiB; docs/activation-passes.md, "ep-compat"). ``IsNaN(x)`` is exactly
+``Not(Equal(x, x))`` (IEEE 754: NaN is the only value unequal to itself; +-inf, +-0 and
+subnormals equal themselves, also under flush-to-zero), and every backend here claims Equal,
+Not and Where. Where the ``IsNaN`` only feeds Where conditions, ``Where(IsNaN(x), a, b)``
+becomes ``Where(Equal(x, x), b, a)``: the same selection, one bool tensor fewer, no Not.
+
+Outputs stay bit-identical (same elements selected; no arithmetic). Weights are never read.
+The name says what the pass is for (portability to EPs), not which op it rewrites, so further
+exact rewrites of unclaimed ops join it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import onnx_ir as ir
+
+from memshrink.manager import Pass, PassContext, PassResult
+from memshrink.transforms import register
+
+_DEFAULT_DOMAINS = ("", "ai.onnx")
+# Equal's float types by the opset that added them (Equal-7 took only bool and ints).
+_EQUAL_SINCE = {
+    ir.DataType.FLOAT16: 11,
+    ir.DataType.FLOAT: 11,
+    ir.DataType.DOUBLE: 11,
+    ir.DataType.BFLOAT16: 13,
+}
+
+
+def _opset(model: ir.Model) -> int:
+    return int(model.opset_imports.get("", model.opset_imports.get("ai.onnx", 1)))
+
+
+class _Names:
+    """Fresh value / node names that collide with none in the model."""
+
+    def __init__(self, model: ir.Model) -> None:
+        self.used: set[str] = set()
+        graphs: list[Any] = [*model.graphs(), *(f.graph for f in model.functions.values())]
+        for g in graphs:
+            self.used.update(v.name for v in g.inputs if v.name)
+            self.used.update(g.initializers)
+            for node in g:
+                self.used.update(v.name for v in node.outputs if v.name)
+                if node.name:
+                    self.used.add(node.name)
+
+    def fresh(self, base: str) -> str:
+        name, k = base, 0
+        while name in self.used:
+            k += 1
+            name = f"{base}_{k}"
+        self.used.add(name)
+        return name
+
+
+def _where_conditions_only(value: ir.Value) -> bool:
+    """True when every use of ``value`` is a Where's condition and it is no graph output."""
+    uses = value.uses()
+    return (
+        bool(uses)
+        and not value.is_graph_output()
+        and all(
+            u.node.op_type == "Where" and u.node.domain in _DEFAULT_DOMAINS and u.idx == 0
+            for u in uses
+        )
+    )
+
+
+def _skip_reason(node: ir.Node, opset: int) -> str | None:
+    x = node.inputs[0] if node.inputs else None
+    if x is None or len(node.outputs) != 1:
+        return "malformed IsNaN"
+    dtype = x.dtype
+    if dtype is None:
+        return "input dtype unknown"
+    since = _EQUAL_SINCE.get(dtype)
+    if since is None:
+        return f"Equal does not take {dtype.name}"
+    if opset < since:
+        return f"Equal takes {dtype.name} from opset {since} (model: {opset})"
+    return None
+
+
+def _rewrite_isnan(node: ir.Node, names: _Names) -> tuple[str, int]:
+    """Replace one IsNaN; returns (form, Where nodes swapped)."""
+    graph = node.graph
+    assert graph is not None
+    x = node.inputs[0]
+    assert x is not None
+    out = node.outputs[0]
+    base = node.name or out.name or "isnan"
+    eq = ir.Node(
+        "",
+        "Equal",
+        [x, x],
+        num_outputs=1,
+        name=names.fresh(f"{base}/equal"),
+    )
+    eq.outputs[0].name = names.fresh(f"{out.name or base}_isnum")
+    eq.outputs[0].dtype = ir.DataType.BOOL
+    eq.outputs[0].shape = out.shape
+    if _where_conditions_only(out):
+        graph.insert_before(node, eq)
+        wheres = [u.node for u in out.uses()]
+        for w in wheres:
+            a, b = w.inputs[1], w.inputs[2]
+            w.replace_input_with(0, eq.outputs[0])
+            w.replace_input_with(1, b)
+            w.replace_input_with(2, a)
+        graph.remove(node, safe=True)
+        return "where_swap", len(wheres)
+    neg = ir.Node("", "Not", [eq.outputs[0]], num_outputs=1, name=names.fresh(f"{base}/not"))
+    new = neg.outputs[0]
+    new.dtype = ir.DataType.BOOL
+    new.shape = out.shape
+    new.name = names.fresh(f"{out.name or base}_not")
+    graph.insert_before(node, [eq, neg])
+    keep = out.name
+    out.replace_all_uses_with(new, replace_graph_outputs=True)
+    graph.remove(node, safe=True)
+    if keep:
+        names.used.discard(new.name or "")
+        new.name = keep  # a graph output keeps its name (the model's signature)
+    return "not_equal", 0
+
+
+def predicted_ep_subgraphs(model: ir.Model, context: PassContext) -> int | None:
+    """OpenVINO subgraphs the EP estimator predicts (``estimate/ort_openvino.subgraph_count``);
+    None when no view of the graph can be built."""
+    from memshrink.errors import MemshrinkError
+    from memshrink.estimate.graph import build_view
+    from memshrink.estimate.ort_openvino import subgraph_count
+    from memshrink.transforms.predicted import pipeline_bindings
+
+    try:
+        view = build_view(model, allow_partial=True, **pipeline_bindings(model, context))
+    except (MemshrinkError, ValueError):
+        return None
+    return subgraph_count(view.graph)
+
+
+@register
+class EpCompatPass(Pass):
+    name = "ep-compat"
+    summary = (
+        "Rewrite IsNaN as Equal (swapping the Where it guards) so the ORT OpenVINO EP runs "
+        "the graph as one subgraph instead of cutting it at every IsNaN."
+    )
+    targets = ("session-creation", "activations")
+    exact = True
+
+    @dataclass
+    class Options:
+        # Predict the EP's subgraph count before and after (a graph view each: ~1 s on BERT).
+        predict_subgraphs: bool = True
+
+    def run(self, model: ir.Model, context: PassContext) -> PassResult:
+        opset = _opset(model)
+        todo: list[ir.Node] = []
+        skipped: Counter[str] = Counter()
+        graphs: list[Any] = [*model.graphs(), *(f.graph for f in model.functions.values())]
+        for g in graphs:
+            for node in g:
+                if node.op_type != "IsNaN" or node.domain not in _DEFAULT_DOMAINS:
+                    continue
+                reason = _skip_reason(node, opset)
+                if reason:
+                    skipped[reason] += 1
+                else:
+                    todo.append(node)
+        stats: dict[str, Any] = {"isnan_found": len(todo) + sum(skipped.values())}
+        if skipped:
+            stats["skipped"] = dict(skipped)
+        if not todo:
+            stats["reason"] = (
+                "no IsNaN in the model" if not skipped else "no IsNaN this pass can rewrite"
+            )
+            return PassResult(False, stats)
+        before = predicted_ep_subgraphs(model, context) if self.options.predict_subgraphs else None
+        names = _Names(model)
+        forms: Counter[str] = Counter()
+        swapped = 0
+        for node in todo:
+            form, n = _rewrite_isnan(node, names)
+            forms[form] += 1
+            swapped += n
+        stats.update(
+            {
+                "isnan_rewritten": len(todo),
+                "where_swap": forms["where_swap"],
+                "not_equal": forms["not_equal"],
+                "where_nodes_swapped": swapped,
+            }
+        )
+        if self.options.predict_subgraphs:
+            after = predicted_ep_subgraphs(model, context)
+            stats["ep_subgraphs_before"] = before  # predicted, estimate/ort_openvino.py
+            stats["ep_subgraphs_after"] = after
+        return PassResult(True, stats)
