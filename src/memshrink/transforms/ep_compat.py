@@ -9,9 +9,13 @@ process peak 3617 -> 5541 MiB; docs/activation-passes.md, "ep-compat"). ``IsNaN(
 ``Not(Equal(x, x))`` (IEEE 754: NaN is the only value unequal to itself; +-inf, +-0 and
 subnormals equal themselves, also under flush-to-zero), and every backend here claims Equal,
 Not and Where. Where the ``IsNaN`` only feeds Where conditions, ``Where(IsNaN(x), a, b)``
-becomes ``Where(Equal(x, x), b, a)``: the same selection, one bool tensor fewer, no Not.
+becomes ``Where(Equal(x, x), b, a)``: the same selection, one bool tensor fewer, no Not; but
+only where neither branch can hold -0.0, which ORT CPU's Where does not pass through its first
+branch bit-exactly (``_swap_is_exact``). Elsewhere ``Xor(Equal(x, x), true)`` replaces the
+IsNaN (not ``Not``: ORT fuses Not into the Where it feeds by swapping the branches).
 
-Outputs stay bit-identical (same elements selected; no arithmetic). Weights are never read.
+Outputs stay bit-identical (same elements selected; no arithmetic). Weights are never read,
+except a Where branch of at most 4096 elements, checked for -0.0.
 The name says what the pass is for (portability to EPs), not which op it rewrites, so further
 exact rewrites of unclaimed ops join it.
 """
@@ -22,6 +26,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import onnx_ir as ir
 
 from memshrink.manager import Pass, PassContext, PassResult
@@ -64,17 +69,59 @@ class _Names:
         return name
 
 
-def _where_conditions_only(value: ir.Value) -> bool:
-    """True when every use of ``value`` is a Where's condition and it is no graph output."""
+_FLOATS = frozenset(_EQUAL_SINCE)
+# Ops whose float output is never -0.0 (Softmax: exp(x - max) >= +0 times 1/sum > 0).
+_NO_NEGATIVE_ZERO = frozenset({"Softmax"})
+_SMALL_CONSTANT = 4096  # elements: a Where branch read to rule out -0.0 (a scalar, in exports)
+
+
+def _constant(value: ir.Value) -> np.ndarray | None:
+    """A small constant's values (initializer or Constant node), else None."""
+    tensor = value.const_value
+    if tensor is None and value.producer() is not None:
+        node = value.producer()
+        attr = node.attributes.get("value") if node.op_type == "Constant" else None
+        tensor = attr.value if attr is not None else None
+    if tensor is None or tensor.size > _SMALL_CONSTANT:
+        return None
+    return np.asarray(tensor.numpy())
+
+
+def _no_negative_zero(value: ir.Value | None) -> bool:
+    """True when ``value`` provably holds no -0.0: not a float, a Softmax output, or a small
+    constant without one."""
+    if value is None:
+        return False
+    if value.dtype is not None and value.dtype not in _FLOATS:
+        return True
+    producer = value.producer()
+    if producer is not None and producer.op_type in _NO_NEGATIVE_ZERO and producer.domain in (
+        _DEFAULT_DOMAINS
+    ):
+        return True
+    arr = _constant(value)
+    return arr is not None and not bool(np.any((arr == 0) & np.signbit(arr)))
+
+
+def _swap_is_exact(value: ir.Value) -> bool:
+    """Can ``Where(IsNaN(x), a, b)`` become ``Where(Equal(x, x), b, a)`` bit for bit?
+
+    Only where ``value`` (the IsNaN) feeds nothing but Where conditions, and neither branch
+    can hold -0.0: ORT's CPU Where returns +0.0 for a -0.0 taken from its *first* branch
+    (measured, onnxruntime 1.32: Where(True, -0.0, y) = +0.0; the second branch is exact), so
+    moving a branch between the two positions changes the sign of such zeros. OpenVINO and the
+    EP select exactly. The torch attention guard passes: b = Softmax(..), a = a 0.0 scalar.
+    """
     uses = value.uses()
-    return (
-        bool(uses)
-        and not value.is_graph_output()
-        and all(
-            u.node.op_type == "Where" and u.node.domain in _DEFAULT_DOMAINS and u.idx == 0
-            for u in uses
-        )
-    )
+    if not uses or value.is_graph_output():
+        return False
+    for u in uses:
+        w = u.node
+        if w.op_type != "Where" or w.domain not in _DEFAULT_DOMAINS or u.idx != 0:
+            return False
+        if len(w.inputs) != 3 or not all(_no_negative_zero(v) for v in w.inputs[1:]):
+            return False
+    return True
 
 
 def _skip_reason(node: ir.Node, opset: int) -> str | None:
@@ -83,7 +130,9 @@ def _skip_reason(node: ir.Node, opset: int) -> str | None:
         return "malformed IsNaN"
     dtype = x.dtype
     if dtype is None:
-        return "input dtype unknown"
+        # IsNaN's types up to opset 19 (f16, f32, f64; bf16 from 13) are Equal's at the same
+        # opset from 11 on; opset 20 added float8 types, which Equal does not take.
+        return None if 11 <= opset < 20 else f"input dtype unknown at opset {opset}"
     since = _EQUAL_SINCE.get(dtype)
     if since is None:
         return f"Equal does not take {dtype.name}"
@@ -110,7 +159,7 @@ def _rewrite_isnan(node: ir.Node, names: _Names) -> tuple[str, int]:
     eq.outputs[0].name = names.fresh(f"{out.name or base}_isnum")
     eq.outputs[0].dtype = ir.DataType.BOOL
     eq.outputs[0].shape = out.shape
-    if _where_conditions_only(out):
+    if _swap_is_exact(out):
         graph.insert_before(node, eq)
         wheres = [u.node for u in out.uses()]
         for w in wheres:
@@ -120,24 +169,39 @@ def _rewrite_isnan(node: ir.Node, names: _Names) -> tuple[str, int]:
             w.replace_input_with(2, a)
         graph.remove(node, safe=True)
         return "where_swap", len(wheres)
-    neg = ir.Node("", "Not", [eq.outputs[0]], num_outputs=1, name=names.fresh(f"{base}/not"))
+    # Not would do, but ORT's NotWhereFusion turns Where(Not(c), a, b) into Where(c, b, a),
+    # which is the swap again; Xor(c, true) is the same negation and ORT leaves it alone.
+    true = ir.Node(
+        "",
+        "Constant",
+        [],
+        attributes=[ir.AttrTensor("value", ir.tensor(np.array(True)))],
+        num_outputs=1,
+        name=names.fresh(f"{base}/true"),
+    )
+    true.outputs[0].name = names.fresh(f"{base}_true")
+    neg = ir.Node(
+        "", "Xor", [eq.outputs[0], true.outputs[0]], num_outputs=1, name=names.fresh(f"{base}/xor")
+    )
     new = neg.outputs[0]
     new.dtype = ir.DataType.BOOL
     new.shape = out.shape
-    new.name = names.fresh(f"{out.name or base}_not")
-    graph.insert_before(node, [eq, neg])
+    new.name = names.fresh(f"{out.name or base}_xor")
+    graph.insert_before(node, [eq, true, neg])
     keep = out.name
     out.replace_all_uses_with(new, replace_graph_outputs=True)
     graph.remove(node, safe=True)
     if keep:
+        out.name = None
         names.used.discard(new.name or "")
-        new.name = keep  # a graph output keeps its name (the model's signature)
-    return "not_equal", 0
+        new.name = keep  # the value keeps its name (a graph output: the model's signature)
+    return "xor_equal", 0
 
 
 def predicted_ep_subgraphs(model: ir.Model, context: PassContext) -> int | None:
     """OpenVINO subgraphs the EP estimator predicts (``estimate/ort_openvino.subgraph_count``);
     None when no view of the graph can be built."""
+    import memshrink.estimate.backends  # noqa: F401  (imports the OpenVINO rules in order)
     from memshrink.errors import MemshrinkError
     from memshrink.estimate.graph import build_view
     from memshrink.estimate.ort_openvino import subgraph_count
@@ -154,7 +218,8 @@ def predicted_ep_subgraphs(model: ir.Model, context: PassContext) -> int | None:
 class EpCompatPass(Pass):
     name = "ep-compat"
     summary = (
-        "Rewrite IsNaN as Equal (swapping the Where it guards) so the ORT OpenVINO EP runs "
+        "Rewrite IsNaN as Equal (swapping the Where it guards) or Xor(Equal, true), bit-exact, "
+        "so the ORT OpenVINO EP runs "
         "the graph as one subgraph instead of cutting it at every IsNaN."
     )
     targets = ("session-creation", "activations")
@@ -199,7 +264,7 @@ class EpCompatPass(Pass):
             {
                 "isnan_rewritten": len(todo),
                 "where_swap": forms["where_swap"],
-                "not_equal": forms["not_equal"],
+                "xor_equal": forms["xor_equal"],
                 "where_nodes_swapped": swapped,
             }
         )
