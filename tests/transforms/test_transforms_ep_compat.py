@@ -283,3 +283,15 @@ def test_the_ep_claims_the_rewrite_bit_exact(tmp_path: Path, consumer: str) -> N
     outs = [loaded[f"arr_{k}"] for k in range(len(loaded.files))]
     for k, (o, e) in enumerate(zip(outs, _expected(consumer, outs), strict=True)):
         assert _same_bits(o, e), k
+
+
+def test_safe_preset_keeps_only_the_swap(tmp_path: Path) -> None:
+    """``safe`` sets xor_form=false: the Xor form's extra bool tensor is never added."""
+    from memshrink.pipeline import resolve_pipeline
+
+    ep = [p for p in resolve_pipeline("safe", {}) if p.name == "ep-compat"]
+    assert len(ep) == 1 and ep[0].options.xor_form is False
+    pm = PassManager(["ep-compat"], options={"ep-compat": {"xor_form": False}})
+    for consumer, modified in (("softmax", True), ("where", False)):
+        _, report = pm.run(memshrink.load(_model(consumer, tmp_path)), PassContext())
+        assert report.passes[0].modified is modified, consumer

@@ -229,6 +229,10 @@ class EpCompatPass(Pass):
     class Options:
         # Predict the EP's subgraph count before and after (a graph view each: ~1 s on BERT).
         predict_subgraphs: bool = True
+        # Also rewrite IsNaN nodes the Where swap cannot replace, as Xor(Equal(x, x), true):
+        # one more bool tensor of x's shape alive between Equal and Xor. ``safe`` turns it off
+        # so that the pass never adds a tensor (the swap's Equal output replaces IsNaN's).
+        xor_form: bool = True
 
     def run(self, model: ir.Model, context: PassContext) -> PassResult:
         opset = _opset(model)
@@ -240,6 +244,10 @@ class EpCompatPass(Pass):
                 if node.op_type != "IsNaN" or node.domain not in _DEFAULT_DOMAINS:
                     continue
                 reason = _skip_reason(node, opset)
+                if reason is None and not self.options.xor_form and not _swap_is_exact(
+                    node.outputs[0]
+                ):
+                    reason = "needs the Xor form (xor_form=false)"
                 if reason:
                     skipped[reason] += 1
                 else:
