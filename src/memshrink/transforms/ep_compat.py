@@ -78,8 +78,8 @@ _SMALL_CONSTANT = 4096  # elements: a Where branch read to rule out -0.0 (a scal
 def _constant(value: ir.Value) -> np.ndarray | None:
     """A small constant's values (initializer or Constant node), else None."""
     tensor = value.const_value
-    if tensor is None and value.producer() is not None:
-        node = value.producer()
+    node = value.producer()
+    if tensor is None and node is not None:
         attr = node.attributes.get("value") if node.op_type == "Constant" else None
         tensor = attr.value if attr is not None else None
     if tensor is None or tensor.size > _SMALL_CONSTANT:
@@ -95,8 +95,10 @@ def _no_negative_zero(value: ir.Value | None) -> bool:
     if value.dtype is not None and value.dtype not in _FLOATS:
         return True
     producer = value.producer()
-    if producer is not None and producer.op_type in _NO_NEGATIVE_ZERO and producer.domain in (
-        _DEFAULT_DOMAINS
+    if (
+        producer is not None
+        and producer.op_type in _NO_NEGATIVE_ZERO
+        and producer.domain in (_DEFAULT_DOMAINS)
     ):
         return True
     arr = _constant(value)
@@ -244,8 +246,10 @@ class EpCompatPass(Pass):
                 if node.op_type != "IsNaN" or node.domain not in _DEFAULT_DOMAINS:
                     continue
                 reason = _skip_reason(node, opset)
-                if reason is None and not self.options.xor_form and not _swap_is_exact(
-                    node.outputs[0]
+                if (
+                    reason is None
+                    and not self.options.xor_form
+                    and not _swap_is_exact(node.outputs[0])
                 ):
                     reason = "needs the Xor form (xor_form=false)"
                 if reason:
