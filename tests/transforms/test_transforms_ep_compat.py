@@ -295,3 +295,49 @@ def test_safe_preset_keeps_only_the_swap(tmp_path: Path) -> None:
     for consumer, modified in (("softmax", True), ("where", False)):
         _, report = pm.run(memshrink.load(_model(consumer, tmp_path)), PassContext())
         assert report.passes[0].modified is modified, consumer
+
+
+def test_if_branch_and_constant_node_replacement(tmp_path: Path) -> None:
+    """An IsNaN inside an If branch is rewritten there; a Constant node's 0.0 counts as a
+    constant branch without -0.0 (swap form)."""
+    body = helper.make_graph(
+        [
+            helper.make_node("Softmax", ["x"], ["s"], axis=-1),
+            helper.make_node("IsNaN", ["s"], ["n"]),
+            helper.make_node(
+                "Constant", [], ["z"], value=helper.make_tensor("v", TensorProto.FLOAT, [], [0.0])
+            ),
+            helper.make_node("Where", ["n", "z", "s"], ["w"]),
+        ],
+        "then",
+        [],
+        [helper.make_tensor_value_info("w", TensorProto.FLOAT, [4, 6, 8])],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["o"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("o", TensorProto.FLOAT, [4, 6, 8])],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("If", ["c"], ["y"], then_branch=body, else_branch=other)],
+        "g",
+        [
+            helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 6, 8]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 6, 8])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    src, dst = tmp_path / "if.onnx", tmp_path / "if_out.onnx"
+    onnx.save(model, src)
+    stats = _rewrite(src, dst)
+    assert stats["where_swap"] == 1
+    attrs = onnx.load(dst).graph.node[0].attribute
+    then = next(a.g for a in attrs if a.name == "then_branch")
+    assert [n.op_type for n in then.node] == ["Softmax", "Equal", "Constant", "Where"]
+    feeds = {"c": np.array(True), "x": _inputs()["x"]}
+    a = make_runner(str(src), "cpu").run(["y"], feeds)[0]
+    b = make_runner(str(dst), "cpu").run(["y"], feeds)[0]
+    assert _same_bits(a, b)
