@@ -42,6 +42,13 @@ def _inputs() -> dict[str, np.ndarray]:
     return {"x": x, "a": a}
 
 
+def _save(graph: onnx.GraphProto, path: Path) -> Path:
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
 def _model(consumer: str, tmp_path: Path, name: str = "m.onnx") -> Path:
     """IsNaN and the Where(s) it guards. ``consumer``: "where" (a Where's condition only),
     "where2" (two Wheres), "output" (also a graph output), "softmax" (torch's attention guard
@@ -67,12 +74,7 @@ def _model(consumer: str, tmp_path: Path, name: str = "m.onnx") -> Path:
     if consumer == "output":
         outs.append(helper.make_tensor_value_info("isnan", TensorProto.BOOL, [4, 6, 8]))
     ins = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [4, 6, 8]) for n in ("x", "a")]
-    graph = helper.make_graph(nodes, "g", ins, outs, inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    path = tmp_path / name
-    onnx.save(model, path)
-    return path
+    return _save(helper.make_graph(nodes, "g", ins, outs, inits), tmp_path / name)
 
 
 def _rewrite(src: Path, dst: Path) -> dict:
@@ -161,10 +163,7 @@ def test_softmax_attention_pattern_and_subgraph_prediction(tmp_path: Path) -> No
             helper.make_tensor("v", TensorProto.FLOAT, [8, 8], np.eye(8, dtype=F).ravel()),
         ],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    src, dst = tmp_path / "att.onnx", tmp_path / "att_out.onnx"
-    onnx.save(model, src)
+    src, dst = _save(graph, tmp_path / "att.onnx"), tmp_path / "att_out.onnx"
     stats = _rewrite(src, dst)
     assert stats["where_swap"] == 2
     assert (stats["ep_subgraphs_before"], stats["ep_subgraphs_after"]) == (3, 1)
@@ -328,10 +327,7 @@ def test_if_branch_and_constant_node_replacement(tmp_path: Path) -> None:
         ],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 6, 8])],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    src, dst = tmp_path / "if.onnx", tmp_path / "if_out.onnx"
-    onnx.save(model, src)
+    src, dst = _save(graph, tmp_path / "if.onnx"), tmp_path / "if_out.onnx"
     stats = _rewrite(src, dst)
     assert stats["where_swap"] == 1
     attrs = onnx.load(dst).graph.node[0].attribute

@@ -31,6 +31,7 @@ import onnx_ir as ir
 
 from memshrink.manager import Pass, PassContext, PassResult
 from memshrink.transforms import register
+from memshrink.transforms.chunking.rewrite import _Namer
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 # Equal's float types by the opset that added them (Equal-7 took only bool and ints).
@@ -46,10 +47,11 @@ def _opset(model: ir.Model) -> int:
     return int(model.opset_imports.get("", model.opset_imports.get("ai.onnx", 1)))
 
 
-class _Names:
-    """Fresh value / node names that collide with none in the model."""
+class _Names(_Namer):
+    """Fresh value / node names that collide with none in the model (subgraphs and functions
+    included: ONNX names are unique across nested scopes)."""
 
-    def __init__(self, model: ir.Model) -> None:
+    def __init__(self, model: ir.Model) -> None:  # no super(): a model-wide set
         self.used: set[str] = set()
         graphs: list[Any] = [*model.graphs(), *(f.graph for f in model.functions.values())]
         for g in graphs:
@@ -59,14 +61,6 @@ class _Names:
                 self.used.update(v.name for v in node.outputs if v.name)
                 if node.name:
                     self.used.add(node.name)
-
-    def fresh(self, base: str) -> str:
-        name, k = base, 0
-        while name in self.used:
-            k += 1
-            name = f"{base}_{k}"
-        self.used.add(name)
-        return name
 
 
 _FLOATS = frozenset(_EQUAL_SINCE)
@@ -156,9 +150,9 @@ def _rewrite_isnan(node: ir.Node, names: _Names) -> tuple[str, int]:
         "Equal",
         [x, x],
         num_outputs=1,
-        name=names.fresh(f"{base}/equal"),
+        name=names(f"{base}/equal"),
     )
-    eq.outputs[0].name = names.fresh(f"{out.name or base}_isnum")
+    eq.outputs[0].name = names(f"{out.name or base}_isnum")
     eq.outputs[0].dtype = ir.DataType.BOOL
     eq.outputs[0].shape = out.shape
     if _swap_is_exact(out):
@@ -179,16 +173,16 @@ def _rewrite_isnan(node: ir.Node, names: _Names) -> tuple[str, int]:
         [],
         attributes=[ir.AttrTensor("value", ir.tensor(np.array(True)))],
         num_outputs=1,
-        name=names.fresh(f"{base}/true"),
+        name=names(f"{base}/true"),
     )
-    true.outputs[0].name = names.fresh(f"{base}_true")
+    true.outputs[0].name = names(f"{base}_true")
     neg = ir.Node(
-        "", "Xor", [eq.outputs[0], true.outputs[0]], num_outputs=1, name=names.fresh(f"{base}/xor")
+        "", "Xor", [eq.outputs[0], true.outputs[0]], num_outputs=1, name=names(f"{base}/xor")
     )
     new = neg.outputs[0]
     new.dtype = ir.DataType.BOOL
     new.shape = out.shape
-    new.name = names.fresh(f"{out.name or base}_xor")
+    new.name = names(f"{out.name or base}_xor")
     graph.insert_before(node, [eq, true, neg])
     keep = out.name
     out.replace_all_uses_with(new, replace_graph_outputs=True)
