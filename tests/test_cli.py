@@ -37,7 +37,14 @@ def test_optimize_writes_report_and_equal_outputs(mlp_path: Path, tmp_path: Path
     )
     assert code == 0
     data = json.loads(report.read_text())
-    assert data["pipeline"] == ["prune", "dedup-weights", "inplace", "reorder", "external-data"]
+    assert data["pipeline"] == [
+        "prune",
+        "dedup-weights",
+        "inplace",
+        "reorder",
+        "external-data",
+        "ep-compat",
+    ]
     assert data["weights_after"] < data["weights_before"]
     assert data["save"]["data_path"] == str(out) + ".data"
     assert all(p["stats"].get("checked") for p in data["passes"] if p["modified"])
