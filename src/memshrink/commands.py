@@ -98,7 +98,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     context = PassContext(
         shapes=shapes,
         dims=dims,
-        backend=args.backend or "ort",
+        backend={None: "ort", "cpu": "ort"}.get(args.backend, args.backend),
         deploy_only=args.backend is not None,
         progress=progress,
     )
@@ -235,22 +235,43 @@ def _copy_sidecar(src: Path, dst: Path) -> None:
         os.replace(tmp, target)
 
 
+def _stat_text(key: str, value: Any) -> str:
+    sized = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if sized and any(w in key for w in ("bytes", "peak", "activations", "saved")):
+        return f"{key}={format_bytes(value)}"
+    return f"{key}={value}"
+
+
 def _format_optimize(result: dict[str, Any]) -> str:
-    lines = [f"{'pass':<18} {'changed':<8} {'time':>8}  details"]
+    """The console table of ``optimize``: per pass what changed and why; the predicted peak after
+    each modifying pass; then one summary line of predicted peaks and one of weights and files.
+
+    Zero counts are left out of the console (``--json`` keeps every statistic): a newcomer
+    should read what a pass did, not the list of things it did not do.
+    """
+    width = max([18] + [len(p["name"]) + 1 for p in result["passes"]])
+    lines = [f"{'pass':<{width}} {'changed':<8} {'time':>8}  details"]
     for p in result["passes"]:
-        details = ", ".join(
-            f"{k}={format_bytes(v) if 'bytes' in k and isinstance(v, (int, float)) else v}"
+        stats = {
+            k: v
             for k, v in p["stats"].items()
-            if isinstance(v, (int, float, str, bool))
-        )
+            if isinstance(v, (int, float, str, bool)) and not (v == 0 and not isinstance(v, str))
+        }
+        reason = stats.pop("reason", None)
+        details = ", ".join(_stat_text(k, v) for k, v in stats.items())
+        if reason:
+            details = f"{reason}" + (f" ({details})" if details else "")
         lines.append(
-            f"{p['name']:<18} {'yes' if p['modified'] else 'no':<8} {p['seconds']:>7.2f}s  {details}"
+            f"{p['name']:<{width}} {'yes' if p['modified'] else 'no':<8} {p['seconds']:>7.2f}s  {details}"
         )
         est = p.get("estimate") or {}
-        if est.get("stage_peaks"):
+        if est.get("stage_peaks") and p["modified"]:
             peaks = ", ".join(f"{k} {format_bytes(v)}" for k, v in est["stage_peaks"].items())
             partial = ", partial: some shapes unknown" if est.get("partial") else ""
-            lines.append(f"{'':<18} predicted ({est.get('backend')}{partial}): {peaks}")
+            lines.append(f"{'':<{width}} predicted ({est.get('backend')}{partial}): {peaks}")
+    summary = _predicted_summary(result)
+    if summary:
+        lines.append(summary)
     save = result["save"]
     where = f"{save['path']}" + (f" + {save['data_path']}" if save["data_path"] else "")
     lines.append(
@@ -258,6 +279,26 @@ def _format_optimize(result: dict[str, Any]) -> str:
         f"wrote {where} in {result['seconds']:.2f} s total"
     )
     return "\n".join(lines)
+
+
+def _predicted_summary(result: dict[str, Any]) -> str | None:
+    """``predicted peak on ort, input -> output: session_creation 41.6 MiB -> 25.8 MiB, ...``."""
+    before = (result.get("estimate_before") or {}).get("stage_peaks")
+    after = next(
+        (
+            (p.get("estimate") or {}).get("stage_peaks")
+            for p in reversed(result["passes"])
+            if (p.get("estimate") or {}).get("stage_peaks")
+        ),
+        None,
+    )
+    if not before or not after:
+        return None
+    backend = (result.get("estimate_before") or {}).get("backend", "ort")
+    pairs = ", ".join(
+        f"{k} {format_bytes(before[k])} -> {format_bytes(after[k])}" for k in after if k in before
+    )
+    return f"predicted peak on {backend}, input -> output: {pairs}"
 
 
 def cmd_passes(args: argparse.Namespace) -> int:
@@ -368,10 +409,11 @@ def register_builtin(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--backend",
         default=None,
+        choices=["ort", "cpu", "openvino", "ort-openvino", "cuda"],
         help="the one runtime you deploy on: the per-pass estimate predicts for it, the "
         "activation passes refuse rewrites predicted to raise its peak and stop sparing the "
         "other runtimes, and for openvino tied weights are not folded into a second copy "
-        "(ort = ONNX Runtime CPU; openvino, ort-openvino, cuda). Without it, passes decide "
+        "(ort or cpu = ONNX Runtime CPU; openvino, ort-openvino, cuda). Without it, passes decide "
         "on ORT CPU's prediction but avoid rewrites predicted to raise OpenVINO's, its EP's "
         "or CUDA's peak much",
     )

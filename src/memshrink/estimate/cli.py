@@ -65,6 +65,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--partial", action="store_true", help="allow unbound dims: a partial result")
     p.add_argument("--json", metavar="PATH", help="write the full estimate as JSON ('-' = stdout)")
     p.add_argument("--plot", metavar="PNG", help="plot live memory over the schedule")
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="also print every assumption, the textbook planners and each glibc heap mode",
+    )
     p.set_defaults(func=handler)
 
 
@@ -99,7 +105,7 @@ def handler(args: argparse.Namespace) -> int:
             with open(args.json, "w") as f:
                 f.write(data + "\n")
     if args.json != "-":
-        print(est.format_table())
+        print(est.format_table(verbose=args.verbose))
     if args.plot:
         est.plot(args.plot)
         print(f"plot written to {args.plot}", file=sys.stderr)
