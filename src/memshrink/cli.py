@@ -27,11 +27,15 @@ PLUGIN_CLI_MODULES = (
 
 EPILOG = """\
 examples:
-  memshrink optimize model.onnx small.onnx --passes all
-  memshrink estimate small.onnx --shape input_ids=1,128
+  memshrink demo --verify cpu                    # try it on a bundled example model
+  memshrink optimize model.onnx small.onnx       # every pass (--passes all)
   memshrink verify model.onnx small.onnx --backends cpu,openvino
+  memshrink estimate small.onnx --shape input_ids=1,128
+  memshrink profile small.onnx --backends cpu
   memshrink passes
-  memshrink demo
+
+Each command has its own --help with examples. optimize, estimate, verify, profile and
+passes take --json PATH, or --json - to print JSON instead of the table (keys: docs/README.md).
 
 exit codes: 0 ok, 1 failure, 2 usage error, 3 outputs differ, 4 over a memory
 budget, 5 a backend failed (see `memshrink verify --help`), 6 the input model

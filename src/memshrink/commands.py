@@ -251,6 +251,7 @@ def _format_optimize(result: dict[str, Any]) -> str:
     """
     width = max([18] + [len(p["name"]) + 1 for p in result["passes"]])
     lines = [f"{'pass':<{width}} {'changed':<8} {'time':>8}  details"]
+    said: dict[str, str] = {}  # a reason already printed -> the pass that printed it
     for p in result["passes"]:
         stats = {
             k: v
@@ -260,7 +261,9 @@ def _format_optimize(result: dict[str, Any]) -> str:
         reason = stats.pop("reason", None)
         details = ", ".join(_stat_text(k, v) for k, v in stats.items())
         if reason:
-            details = f"{reason}" + (f" ({details})" if details else "")
+            short = f"same reason as {said[reason]}" if reason in said else reason
+            said.setdefault(reason, p["name"])
+            details = short + (f" ({details})" if details else "")
         lines.append(
             f"{p['name']:<{width}} {'yes' if p['modified'] else 'no':<8} {p['seconds']:>7.2f}s  {details}"
         )
@@ -272,6 +275,12 @@ def _format_optimize(result: dict[str, Any]) -> str:
     summary = _predicted_summary(result)
     if summary:
         lines.append(summary)
+    idle = [p["name"] for p in result["passes"] if "unbound" in str(p["stats"].get("reason", ""))]
+    if idle:
+        lines.append(
+            f"note: {', '.join(dict.fromkeys(idle))} did nothing because the input dims are "
+            "unbound; rerun with --dim / --shape (the sizes you deploy with) to let them work"
+        )
     save = result["save"]
     where = f"{save['path']}" + (f" + {save['data_path']}" if save["data_path"] else "")
     lines.append(
@@ -284,21 +293,23 @@ def _format_optimize(result: dict[str, Any]) -> str:
 def _predicted_summary(result: dict[str, Any]) -> str | None:
     """``predicted peak on ort, input -> output: session_creation 41.6 MiB -> 25.8 MiB, ...``."""
     before = (result.get("estimate_before") or {}).get("stage_peaks")
-    after = next(
+    last = next(
         (
-            (p.get("estimate") or {}).get("stage_peaks")
+            p.get("estimate") or {}
             for p in reversed(result["passes"])
             if (p.get("estimate") or {}).get("stage_peaks")
         ),
-        None,
+        {},
     )
+    after = last.get("stage_peaks")
     if not before or not after:
         return None
     backend = (result.get("estimate_before") or {}).get("backend", "ort")
     pairs = ", ".join(
         f"{k} {format_bytes(before[k])} -> {format_bytes(after[k])}" for k in after if k in before
     )
-    return f"predicted peak on {backend}, input -> output: {pairs}"
+    partial = " (partial: some shapes unknown)" if last.get("partial") else ""
+    return f"predicted peak on {backend}{partial}, input -> output: {pairs}"
 
 
 def cmd_passes(args: argparse.Namespace) -> int:
@@ -318,18 +329,23 @@ def cmd_passes(args: argparse.Namespace) -> int:
             args.json,
         )
         return 0
-    print(f"{'pass':<18} {'targets':<38} {'exact':<6} summary")
+    width = max(len(n) for n in passes) + 1
+    print(f"{'pass':<{width}} {'targets':<38} {'exact':<6} summary")
     for name, cls in sorted(passes.items()):
         exact = "yes" if cls.exact is True else "no"
-        print(f"{name:<18} {', '.join(cls.targets):<38} {exact:<6} {cls.summary}")
+        print(f"{name:<{width}} {', '.join(cls.targets):<38} {exact:<6} {cls.summary}")
         options = cls.describe()["options"]
         if options:
-            print(f"{'':<18} options: " + ", ".join(f"{k}={v}" for k, v in options.items()))
+            print(f"{'':<{width}} options: " + ", ".join(f"{k}={v}" for k, v in options.items()))
     print("\npresets:")
     for name, (names, _, description) in presets.items():
         print(f"  {name:<8} {', '.join(names)}")
         if description:
             print(f"  {'':<8} {description}")
+    print(
+        "\nexact: yes = outputs bit-identical; no = within the tolerance `memshrink verify` checks."
+        "\nSet an option with -O PASS.OPTION=VALUE, e.g. -O chunk.max_chunks=4."
+    )
     return 0
 
 
@@ -440,6 +456,8 @@ def register_builtin(sub: argparse._SubParsersAction) -> None:
         "passes",
         help="list the passes and presets",
         description="List every pass with what it targets, whether it is bit-exact, and its options.",
+        epilog="examples:\n  memshrink passes\n  memshrink passes --json -          # the same as JSON on stdout",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--json", metavar="PATH", help="write the list as JSON ('-' for stdout)")
     p.set_defaults(func=cmd_passes)
