@@ -258,7 +258,7 @@ def _format_optimize(result: dict[str, Any]) -> str:
             for k, v in p["stats"].items()
             if isinstance(v, (int, float, str, bool)) and not (v == 0 and not isinstance(v, str))
         }
-        reason = stats.pop("reason", None)
+        reason = str(stats.pop("reason", "") or "")
         details = ", ".join(_stat_text(k, v) for k, v in stats.items())
         if reason:
             short = f"same reason as {said[reason]}" if reason in said else reason

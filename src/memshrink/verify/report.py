@@ -269,8 +269,8 @@ class VerifyReport:
             reasons += [_mismatch_reason(c.backend, oc) for oc in c.outputs if not oc.ok]
         failed: dict[tuple[str, str, str], list[str]] = {}  # same failure of both models: once
         for r in self.failed_runs:
-            err = (r.error or "").strip().splitlines()
-            failed.setdefault((r.backend, r.status, err[0] if err else ""), []).append(r.label)
+            lines = (r.error or "").strip().splitlines()
+            failed.setdefault((r.backend, r.status, lines[0] if lines else ""), []).append(r.label)
         for (backend, status, err), labels in failed.items():
             who = " and ".join(labels) + (" models" if len(labels) > 1 else " model")
             reasons.append(f"{backend} {status} ({who})" + (f": {err}" if err else ""))
