@@ -173,3 +173,34 @@ def test_optimize_rejects_an_unknown_backend(mlp_path: Path, tmp_path: Path) -> 
     with pytest.raises(SystemExit) as exc:
         main(["optimize", str(mlp_path), str(tmp_path / "o.onnx"), "--backend", "gpu"])
     assert exc.value.code == 2
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["estimate", "{in}", "--json", "{in}"],
+        ["estimate", "{in}", "--plot", "{in}"],
+        ["verify", "{in}", "{in}", "--json", "{in}"],
+        ["optimize", "{in}", "{tmp}/o.onnx", "--json", "{in}"],
+        ["optimize", "{in}", "{tmp}/o.onnx", "--json", "{tmp}/o.onnx"],
+    ],
+)
+def test_a_report_never_overwrites_a_model(
+    mlp_path: Path,
+    tmp_path: Path,
+    args: list[str],
+    capsys,  # noqa: ANN001
+) -> None:
+    """`--json model.onnx` is refused before any work; the model's bytes stay as they were."""
+    before = mlp_path.read_bytes()
+    argv = [a.format(**{"in": mlp_path, "tmp": tmp_path}) for a in args]
+    assert main(argv) == 2
+    assert "choose another" in capsys.readouterr().err
+    assert mlp_path.read_bytes() == before and not (tmp_path / "o.onnx").exists()
+
+
+def test_a_json_report_is_overwritten(mlp_path: Path, tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    report.write_text('{"old": true}\n')
+    assert main(["estimate", str(mlp_path), "--json", str(report)]) == 0
+    assert '"backend": "ort"' in report.read_text()

@@ -52,6 +52,39 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+#: What a report file of each flag starts with; anything else is not ours to overwrite.
+REPORT_MAGIC = {"--json": (b"{", b"["), "--plot": (b"\x89PNG",)}
+
+
+def check_report_path(dest: str | None, flag: str) -> None:
+    """Refuse, before any work, to let a report overwrite a file that is not such a report.
+
+    Why: ``--json model.onnx`` (a slip of the hand, or shell completion) would otherwise
+    replace the user's model with a report, after minutes of work. An existing file is
+    overwritten only when it already is a JSON report (``--json``) or a PNG (``--plot``).
+    """
+    if not dest or dest == "-":
+        return
+    from pathlib import Path
+
+    path = Path(dest)
+    if path.is_dir():
+        raise UsageError(f"{flag} {dest} is a folder; give a file path")
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8).lstrip()
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise UsageError(f"{flag} {dest}: {exc.strerror or exc}") from exc
+    if head and not head.startswith(REPORT_MAGIC[flag]):
+        kind = "JSON" if flag == "--json" else "PNG"
+        raise UsageError(
+            f"refusing to overwrite {dest}: it exists and is not a {kind} file (a model?); "
+            f"choose another {flag} path"
+        )
+
+
 def write_json(data: Any, dest: str) -> None:
     """Write a JSON report to a path, or to stdout for ``-``."""
     text = json.dumps(data, indent=2, default=str)
@@ -60,6 +93,7 @@ def write_json(data: Any, dest: str) -> None:
         return
     from pathlib import Path
 
+    check_report_path(dest, "--json")
     try:
         Path(dest).write_text(text + "\n")
     except OSError as exc:

@@ -58,15 +58,21 @@ def _add_shape_args(p: argparse.ArgumentParser) -> None:
 def cmd_optimize(args: argparse.Namespace) -> int:
     from memshrink.bindings import parse_dim_args, parse_shape_args
     from memshrink.checks import CheckHook
+    from memshrink.cli import check_report_path
     from memshrink.hooks import EstimateHook, VerifyEachHook
     from memshrink.manager import PassContext, PassManager, stderr_progress
     from memshrink.model import load, weight_bytes
     from memshrink.writer import save_model
 
+    check_report_path(args.json, "--json")
     src, dst = Path(args.input), Path(args.output)
     same = os.path.realpath(src) == os.path.realpath(dst)
     if same or (src.exists() and dst.exists() and os.path.samefile(src, dst)):
         raise UsageError("output path is the input path; the input is never overwritten")
+    if args.json and args.json != "-":
+        written = {os.path.realpath(p) for p in (dst, f"{dst}.data")}
+        if os.path.realpath(args.json) in written:
+            raise UsageError(f"--json {args.json} is where the model goes; choose another path")
     # Fail before any work when the output can't be written.
     if not dst.parent.is_dir():
         raise ModelSaveError(f"output folder {dst.parent} does not exist")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from memshrink.bindings import parse_dim_args, parse_shape_args
@@ -85,8 +84,11 @@ def _session_options(items: list[str]) -> dict[str, str]:
 
 
 def handler(args: argparse.Namespace) -> int:
+    from memshrink.cli import check_report_path, write_json
     from memshrink.estimate import estimate
 
+    check_report_path(args.json, "--json")
+    check_report_path(args.plot, "--plot")
     est = estimate(
         args.model,
         backend=args.backend,
@@ -98,12 +100,7 @@ def handler(args: argparse.Namespace) -> int:
         allow_partial=args.partial,
     )
     if args.json:
-        data = json.dumps(est.to_dict(), indent=2)
-        if args.json == "-":
-            print(data)
-        else:
-            with open(args.json, "w") as f:
-                f.write(data + "\n")
+        write_json(est.to_dict(), args.json)
     if args.json != "-":
         print(est.format_table(verbose=args.verbose))
     if args.plot:
