@@ -82,6 +82,7 @@ def _documented() -> list[tuple[str, str]]:
 
 
 DOCUMENTED = _documented()
+PARSER = build_parser()  # parse_args keeps no state between calls
 
 
 def test_the_docs_show_commands_of_every_subcommand() -> None:
@@ -94,9 +95,8 @@ def test_the_docs_show_commands_of_every_subcommand() -> None:
 @pytest.mark.parametrize(("where", "command"), DOCUMENTED, ids=[w for w, _ in DOCUMENTED])
 def test_documented_command_parses(where: str, command: str) -> None:
     argv = [a for a in shlex.split(command, comments=True) if a not in PLACEHOLDERS]
-    parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = PARSER.parse_args(argv)
     except SystemExit as exc:
         pytest.fail(f"{where}: `memshrink {command}` does not parse (exit {exc.code})")
     try:
