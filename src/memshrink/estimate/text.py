@@ -109,18 +109,18 @@ def _mode_lines(est: Estimate, verbose: bool) -> list[str]:
         return []
     chosen = est.prediction.details.get("glibc_modes", {})
     shown = next((m for m in modes if chosen.get(m, {}).get("predicted")), None)
-    ranges = ", ".join(
-        f"{s.name} {format_bytes(min(s.modes.values()))}..{format_bytes(max(s.modes.values()))}"
-        for s in stages
-        if s.modes
-    )
-    rows = [
-        "note: this model embeds its weights in the .onnx file; the C allocator (glibc) frees "
-        "the runtime's copies of them differently in each process, so the real peak varies: "
-        + ranges
-        + (f" (the table shows the case the estimator expects, '{shown}')" if shown else "")
-        + ". Weights in an external file, as `memshrink optimize` writes them, give one figure."
-    ]
+    spans = [(s.name, min(s.modes.values()), max(s.modes.values())) for s in stages if s.modes]
+    rows = []
+    if any(hi - lo > max(1 << 20, 0.02 * hi) for _, lo, hi in spans):  # worth a user's attention
+        rows.append(
+            "note: this model embeds its weights in the .onnx file; the C allocator (glibc) "
+            "frees the runtime's copies of them differently in each process, so the real peak "
+            "varies: "
+            + ", ".join(f"{n} {_span(lo, hi)}" for n, lo, hi in spans)
+            + (f" (the table shows the case the estimator expects, '{shown}')" if shown else "")
+            + ". Weights in an external file, as `memshrink optimize` writes them, give one "
+            "figure."
+        )
     if verbose:
         for m in modes:
             rows.append(
@@ -132,9 +132,16 @@ def _mode_lines(est: Estimate, verbose: bool) -> list[str]:
     return rows
 
 
+def _span(lo: int, hi: int) -> str:
+    return format_bytes(hi) if lo == hi else f"{format_bytes(lo)}..{format_bytes(hi)}"
+
+
 def _assumption_lines(est: Estimate, verbose: bool) -> list[str]:
     p = est.prediction
-    bindings = ", ".join(f"{k}{list(v)}" for k, v in est.view.bindings.items())
+    bindings = ", ".join(
+        f"{k}[{', '.join('?' if d < 0 else str(d) for d in v)}]"
+        for k, v in est.view.bindings.items()
+    )
     rows = [f"assumed: execution order {p.schedule}" + (f"; inputs {bindings}" if bindings else "")]
     assumptions = est.assumptions + p.assumptions
     if verbose:
