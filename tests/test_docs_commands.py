@@ -131,3 +131,16 @@ def test_a_drifted_command_fails() -> None:
         args.pass_option = option
         with pytest.raises(MemshrinkError):
             _check_values(args)
+
+
+def test_readme_python_names_stay_calls(mlp_path: Path) -> None:
+    """README: ``memshrink.estimate(path)`` and ``memshrink.verify(...)`` after the subpackages
+    are imported (the pass manager does): the package attribute is then the module itself."""
+    import memshrink
+    import memshrink.estimate
+    import memshrink.verify
+
+    assert callable(memshrink.estimate) and callable(memshrink.verify)
+    first, again = memshrink.estimate(str(mlp_path)), memshrink.estimate(str(mlp_path))
+    assert first.stage_peaks() == again.stage_peaks()
+    assert memshrink.estimate.api.estimate is memshrink.estimate.estimate  # still a module
