@@ -144,3 +144,38 @@ def test_readme_python_names_stay_calls(mlp_path: Path) -> None:
     first, again = memshrink.estimate(str(mlp_path)), memshrink.estimate(str(mlp_path))
     assert first.stage_peaks() == again.stage_peaks()
     assert memshrink.estimate.api.estimate is memshrink.estimate.estimate  # still a module
+
+
+def _python_blocks() -> list[tuple[str, str]]:
+    blocks = []
+    for path in DOC_FILES:
+        for m in re.finditer(r"```python\n(.*?)```", path.read_text(), re.S):
+            line = path.read_text()[: m.start()].count("\n") + 1
+            blocks.append((f"{path.relative_to(ROOT)}:{line}", m.group(1)))
+    return blocks
+
+
+@pytest.mark.parametrize(("where", "code"), _python_blocks(), ids=[w for w, _ in _python_blocks()])
+def test_documented_python_names_exist(where: str, code: str) -> None:
+    """Python blocks parse, and every ``memshrink`` name they import or use exists."""
+    import ast
+    import importlib
+
+    import memshrink
+
+    tree = ast.parse(code, filename=where)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("memshrink"):
+            module = importlib.import_module(node.module or "")
+            missing = [a.name for a in node.names if not hasattr(module, a.name)]
+            assert not missing, f"{where}: {node.module} has no {missing}"
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("memshrink"):
+                    importlib.import_module(alias.name)
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "memshrink"
+        ):
+            assert hasattr(memshrink, node.attr), f"{where}: memshrink.{node.attr} does not exist"
