@@ -87,14 +87,14 @@ PARSER = build_parser()  # parse_args keeps no state between calls
 
 def test_the_docs_show_commands_of_every_subcommand() -> None:
     """The extraction itself works: README and the help texts show each subcommand."""
-    shown = {shlex.split(c, comments=True)[0] for _, c in DOCUMENTED}
+    shown = {_argv(c)[0] for _, c in DOCUMENTED}
     assert {"optimize", "estimate", "verify", "profile", "passes", "demo"} <= shown
     assert any(where.startswith("README.md") for where, _ in DOCUMENTED)
 
 
 @pytest.mark.parametrize(("where", "command"), DOCUMENTED, ids=[w for w, _ in DOCUMENTED])
 def test_documented_command_parses(where: str, command: str) -> None:
-    argv = [a for a in shlex.split(command, comments=True) if a not in PLACEHOLDERS]
+    argv = [a for a in _argv(command) if a not in PLACEHOLDERS]
     try:
         args = PARSER.parse_args(argv)
     except SystemExit as exc:
@@ -103,6 +103,13 @@ def test_documented_command_parses(where: str, command: str) -> None:
         _check_values(args)
     except MemshrinkError as exc:
         pytest.fail(f"{where}: `memshrink {command}`: {exc}")
+
+
+def _argv(command: str) -> list[str]:
+    """The arguments, up to a shell redirection (``> report.json``, ``2>err.txt``)."""
+    words = shlex.split(command, comments=True)
+    cut = next((i for i, w in enumerate(words) if re.match(r"\d?[<>]", w)), len(words))
+    return words[:cut]
 
 
 def _check_values(args: argparse.Namespace) -> None:
