@@ -92,11 +92,11 @@ def _stage_table(est: Estimate, host: dict | None) -> list[str]:
 
 def _device_range(est: Estimate) -> list[str]:
     spread = est.prediction.details.get("device_range")
-    if not spread:
+    if not spread or all(lo == hi for lo, hi in spread.values()):
         return []
     return [
         "GPU peak varies per process (ORT copies the weights in a different order each time): "
-        + ", ".join(f"{k} {format_bytes(lo)}..{format_bytes(hi)}" for k, (lo, hi) in spread.items())
+        + ", ".join(f"{k} {_span(lo, hi)}" for k, (lo, hi) in spread.items())
     ]
 
 
