@@ -48,7 +48,7 @@ interrupted by SIGINT/SIGTERM (nothing written).
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         self.print_usage(sys.stderr)
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        print(f"{self.prog}: error: {message} (examples: {self.prog} --help)", file=sys.stderr)
         raise SystemExit(2)
 
 
