@@ -27,23 +27,18 @@ def _nn() -> Any:
 
 
 # --------------------------------------------------------------------------- ResNet-50
-def resnet50(
-    width: int = 64, num_classes: int = 1000, blocks: tuple[int, ...] = (3, 4, 6, 3)
-) -> Any:
-    """torchvision's resnet50 (v1.5: stride on the 3x3 conv); ``width`` scales every stage.
-
-    ``blocks`` per stage is (3, 4, 6, 3) for ResNet-50; tiny variants use fewer, like the
-    tiny transformer configs use fewer layers (export time grows with depth).
-    """
+def _bottleneck() -> Any:
+    """torchvision's Bottleneck (v1.5: stride on the 3x3 conv), with its ``dilation`` option
+    (DeepLab's output stride 16 replaces stage 4's stride by dilation 2)."""
     nn = _nn()
 
     class Bottleneck(nn.Module):  # type: ignore[misc, name-defined]
-        def __init__(self, cin: int, planes: int, stride: int) -> None:
+        def __init__(self, cin: int, planes: int, stride: int, dilation: int = 1) -> None:
             super().__init__()
             cout = planes * 4
             self.conv1 = nn.Conv2d(cin, planes, 1, bias=False)
             self.bn1 = nn.BatchNorm2d(planes)
-            self.conv2 = nn.Conv2d(planes, planes, 3, stride, 1, bias=False)
+            self.conv2 = nn.Conv2d(planes, planes, 3, stride, dilation, dilation, bias=False)
             self.bn2 = nn.BatchNorm2d(planes)
             self.conv3 = nn.Conv2d(planes, cout, 1, bias=False)
             self.bn3 = nn.BatchNorm2d(cout)
@@ -60,6 +55,122 @@ def resnet50(
             out = self.relu(self.bn2(self.conv2(out)))
             out = self.bn3(self.conv3(out))
             return self.relu(out + identity)
+
+    return Bottleneck
+
+
+def _backbone(width: int, blocks: tuple[int, ...], dilate_last: bool) -> tuple[Any, list[Any]]:
+    """ResNet stem and stages (``nn.Sequential`` each); ``dilate_last``: stage 4 keeps stage
+    3's stride and dilates its 3x3 convs by 2 (output stride 16)."""
+    nn = _nn()
+    block = _bottleneck()
+    stem = nn.Sequential(
+        nn.Conv2d(3, width, 7, 2, 3, bias=False), nn.BatchNorm2d(width), nn.ReLU(inplace=True),
+        nn.MaxPool2d(3, 2, 1),
+    )  # fmt: skip
+    stages: list[Any] = []
+    cin = width
+    for i, n_blocks in enumerate(blocks):
+        planes = width * 2**i
+        dilated = dilate_last and i == len(blocks) - 1
+        layer = []
+        for b in range(n_blocks):
+            stride = 2 if (b == 0 and i > 0 and not dilated) else 1
+            layer.append(block(cin, planes, stride, 2 if dilated and b > 0 else 1))
+            cin = planes * 4
+        stages.append(nn.Sequential(*layer))
+    return stem, stages
+
+
+def deeplab(width: int = 64, num_classes: int = 21, blocks: tuple[int, ...] = (3, 4, 6, 3)) -> Any:
+    """DeepLabv3-like segmenter: ResNet-50 at output stride 16 (stage 4 dilated by 2), an
+    ASPP head (1x1, 3x3 at dilations 6/12/18, image pooling), a classifier and a bilinear
+    upsample back to the input size. Dilated convs widen a chunk's halo by their dilation."""
+    nn = _nn()
+    import torch.nn.functional as F
+
+    stem, stages = _backbone(width, blocks, dilate_last=True)
+    c = width * 2 ** (len(blocks) - 1) * 4
+    a = width * 4  # 256 for ResNet-50
+
+    def cbr(cin: int, cout: int, k: int = 1, d: int = 1) -> Any:
+        return nn.Sequential(
+            nn.Conv2d(cin, cout, k, padding=d * (k // 2), dilation=d, bias=False),
+            nn.BatchNorm2d(cout), nn.ReLU(inplace=True),
+        )  # fmt: skip
+
+    class DeepLab(nn.Module):  # type: ignore[misc, name-defined]
+        def __init__(self) -> None:
+            super().__init__()
+            self.stem = stem
+            self.stages = nn.Sequential(*stages)
+            self.aspp = nn.ModuleList([cbr(c, a)] + [cbr(c, a, 3, d) for d in (6, 12, 18)])
+            self.pool = cbr(c, a)
+            self.project = cbr(5 * a, a)
+            self.head = nn.Sequential(cbr(a, a, 3), nn.Conv2d(a, num_classes, 1))
+
+        def forward(self, x: Any) -> Any:
+            size = x.shape[-2:]
+            f = self.stages(self.stem(x))
+            p = self.pool(F.adaptive_avg_pool2d(f, 1)).expand(-1, -1, f.shape[2], f.shape[3])
+            y = self.project(torch_cat([m(f) for m in self.aspp] + [p]))
+            y = self.head(y)
+            return F.interpolate(y, size=size, mode="bilinear", align_corners=False)
+
+    return DeepLab()
+
+
+def fpn(width: int = 64, channels: int = 256, blocks: tuple[int, ...] = (3, 4, 6, 3)) -> Any:
+    """A detector's ResNet-50 + FPN: laterals (1x1) on stages 1-4, a top-down path (nearest
+    2x upsample + lateral add), a 3x3 output conv per level; outputs P2..P5 (strides 4..32)."""
+    nn = _nn()
+    import torch.nn.functional as F
+
+    stem, stages = _backbone(width, blocks, dilate_last=False)
+    cins = [width * 2**i * 4 for i in range(len(blocks))]
+
+    class FPN(nn.Module):  # type: ignore[misc, name-defined]
+        def __init__(self) -> None:
+            super().__init__()
+            self.stem = stem
+            self.stages = nn.ModuleList(stages)
+            self.lateral = nn.ModuleList([nn.Conv2d(ci, channels, 1) for ci in cins])
+            self.smooth = nn.ModuleList([nn.Conv2d(channels, channels, 3, padding=1)
+                                         for _ in cins])  # fmt: skip
+
+        def forward(self, x: Any) -> Any:
+            x = self.stem(x)
+            feats = []
+            for stage in self.stages:
+                x = stage(x)
+                feats.append(x)
+            p = self.lateral[-1](feats[-1])
+            outs = [self.smooth[-1](p)]
+            for i in range(len(feats) - 2, -1, -1):
+                p = self.lateral[i](feats[i]) + F.interpolate(p, scale_factor=2.0, mode="nearest")
+                outs.insert(0, self.smooth[i](p))
+            return tuple(outs)
+
+    return FPN()
+
+
+def torch_cat(xs: list[Any]) -> Any:
+    import torch
+
+    return torch.cat(xs, dim=1)
+
+
+def resnet50(
+    width: int = 64, num_classes: int = 1000, blocks: tuple[int, ...] = (3, 4, 6, 3)
+) -> Any:
+    """torchvision's resnet50 (v1.5: stride on the 3x3 conv); ``width`` scales every stage.
+
+    ``blocks`` per stage is (3, 4, 6, 3) for ResNet-50; tiny variants use fewer, like the
+    tiny transformer configs use fewer layers (export time grows with depth).
+    """
+    nn = _nn()
+
+    Bottleneck = _bottleneck()
 
     class ResNet(nn.Module):  # type: ignore[misc, name-defined]
         def __init__(self) -> None:
@@ -301,13 +412,16 @@ def _randomize_bn(module: Any, seed: int) -> Any:
     return module
 
 
-def _maker(factory: Callable[[], Any], shape: tuple[int, ...], output: str, seed: int) -> Any:
+def _maker(
+    factory: Callable[[], Any], shape: tuple[int, ...], output: str | tuple[str, ...], seed: int
+) -> Any:
     def make() -> Any:
         import torch
 
         module = _randomize_bn(seeded(seed, factory), seed)
         x = torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
-        return torch_export(module, {"input": x}, [output], positional=True)
+        names = [output] if isinstance(output, str) else list(output)
+        return torch_export(module, {"input": x}, names, positional=True)
 
     return make
 
@@ -319,7 +433,7 @@ def add(
     shape: tuple[int, ...],
     family: str = "cnn",
     tags: tuple[str, ...] = (),
-    output: str = "logits",
+    output: str | tuple[str, ...] = "logits",
     seed: int = 0,
     label: str = "",
     version: int = 1,
@@ -349,6 +463,23 @@ add(
     resnet50,
     (1, 3, 960, 960),
     tags=("activation-heavy", "high-res"),
+)
+add(
+    "deeplab-800",
+    "DeepLabv3-like segmenter: ResNet-50 at output stride 16 (dilated stage 4), ASPP, batch 1, "
+    "800x800",
+    deeplab,
+    (1, 3, 800, 800),
+    tags=("activation-heavy", "high-res"),
+    output="mask",
+)
+add(
+    "fpn-800",
+    "ResNet-50 + FPN (P2..P5, top-down nearest upsampling + lateral adds), batch 1, 800x800",
+    fpn,
+    (1, 3, 800, 800),
+    tags=("activation-heavy", "high-res"),
+    output=("p2", "p3", "p4", "p5"),
 )
 add(
     "unet",

@@ -37,7 +37,14 @@ def test_optimize_writes_report_and_equal_outputs(mlp_path: Path, tmp_path: Path
     )
     assert code == 0
     data = json.loads(report.read_text())
-    assert data["pipeline"] == ["prune", "dedup-weights", "inplace", "reorder", "external-data"]
+    assert data["pipeline"] == [
+        "prune",
+        "dedup-weights",
+        "inplace",
+        "reorder",
+        "external-data",
+        "ep-compat",
+    ]
     assert data["weights_after"] < data["weights_before"]
     assert data["save"]["data_path"] == str(out) + ".data"
     assert all(p["stats"].get("checked") for p in data["passes"] if p["modified"])
@@ -140,3 +147,67 @@ def test_demo_runs(tmp_path: Path) -> None:
 
     feeds = {"input_ids": np.arange(64, dtype=np.int64).reshape(1, 64)}
     assert_bit_identical(run_ort(src, feeds), run_ort(dst, feeds))
+
+
+def test_verify_failure_names_what_failed_in_one_line(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    """A CI log's last line says which output broke which tolerance, and which budget."""
+    import onnx
+    from fixtures_onnx import build_mlp
+
+    ref, other = tmp_path / "ref.onnx", tmp_path / "other.onnx"
+    onnx.save_model(build_mlp(seed=0, extras=False), ref)
+    onnx.save_model(build_mlp(seed=1, extras=False), other)  # different weights: y differs
+    code = main(["verify", str(ref), str(other), "--quiet", "--max-peak", "1MiB", "--atol", "1e-3"])
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert code == 3
+    assert last.startswith("Result: MISMATCH (exit 3): cpu output y: ")
+    assert "elements differ by more than atol 0.001 + rtol 1e-05*|ref|" in last
+    assert "cpu process peak" in last and "> --max-peak 1.0 MiB" in last
+
+
+def test_estimate_text_is_readable_and_verbose_adds_internals(mlp_path: Path, capsys) -> None:  # noqa: ANN001
+    assert main(["estimate", str(mlp_path)]) == 0
+    plain = capsys.readouterr().out
+    assert plain.startswith("memshrink estimate: mlp.onnx on ONNX Runtime CPU (--backend ort)")
+    assert "assumed: execution order ort_default; inputs x[4, 128]" in plain
+    assert "more assumptions: --verbose" in plain and "planners" not in plain
+    assert main(["estimate", str(mlp_path), "--verbose"]) == 0
+    verbose = capsys.readouterr().out
+    assert "planners (activations" in verbose and "  - execution order: ort_default" in verbose
+
+
+def test_optimize_rejects_an_unknown_backend(mlp_path: Path, tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["optimize", str(mlp_path), str(tmp_path / "o.onnx"), "--backend", "gpu"])
+    assert exc.value.code == 2
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["estimate", "{in}", "--json", "{in}"],
+        ["estimate", "{in}", "--plot", "{in}"],
+        ["verify", "{in}", "{in}", "--json", "{in}"],
+        ["optimize", "{in}", "{tmp}/o.onnx", "--json", "{in}"],
+        ["optimize", "{in}", "{tmp}/o.onnx", "--json", "{tmp}/o.onnx"],
+    ],
+)
+def test_a_report_never_overwrites_a_model(
+    mlp_path: Path,
+    tmp_path: Path,
+    args: list[str],
+    capsys,  # noqa: ANN001
+) -> None:
+    """`--json model.onnx` is refused before any work; the model's bytes stay as they were."""
+    before = mlp_path.read_bytes()
+    argv = [a.format(**{"in": mlp_path, "tmp": tmp_path}) for a in args]
+    assert main(argv) == 2
+    assert "choose another" in capsys.readouterr().err
+    assert mlp_path.read_bytes() == before and not (tmp_path / "o.onnx").exists()
+
+
+def test_a_json_report_is_overwritten(mlp_path: Path, tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    report.write_text('{"old": true}\n')
+    assert main(["estimate", str(mlp_path), "--json", str(report)]) == 0
+    assert '"backend": "ort"' in report.read_text()

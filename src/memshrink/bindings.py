@@ -135,6 +135,7 @@ def bind_input_shapes(
         )
     resolved: dict[str, tuple[int, ...]] = {}
     missing: list[str] = []
+    symbols: list[str] = []  # named unbound dims, for the --dim example in the error
     for name, declared in inputs:
         if declared is None:  # no shape declared: any rank, but it must be given
             side = sidecar.input(name) if sidecar else None
@@ -174,12 +175,16 @@ def bind_input_shapes(
                 out.append(dims[d])
             else:
                 missing.append(f"{name}[{i}]" + (f" ({d!r})" if d else " (unnamed)"))
+                if isinstance(d, str) and d and d not in symbols:
+                    symbols.append(d)
                 out.append(-1)
         resolved[name] = tuple(out)
     if missing:
+        example = " ".join(f"--dim {s}=N" for s in symbols)
         raise UnboundDimensionError(
             "unbound symbolic dimension(s): "
             + ", ".join(missing)
             + "; bind them with --shape NAME=D1,D2,... or --dim SYMBOL=N"
+            + (f" (here: {example}, the sizes you deploy with)" if example else "")
         )
     return resolved

@@ -27,11 +27,15 @@ PLUGIN_CLI_MODULES = (
 
 EPILOG = """\
 examples:
-  memshrink optimize model.onnx small.onnx --passes all
-  memshrink estimate small.onnx --shape input_ids=1,128
+  memshrink demo --verify cpu                    # try it on a bundled example model
+  memshrink optimize model.onnx small.onnx       # every pass (--passes all)
   memshrink verify model.onnx small.onnx --backends cpu,openvino
+  memshrink estimate small.onnx --shape input_ids=1,128
+  memshrink profile small.onnx --backends cpu
   memshrink passes
-  memshrink demo
+
+Each command has its own --help with examples. optimize, estimate, verify, profile and
+passes take --json PATH, or --json - to print JSON instead of the table (keys: docs/README.md).
 
 exit codes: 0 ok, 1 failure, 2 usage error, 3 outputs differ, 4 over a memory
 budget, 5 a backend failed (see `memshrink verify --help`), 6 the input model
@@ -44,8 +48,41 @@ interrupted by SIGINT/SIGTERM (nothing written).
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         self.print_usage(sys.stderr)
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        print(f"{self.prog}: error: {message} (examples: {self.prog} --help)", file=sys.stderr)
         raise SystemExit(2)
+
+
+#: What a report file of each flag starts with; anything else is not ours to overwrite.
+REPORT_MAGIC = {"--json": (b"{", b"["), "--plot": (b"\x89PNG",)}
+
+
+def check_report_path(dest: str | None, flag: str) -> None:
+    """Refuse, before any work, to let a report overwrite a file that is not such a report.
+
+    Why: ``--json model.onnx`` (a slip of the hand, or shell completion) would otherwise
+    replace the user's model with a report, after minutes of work. An existing file is
+    overwritten only when it already is a JSON report (``--json``) or a PNG (``--plot``).
+    """
+    if not dest or dest == "-":
+        return
+    from pathlib import Path
+
+    path = Path(dest)
+    if path.is_dir():
+        raise UsageError(f"{flag} {dest} is a folder; give a file path")
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8).lstrip()
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise UsageError(f"{flag} {dest}: {exc.strerror or exc}") from exc
+    if head and not head.startswith(REPORT_MAGIC[flag]):
+        kind = "JSON" if flag == "--json" else "PNG"
+        raise UsageError(
+            f"refusing to overwrite {dest}: it exists and is not a {kind} file (a model?); "
+            f"choose another {flag} path"
+        )
 
 
 def write_json(data: Any, dest: str) -> None:
@@ -56,6 +93,7 @@ def write_json(data: Any, dest: str) -> None:
         return
     from pathlib import Path
 
+    check_report_path(dest, "--json")
     try:
         Path(dest).write_text(text + "\n")
     except OSError as exc:

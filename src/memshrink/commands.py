@@ -58,15 +58,21 @@ def _add_shape_args(p: argparse.ArgumentParser) -> None:
 def cmd_optimize(args: argparse.Namespace) -> int:
     from memshrink.bindings import parse_dim_args, parse_shape_args
     from memshrink.checks import CheckHook
+    from memshrink.cli import check_report_path
     from memshrink.hooks import EstimateHook, VerifyEachHook
     from memshrink.manager import PassContext, PassManager, stderr_progress
     from memshrink.model import load, weight_bytes
     from memshrink.writer import save_model
 
+    check_report_path(args.json, "--json")
     src, dst = Path(args.input), Path(args.output)
     same = os.path.realpath(src) == os.path.realpath(dst)
     if same or (src.exists() and dst.exists() and os.path.samefile(src, dst)):
         raise UsageError("output path is the input path; the input is never overwritten")
+    if args.json and args.json != "-":
+        written = {os.path.realpath(p) for p in (dst, f"{dst}.data")}
+        if os.path.realpath(args.json) in written:
+            raise UsageError(f"--json {args.json} is where the model goes; choose another path")
     # Fail before any work when the output can't be written.
     if not dst.parent.is_dir():
         raise ModelSaveError(f"output folder {dst.parent} does not exist")
@@ -98,7 +104,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     context = PassContext(
         shapes=shapes,
         dims=dims,
-        backend=args.backend or "ort",
+        backend={None: "ort", "cpu": "ort"}.get(args.backend, args.backend),
         deploy_only=args.backend is not None,
         progress=progress,
     )
@@ -235,22 +241,52 @@ def _copy_sidecar(src: Path, dst: Path) -> None:
         os.replace(tmp, target)
 
 
+def _stat_text(key: str, value: Any) -> str:
+    sized = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if sized and any(w in key for w in ("bytes", "peak", "activations", "saved")):
+        return f"{key}={format_bytes(value)}"
+    return f"{key}={value}"
+
+
 def _format_optimize(result: dict[str, Any]) -> str:
-    lines = [f"{'pass':<18} {'changed':<8} {'time':>8}  details"]
+    """The console table of ``optimize``: per pass what changed and why; the predicted peak after
+    each modifying pass; then one summary line of predicted peaks and one of weights and files.
+
+    Zero counts are left out of the console (``--json`` keeps every statistic): a newcomer
+    should read what a pass did, not the list of things it did not do.
+    """
+    width = max([18] + [len(p["name"]) + 1 for p in result["passes"]])
+    lines = [f"{'pass':<{width}} {'changed':<8} {'time':>8}  details"]
+    said: dict[str, str] = {}  # a reason already printed -> the pass that printed it
     for p in result["passes"]:
-        details = ", ".join(
-            f"{k}={format_bytes(v) if 'bytes' in k and isinstance(v, (int, float)) else v}"
+        stats = {
+            k: v
             for k, v in p["stats"].items()
-            if isinstance(v, (int, float, str, bool))
-        )
+            if isinstance(v, (int, float, str, bool)) and not (v == 0 and not isinstance(v, str))
+        }
+        reason = str(stats.pop("reason", "") or "")
+        details = ", ".join(_stat_text(k, v) for k, v in stats.items())
+        if reason:
+            short = f"same reason as {said[reason]}" if reason in said else reason
+            said.setdefault(reason, p["name"])
+            details = short + (f" ({details})" if details else "")
         lines.append(
-            f"{p['name']:<18} {'yes' if p['modified'] else 'no':<8} {p['seconds']:>7.2f}s  {details}"
+            f"{p['name']:<{width}} {'yes' if p['modified'] else 'no':<8} {p['seconds']:>7.2f}s  {details}"
         )
         est = p.get("estimate") or {}
-        if est.get("stage_peaks"):
+        if est.get("stage_peaks") and p["modified"]:
             peaks = ", ".join(f"{k} {format_bytes(v)}" for k, v in est["stage_peaks"].items())
             partial = ", partial: some shapes unknown" if est.get("partial") else ""
-            lines.append(f"{'':<18} predicted ({est.get('backend')}{partial}): {peaks}")
+            lines.append(f"{'':<{width}} predicted ({est.get('backend')}{partial}): {peaks}")
+    summary = _predicted_summary(result)
+    if summary:
+        lines.append(summary)
+    idle = [p["name"] for p in result["passes"] if "unbound" in str(p["stats"].get("reason", ""))]
+    if idle:
+        lines.append(
+            f"note: {', '.join(dict.fromkeys(idle))} did nothing because the input dims are "
+            "unbound; rerun with --dim / --shape (the sizes you deploy with) to let them work"
+        )
     save = result["save"]
     where = f"{save['path']}" + (f" + {save['data_path']}" if save["data_path"] else "")
     lines.append(
@@ -258,6 +294,28 @@ def _format_optimize(result: dict[str, Any]) -> str:
         f"wrote {where} in {result['seconds']:.2f} s total"
     )
     return "\n".join(lines)
+
+
+def _predicted_summary(result: dict[str, Any]) -> str | None:
+    """``predicted peak on ort, input -> output: session_creation 41.6 MiB -> 25.8 MiB, ...``."""
+    before = (result.get("estimate_before") or {}).get("stage_peaks")
+    last = next(
+        (
+            p.get("estimate") or {}
+            for p in reversed(result["passes"])
+            if (p.get("estimate") or {}).get("stage_peaks")
+        ),
+        {},
+    )
+    after = last.get("stage_peaks")
+    if not before or not after:
+        return None
+    backend = (result.get("estimate_before") or {}).get("backend", "ort")
+    pairs = ", ".join(
+        f"{k} {format_bytes(before[k])} -> {format_bytes(after[k])}" for k in after if k in before
+    )
+    partial = " (partial: some shapes unknown)" if last.get("partial") else ""
+    return f"predicted peak on {backend}{partial}, input -> output: {pairs}"
 
 
 def cmd_passes(args: argparse.Namespace) -> int:
@@ -277,18 +335,23 @@ def cmd_passes(args: argparse.Namespace) -> int:
             args.json,
         )
         return 0
-    print(f"{'pass':<18} {'targets':<38} {'exact':<6} summary")
+    width = max(len(n) for n in passes) + 1
+    print(f"{'pass':<{width}} {'targets':<38} {'exact':<6} summary")
     for name, cls in sorted(passes.items()):
         exact = "yes" if cls.exact is True else "no"
-        print(f"{name:<18} {', '.join(cls.targets):<38} {exact:<6} {cls.summary}")
+        print(f"{name:<{width}} {', '.join(cls.targets):<38} {exact:<6} {cls.summary}")
         options = cls.describe()["options"]
         if options:
-            print(f"{'':<18} options: " + ", ".join(f"{k}={v}" for k, v in options.items()))
+            print(f"{'':<{width}} options: " + ", ".join(f"{k}={v}" for k, v in options.items()))
     print("\npresets:")
     for name, (names, _, description) in presets.items():
         print(f"  {name:<8} {', '.join(names)}")
         if description:
             print(f"  {'':<8} {description}")
+    print(
+        "\nexact: yes = outputs bit-identical; no = within the tolerance `memshrink verify` checks."
+        "\nSet an option with -O PASS.OPTION=VALUE, e.g. -O chunk.max_chunks=4."
+    )
     return 0
 
 
@@ -368,10 +431,11 @@ def register_builtin(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--backend",
         default=None,
+        choices=["ort", "cpu", "openvino", "ort-openvino", "cuda"],
         help="the one runtime you deploy on: the per-pass estimate predicts for it, the "
         "activation passes refuse rewrites predicted to raise its peak and stop sparing the "
         "other runtimes, and for openvino tied weights are not folded into a second copy "
-        "(ort = ONNX Runtime CPU; openvino, ort-openvino, cuda). Without it, passes decide "
+        "(ort or cpu = ONNX Runtime CPU; openvino, ort-openvino, cuda). Without it, passes decide "
         "on ORT CPU's prediction but avoid rewrites predicted to raise OpenVINO's, its EP's "
         "or CUDA's peak much",
     )
@@ -398,6 +462,8 @@ def register_builtin(sub: argparse._SubParsersAction) -> None:
         "passes",
         help="list the passes and presets",
         description="List every pass with what it targets, whether it is bit-exact, and its options.",
+        epilog="examples:\n  memshrink passes\n  memshrink passes --json -          # the same as JSON on stdout",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--json", metavar="PATH", help="write the list as JSON ('-' for stdout)")
     p.set_defaults(func=cmd_passes)

@@ -183,3 +183,105 @@ def test_pass_lists_overlap_candidates(tmp_path: Path) -> None:
     cands = [c for c in res.stats["candidates"] if c.get("overlap")]
     assert {c["end"] for c in cands} == {"mp", "bout", "cout", "dout"}
     assert any("predicted_activations" in c for c in cands)
+
+
+@pytest.mark.parametrize(("end", "reblocked"), [("cout", ["cout"]), ("bout", [])])
+def test_concat_read_by_a_residual_add_is_reblocked(
+    tmp_path: Path, end: str, reblocked: list[str]
+) -> None:
+    """A region output read by the next block's Add gets an identity depthwise 1x1 Conv after
+    its Concat (``chunking.reblock``); one read by Convs only (a projection block) does not."""
+    src = _src(tmp_path)
+    model = load(src)
+    _, est = _predict(model, PassContext())
+    _, st = apply(model, _shapes(est), "spatial", 3, 2, end=end, overlap=True)
+    assert st.reblocked == reblocked
+    out = tmp_path / "o.onnx"
+    save_model(model, out)
+    m = onnx.load(out)
+    dw = [n for n in m.graph.node if n.op_type == "Conv" and n.input[0].endswith("__chunked")]
+    assert len(dw) == len(reblocked)
+    for n in dw:
+        w = numpy_helper.to_array(next(i for i in m.graph.initializer if i.name == n.input[1]))
+        assert w.shape == (32, 1, 1, 1) and np.all(w == 1) and len(n.input) == 2
+    feeds = _feeds()
+    np.testing.assert_array_equal(run_ort(out, feeds)[0], run_ort(src, feeds)[0])
+
+
+def dilated_net(h: int = 80, w: int = 48) -> onnx.ModelProto:
+    """A DeepLab-like trunk: stem (3x3/s2), residual blocks whose 3x3 convs are dilated by 2
+    and 3 (pads = dilation), an ASPP-like pair of parallel dilated convs (4, 6) concatenated
+    along channels, and a 1x1 classifier: dilation widens the halo by the dilation."""
+    nodes = [helper.make_node("Conv", ["x", "ws"], ["s"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("Relu", ["s"], ["sr"])]  # fmt: skip
+    inits = [_w("ws", 16, 3, 3, 3)]
+    x = "sr"
+    for name, d in (("a", 2), ("b", 3)):
+        nodes += [
+            helper.make_node("Conv", [x, f"{name}w"], [f"{name}c"], pads=[d] * 4,
+                             dilations=[d, d]),
+            helper.make_node("Add", [f"{name}c", x], [f"{name}a"]),
+            helper.make_node("Relu", [f"{name}a"], [f"{name}out"]),
+        ]  # fmt: skip
+        inits.append(_w(f"{name}w", 16, 16, 3, 3))
+        x = f"{name}out"
+    for d in (4, 6):
+        nodes.append(helper.make_node("Conv", [x, f"p{d}w"], [f"p{d}"], pads=[d] * 4,
+                                      dilations=[d, d]))  # fmt: skip
+        inits.append(_w(f"p{d}w", 16, 16, 3, 3))
+    nodes += [helper.make_node("Concat", ["p4", "p6"], ["cat"], axis=1),
+              helper.make_node("Conv", ["cat", "wc"], ["y"])]  # fmt: skip
+    inits.append(_w("wc", 5, 32, 1, 1))
+    g = helper.make_graph(
+        nodes, "dilated", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, h, w])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5, h // 2, w // 2])], inits,
+    )  # fmt: skip
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    m.ir_version = 9
+    return onnx.shape_inference.infer_shapes(m)
+
+
+@pytest.mark.parametrize(("end", "count"), [("aout", 2), ("bout", 3), ("", 2), ("", 4)])
+def test_dilated_convs_get_their_halo(tmp_path: Path, end: str, count: int) -> None:
+    """Overlapping bands (ending at a block) and exact bands (the whole net) over dilated
+    convs compute the original's outputs: each conv reaches (k - 1) * d rows."""
+    src = tmp_path / "dilated.onnx"
+    onnx.save_model(dilated_net(), src)
+    model = load(src)
+    _, est = _predict(model, PassContext())
+    _, st = apply(model, _shapes(est), "spatial", count, 2, end=end, overlap=bool(end))
+    check_model(model)
+    out = tmp_path / "o.onnx"
+    save_model(model, out)
+    feeds = {"x": np.random.default_rng(2).standard_normal((1, 3, 80, 48)).astype(np.float32)}
+    np.testing.assert_allclose(run_ort(out, feeds)[0], run_ort(src, feeds)[0], atol=1e-5, rtol=1e-5)
+    assert st.extra_flops > 0
+
+
+@pytest.mark.parametrize(("h", "inner"), [(96, ("mp", 2)), (101, ("cout", 2)), (96, ("cout", 3))])
+def test_sub_bands_inside_bands_match(tmp_path: Path, h: int, inner: tuple[str, int]) -> None:
+    """``chunking.nested``: each band's shallow layers split again into sub-bands (the band's
+    edges are their real border) still give the original's outputs; the search finds the
+    sub-band ends from the first band."""
+    from memshrink.transforms.chunking.nested import band_end_names
+
+    src = _src(tmp_path, h)
+    model = load(src)
+    _, est = _predict(model, PassContext())
+    shapes = _shapes(est)
+    probe = load(src)
+    _, outer = apply(probe, shapes, "spatial", 2, 2, end="dout", overlap=True)
+    assert inner[0] in band_end_names(probe.graph, outer, 2, 18)
+    _, st = apply(model, shapes, "spatial", 2, 2, end="dout", overlap=True, inner=inner)
+    check_model(model)
+    assert st.extra_flops > outer.extra_flops and st.nodes_after > outer.nodes_after
+    out = tmp_path / "o.onnx"
+    save_model(model, out)
+    feeds = _feeds(h)
+    np.testing.assert_allclose(run_ort(out, feeds)[0], run_ort(src, feeds)[0], atol=1e-5, rtol=1e-5)
+
+
+def test_pass_tries_sub_bands_when_asked(tmp_path: Path) -> None:
+    model = load(_src(tmp_path))
+    res = ChunkPass(modes="spatial", max_chunks=2, nested=True).run(model, PassContext())
+    assert any(c.get("inner") for c in res.stats["candidates"])

@@ -24,3 +24,8 @@ def __getattr__(name: str) -> Any:
 
         return getattr(api, name)
     raise AttributeError(f"module 'memshrink.estimate' has no attribute {name!r}")
+
+
+from memshrink.callable_module import make_callable  # noqa: E402
+
+make_callable(__name__, "memshrink.estimate.api", "estimate")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from memshrink.bindings import parse_dim_args, parse_shape_args
@@ -65,6 +64,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--partial", action="store_true", help="allow unbound dims: a partial result")
     p.add_argument("--json", metavar="PATH", help="write the full estimate as JSON ('-' = stdout)")
     p.add_argument("--plot", metavar="PNG", help="plot live memory over the schedule")
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="also print every assumption, the textbook planners and each glibc heap mode",
+    )
     p.set_defaults(func=handler)
 
 
@@ -79,8 +84,11 @@ def _session_options(items: list[str]) -> dict[str, str]:
 
 
 def handler(args: argparse.Namespace) -> int:
+    from memshrink.cli import check_report_path, write_json
     from memshrink.estimate import estimate
 
+    check_report_path(args.json, "--json")
+    check_report_path(args.plot, "--plot")
     est = estimate(
         args.model,
         backend=args.backend,
@@ -92,14 +100,9 @@ def handler(args: argparse.Namespace) -> int:
         allow_partial=args.partial,
     )
     if args.json:
-        data = json.dumps(est.to_dict(), indent=2)
-        if args.json == "-":
-            print(data)
-        else:
-            with open(args.json, "w") as f:
-                f.write(data + "\n")
+        write_json(est.to_dict(), args.json)
     if args.json != "-":
-        print(est.format_table())
+        print(est.format_table(verbose=args.verbose))
     if args.plot:
         est.plot(args.plot)
         print(f"plot written to {args.plot}", file=sys.stderr)

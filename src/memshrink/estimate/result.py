@@ -9,7 +9,6 @@ from typing import Any
 from memshrink.estimate.backends import BackendPrediction
 from memshrink.estimate.graph import GraphInfo, ModelView
 from memshrink.estimate.lifetimes import Buffer, live_bytes, tensor_buffers
-from memshrink.units import format_bytes
 
 
 @dataclass
@@ -105,74 +104,11 @@ class Estimate:
             "details": {k: v for k, v in p.details.items() if k != "plan"},
         }
 
-    def format_table(self) -> str:
-        p = self.prediction
-        rows = [
-            f"memshrink estimate — backend {p.backend}, schedule {p.schedule}"
-            + (
-                f" (PARTIAL: {len(self.unknowns)} tensor(s) of unknown size)"
-                if self.partial
-                else ""
-            ),
-            f"{'stage':<18}{'peak':>12}{'weights anon':>14}{'weights file':>14}{'activations':>13}"
-            f"{'overhead':>11}",
-        ]
-        host = p.details.get("host") if p.backend == "cuda" else None
-        if host is not None:  # device figures, plus the host process beside them
-            rows[1] = (
-                f"{'stage':<18}{'GPU peak':>12}{'GPU weights':>14}{'':>14}{'GPU activ.':>13}"
-                f"{'GPU fixed':>11}{'host peak':>12}"
-            )
-        for s in p.stages:
-            line = (
-                f"{s.name:<18}{format_bytes(s.peak):>12}{format_bytes(s.weights_anon):>14}"
-                f"{format_bytes(s.weights_file) if host is None else '':>14}"
-                f"{format_bytes(s.activations):>13}{format_bytes(s.overhead):>11}"
-            )
-            if host is not None:
-                line += f"{format_bytes(host.get(s.name, 0)):>12}"
-            rows.append(line)
-        if host is not None:
-            rows.append(
-                "GPU figures are over an empty CUDA session (the verifier's baseline), so the "
-                "fixed part can be negative; host figures are over the process baseline"
-            )
-            if spread := p.details.get("device_range"):
-                rows.append(
-                    "GPU peak under other weight copy orders (ORT's differs per process): "
-                    + ", ".join(
-                        f"{k} {format_bytes(lo)}..{format_bytes(hi)}"
-                        for k, (lo, hi) in spread.items()
-                    )
-                )
-        chosen = p.details.get("glibc_modes", {})
-        for m in sorted({m for s in p.stages for m in s.modes}):
-            rows.append(
-                f"  glibc {m} mode (embedded weights, at random per process"
-                + ("; the table above" if chosen.get(m, {}).get("predicted") else "")
-                + "): "
-                + ", ".join(
-                    f"{s.name} {format_bytes(s.modes[m])}" for s in p.stages if m in s.modes
-                )
-            )
-        rows.append(
-            "planners (activations): "
-            + ", ".join(f"{k} {format_bytes(v)}" for k, v in p.planners.items())
-        )
-        top = self.top_tensors(5)
-        if top:
-            rows.append("largest tensors alive at the peak:")
-            for t in top:
-                rows.append(
-                    f"  {format_bytes(t['bytes']):>10}  {t['tensors'][0]}  ← {t['op_type']} {t['producer']}"
-                )
-        if self.partial:
-            rows.append(
-                "unknown sizes (counted as 0): "
-                + ", ".join(self.unknowns[:10])
-                + (" …" if len(self.unknowns) > 10 else "")
-            )
-        return "\n".join(rows)
+    def format_table(self, verbose: bool = False) -> str:
+        """Console text (``estimate/text.py``); ``verbose`` adds planners, glibc modes, assumptions."""
+        from memshrink.estimate.text import format_estimate
+
+        return format_estimate(self, verbose)
 
     def plot(self, path: str | os.PathLike) -> None:
         """PNG of live memory over the schedule: the weights band under the activations."""

@@ -24,6 +24,7 @@ BUILTIN_MODULES = (
     "memshrink.transforms.reorder",
     "memshrink.transforms.inplace",
     "memshrink.transforms.recompute",
+    "memshrink.transforms.ep_compat",
 )
 
 _REGISTRY: dict[str, type[Pass]] = {}

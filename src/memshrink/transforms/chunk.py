@@ -27,6 +27,7 @@ from memshrink.transforms.chunking.channel_choice import choose_channels
 from memshrink.transforms.chunking.channels import find_blocks
 from memshrink.transforms.chunking.choice import Chooser, rank
 from memshrink.transforms.chunking.layout import distinct_edges
+from memshrink.transforms.chunking.nested import band_end_names, nest
 from memshrink.transforms.chunking.overlap import ends, overlap_plans
 from memshrink.transforms.chunking.partial import prefix
 from memshrink.transforms.chunking.region import Region, discover_best
@@ -51,6 +52,10 @@ TRIMS = {"batch": (0,), "spatial": (0, 4, 8)}
 #: at least 1/c of the largest, ``chunking.partial``): fewer copied Conv/FC nodes, which
 #: OpenVINO compiles one primitive each for.
 CUTS = {"batch": (0, 1, 2, 4), "spatial": (0,)}
+#: Sub-band splits tried (``chunking.nested``): inside the NESTED_OUTER best overlapping-band
+#: layouts, every shallow block boundary x these counts.
+NESTED_OUTER = 2
+NESTED_COUNTS = (2, 4)
 
 
 def _predict(model: ir.Model, context: PassContext) -> tuple[int, Any]:
@@ -157,6 +162,7 @@ def apply(
     seen: set[tuple] | None = None,
     end: str = "",
     overlap: bool = False,
+    inner: tuple[str, int] | None = None,
 ) -> tuple[Region, RewriteStats]:
     """Find the region of ``mode`` in ``model`` and rewrite it in ``count`` chunks (in place).
 
@@ -167,7 +173,9 @@ def apply(
     at least 1/``distinct`` of a chunk's largest tensor (``chunking.layout``). ``cut`` > 0
     keeps only the region's first ops (``chunking.partial.prefix``). ``seen`` (the search's
     keys so far) raises ``Duplicate`` before rewriting a region and layout already tried (a
-    trim or cut that removed nothing): the rewrite is the costly step.
+    trim or cut that removed nothing): the rewrite is the costly step. ``inner`` = (value,
+    count) then splits every overlapping band again, from its input to its copy of that value,
+    into ``count`` sub-bands (``chunking.nested``).
     """
     spec = specialize(model, shapes)
     entries = entries_for(model, shapes, mode, axis)
@@ -198,12 +206,19 @@ def apply(
         if edges is None:
             raise Refuse(f"no band edges keep chunk shapes distinct (1/{distinct})")
     if seen is not None:
-        key = (mode, count, stagger, tuple(edges or ()), shape, overlap)
+        key = (mode, count, stagger, tuple(edges or ()), shape, overlap, inner)
         if key in seen:
             raise Duplicate(str(key))
         seen.add(key)
     plans = overlap_plans(region, count, stagger, edges) if overlap else None
     st = rewrite(model.graph, region, count, stagger, edges, plans)
+    if inner:  # a Refuse here leaves the bands written: the search applies it to clones first
+        if not overlap:
+            raise Refuse("sub-bands need overlapping bands")
+        ist = nest(model.graph, st, axis, inner[0], inner[1], _opset(model), region.label)
+        st.flops_after += ist.flops_after - ist.flops_before
+        st.nodes_after += ist.nodes_after - ist.nodes_before
+        st.reblocked += ist.reblocked
     st.edges = edges
     st.specialized = spec
     return region, st
@@ -218,8 +233,28 @@ def _trial(model: ir.Model, shapes: dict[str, tuple[int, ...] | None], c: dict[s
     """A clone of ``model`` with candidate ``c`` applied (for the backend guard)."""
     trial = clone_with_meta(model)
     apply(trial, shapes, c["mode"], c["chunks"], axis, c["stagger"], c["trim"], c["distinct"],
-          c.get("cut", 0), end=c.get("end", ""), overlap=c.get("overlap", False))  # fmt: skip
+          c.get("cut", 0), end=c.get("end", ""), overlap=c.get("overlap", False),
+          inner=_inner(c))  # fmt: skip
     return trial
+
+
+def _inner(c: dict[str, Any]) -> tuple[str, int] | None:
+    """A candidate's sub-band split (value name, count), if any."""
+    i = c.get("inner")
+    return (str(i[0]), int(i[1])) if i else None
+
+
+def _inner_ends(
+    model: ir.Model, shapes: dict[str, tuple[int, ...] | None], c: dict[str, Any], axis: int
+) -> list[str]:
+    """Names (in the original graph) of the values candidate ``c``'s bands may split their
+    shallow layers up to (``nested.inner_ends`` of its first band), its own end excluded."""
+    trial = clone_with_meta(model)
+    try:
+        _, st = apply(trial, shapes, c["mode"], c["chunks"], axis, end=c["end"], overlap=True)
+        return [n for n in band_end_names(trial.graph, st, axis, _opset(trial)) if n != c["end"]]
+    except Refuse:
+        return []
 
 
 def _overlap_ends(
@@ -280,6 +315,11 @@ class ChunkPass(Pass):
         # region by default: on ResNet-50 b16 no cut kept OpenVINO and met ORT CPU's 0.5x
         # (x8 cut 4: 0.53x, OpenVINO +21 MiB measured), and each cut adds a trial per layout
         cuts: str = "0"
+        # also try splitting the shallow layers of the best overlapping-band layouts' bands
+        # again (chunking.nested). Off by default: on ResNet-50 960² it measured 0.35x instead
+        # of 0.44x, but for +53 % FLOPs (not 13 %), OpenVINO +24 MiB, and a prediction 20 %
+        # low (the glibc-hole credit of run 1's arena regions; docs/chunk.md)
+        nested: bool = False
 
     def run(self, model: ir.Model, context: PassContext) -> PassResult:
         o = self.options
@@ -376,6 +416,70 @@ class ChunkPass(Pass):
             per_kernel=int(OV_CALIBRATION["ov_per_kernel"]), cap=o.prefer_cap,
         )  # fmt: skip
 
+    def _try(
+        self,
+        model: ir.Model,
+        context: PassContext,
+        shapes: dict[str, tuple[int, ...] | None],
+        candidates: list[dict[str, Any]],
+        seen: set[tuple],
+        mode: str,
+        count: int,
+        stagger: int,
+        distinct: int,
+        trim: int,
+        cut: int,
+        end: str = "",
+        inner: tuple[str, int] | None = None,
+    ) -> None:
+        """Rewrite one candidate layout on a clone and predict it; appended to ``candidates``
+        (with ``refused`` when it cannot apply or costs over ``max_extra_flops``)."""
+        o = self.options
+        context.progress(
+            f"chunk: trying {mode} x{count} (stagger {stagger}, distinct {distinct}, "
+            f"trim {trim}, cut {cut}"
+            + (f", overlapping bands ending at {end}" if end else "")
+            + (f", sub-bands x{inner[1]} to {inner[0]}" if inner else "")
+            + ")"
+        )
+        cand: dict[str, Any] = {
+            "mode": mode, "chunks": count, "stagger": stagger, "distinct": distinct,
+            "trim": trim, "cut": cut,
+        }  # fmt: skip
+        if end:
+            cand.update(end=end, overlap=True)
+        if inner:
+            cand["inner"] = list(inner)
+        trial = clone_with_meta(model)
+        try:
+            region, st = apply(
+                trial, shapes, mode, count, o.spatial_axis, stagger, trim, distinct, cut,
+                seen, end=end, overlap=bool(end), inner=inner,
+            )  # fmt: skip
+            cand.update(
+                extra_flops=round(st.extra_flops, 4),
+                region_nodes=st.nodes_before,
+                region_outputs=st.outputs,
+                shape_classes=st.shape_classes,
+            )
+            if st.edges:
+                cand["edges"] = st.edges
+            if st.extra_flops > o.max_extra_flops:  # refused: no estimate needed
+                cand["refused"] = (
+                    f"extra compute {st.extra_flops:.0%} over max_extra_flops "
+                    f"{o.max_extra_flops:.0%}"
+                )
+                candidates.append(cand)
+                return
+            cand["predicted_activations"], _ = _predict(trial, context)
+        except Duplicate:  # a trim that cut nothing: same rewrite as before
+            return
+        except Refuse as exc:
+            cand["refused"] = str(exc)
+        except Exception as exc:  # noqa: BLE001 - a candidate that fails is skipped
+            cand["refused"] = f"{type(exc).__name__}: {exc}"
+        candidates.append(cand)
+
     def _rows(
         self,
         model: ir.Model,
@@ -411,46 +515,19 @@ class ChunkPass(Pass):
                 for count in chunk_counts(mode, extent, o.max_chunks, o.min_rows)
             ]  # fmt: skip
             for count, stagger, distinct, trim, cut, end in grid6:
-                context.progress(
-                    f"chunk: trying {mode} x{count} (stagger {stagger}, distinct {distinct}, "
-                    f"trim {trim}, cut {cut}"
-                    + (f", overlapping bands ending at {end})" if end else ")")
-                )
-                cand: dict[str, Any] = {
-                    "mode": mode, "chunks": count, "stagger": stagger, "distinct": distinct,
-                    "trim": trim, "cut": cut,
-                }  # fmt: skip
-                if end:
-                    cand.update(end=end, overlap=True)
-                trial = clone_with_meta(model)
-                try:
-                    region, st = apply(
-                        trial, shapes, mode, count, o.spatial_axis, stagger, trim, distinct, cut,
-                        seen, end=end, overlap=bool(end),
-                    )  # fmt: skip
-                    cand.update(
-                        extra_flops=round(st.extra_flops, 4),
-                        region_nodes=st.nodes_before,
-                        region_outputs=st.outputs,
-                        shape_classes=st.shape_classes,
-                    )
-                    if st.edges:
-                        cand["edges"] = st.edges
-                    if st.extra_flops > o.max_extra_flops:  # refused: no estimate needed
-                        cand["refused"] = (
-                            f"extra compute {st.extra_flops:.0%} over max_extra_flops "
-                            f"{o.max_extra_flops:.0%}"
-                        )
-                        candidates.append(cand)
-                        continue
-                    cand["predicted_activations"], _ = _predict(trial, context)
-                except Duplicate:  # a trim that cut nothing: same rewrite as before
-                    continue
-                except Refuse as exc:
-                    cand["refused"] = str(exc)
-                except Exception as exc:  # noqa: BLE001 - a candidate that fails is skipped
-                    cand["refused"] = f"{type(exc).__name__}: {exc}"
-                candidates.append(cand)
+                self._try(model, context, shapes, candidates, seen, mode, count, stagger,
+                          distinct, trim, cut, end)  # fmt: skip
+            if mode == "spatial" and o.nested:
+                # sub-bands inside the best overlapping-band layouts (``chunking.nested``)
+                best = sorted(
+                    (c for c in candidates if c.get("overlap") and "predicted_activations" in c),
+                    key=lambda c: c["predicted_activations"],
+                )[:NESTED_OUTER]
+                for c in best:
+                    for iend in _inner_ends(model, shapes, c, o.spatial_axis):
+                        for ik in NESTED_COUNTS:
+                            self._try(model, context, shapes, candidates, seen, mode,
+                                      c["chunks"], 0, 0, 0, 0, c["end"], (iend, ik))  # fmt: skip
         stats: dict[str, Any] = {"predicted_activations_before": base, "candidates": candidates}
         ok = [c for c in candidates if "refused" not in c]
         if not ok:
@@ -489,7 +566,7 @@ class ChunkPass(Pass):
         region, st = apply(
             model, shapes, pick["mode"], pick["chunks"], o.spatial_axis, pick["stagger"],
             pick["trim"], pick["distinct"], pick.get("cut", 0), end=pick.get("end", ""),
-            overlap=pick.get("overlap", False),
+            overlap=pick.get("overlap", False), inner=_inner(pick),
         )  # fmt: skip
         stats.update(
             mode=pick["mode"],
@@ -507,7 +584,10 @@ class ChunkPass(Pass):
             halo_rows=st.halo_rows,
             specialized=st.specialized,
             stopped_at=region.stops,
+            reblocked=st.reblocked,
         )
         if pick.get("end"):
             stats.update(end=pick["end"], overlap=True)
+        if pick.get("inner"):
+            stats["inner"] = pick["inner"]
         return stats, True, pick["predicted_activations"]

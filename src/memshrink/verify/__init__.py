@@ -59,3 +59,8 @@ def __getattr__(name: str) -> Any:
 
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'memshrink.verify' has no attribute {name!r}")
+
+
+from memshrink.callable_module import make_callable  # noqa: E402
+
+make_callable(__name__, "memshrink.verify.api", "verify")

@@ -166,6 +166,10 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 def _opts(args: argparse.Namespace) -> dict[str, Any]:
     from memshrink.bindings import parse_dim_args, parse_shape_args
+    from memshrink.cli import check_report_path
+
+    check_report_path(args.json, "--json")  # before minutes of runs, not after
+    check_report_path(args.plot, "--plot")
     from memshrink.verify.inputs import parse_int_range_args
 
     def progress(msg: str) -> None:

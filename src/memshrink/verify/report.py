@@ -253,8 +253,43 @@ class VerifyReport:
                 f"Budget {b.backend}: peak {format_bytes(b.measured)} ({b.stage}) "
                 f"{'<=' if b.ok else '>'} {format_bytes(b.limit)}: {'ok' if b.ok else 'OVER BUDGET'}"
             )
-        lines.append(f"Result: {self.status.upper()} (exit {self.exit_code})")
+        lines.append(self.result_line())
         return "\n".join(lines)
+
+    def failure_reasons(self) -> list[str]:
+        """Why the gate failed, one short phrase per failed output, run or budget.
+
+        Why: a CI log shows the last line first; it should name the output and the tolerance it
+        broke, or the backend and the budget, without scrolling through the tables.
+        """
+        reasons: list[str] = []
+        for c in self.comparisons:
+            if c.status != "mismatch":
+                continue
+            reasons += [_mismatch_reason(c.backend, oc) for oc in c.outputs if not oc.ok]
+        failed: dict[tuple[str, str, str], list[str]] = {}  # same failure of both models: once
+        for r in self.failed_runs:
+            lines = (r.error or "").strip().splitlines()
+            failed.setdefault((r.backend, r.status, lines[0] if lines else ""), []).append(r.label)
+        for (backend, status, err), labels in failed.items():
+            who = " and ".join(labels) + (" models" if len(labels) > 1 else " model")
+            reasons.append(f"{backend} {status} ({who})" + (f": {err}" if err else ""))
+        for b in self.budgets:
+            if not b.ok:
+                reasons.append(
+                    f"{b.backend} process peak {format_bytes(b.measured)} ({b.stage}) > --max-peak "
+                    f"{format_bytes(b.limit)}"
+                )
+        return reasons
+
+    def result_line(self, limit: int = 3) -> str:
+        """``Result: STATUS (exit N)``, followed on failure by the first reasons, on one line."""
+        line = f"Result: {self.status.upper()} (exit {self.exit_code})"
+        reasons = self.failure_reasons() if not self.ok else []
+        if reasons:
+            more = f"; and {len(reasons) - limit} more" if len(reasons) > limit else ""
+            line += ": " + "; ".join(reasons[:limit]) + more
+        return line
 
     def save_plot(self, path: str | os.PathLike) -> str:
         series: dict[str, dict[str, list[tuple[str, int | None]]]] = {}
@@ -266,6 +301,32 @@ class VerifyReport:
                         (s["name"], _stage_peak_delta(run, s["name"])) for s in run.stages
                     ]
         return _plot(series, "Peak RSS per stage: original vs rewritten", os.fspath(path))
+
+
+def _mismatch_reason(backend: str, oc: OutputComparison) -> str:
+    """``cpu output logits: 12 of 256000 elements differ by more than atol 1e-05 + rtol 1e-05*|ref|
+    (max abs 2.1e-03)``, or the shape/dtype/NaN difference that made it fail."""
+    head = f"{backend} output {oc.name}"
+    if oc.note in ("shape differs", "dtype differs"):
+        got, ref = (
+            (oc.shape, oc.ref_shape) if oc.note == "shape differs" else (oc.dtype, oc.ref_dtype)
+        )
+        return f"{head}: {oc.note.split()[0]} {got} != original {ref}"
+    if oc.note and oc.note.startswith("missing"):
+        return f"{head}: {oc.note}"
+    nan = oc.nan_ref != oc.nan_out or oc.inf_ref != oc.inf_out
+    text = (
+        f"{head}: {oc.mismatches} of {oc.total} elements differ by more than "
+        f"atol {oc.atol:g} + rtol {oc.rtol:g}*|ref|"
+    )
+    if oc.max_abs is not None:
+        text += f" (max abs {oc.max_abs:.2e}"
+        if oc.worst_index is not None and oc.worst_out is not None and oc.worst_ref is not None:
+            text += f", at {list(oc.worst_index)}: {oc.worst_out:.6g} vs {oc.worst_ref:.6g}"
+        text += ")"
+    if nan:
+        text += f"; NaN {oc.nan_ref} -> {oc.nan_out}, Inf {oc.inf_ref} -> {oc.inf_out}"
+    return text
 
 
 def _output_line(backend: str, oc: OutputComparison, info: bool = False) -> str:

@@ -101,9 +101,18 @@ def _forward(
 
 
 def overlap_plans(
-    region: Region, count: int, stagger: int = 0, edges: Sequence[int] | None = None
+    region: Region,
+    count: int,
+    stagger: int = 0,
+    edges: Sequence[int] | None = None,
+    lengths: list[int] | None = None,
 ) -> list[ChunkRows]:
-    """One ``ChunkRows`` per chunk, for ``rewrite.rewrite(plans=...)``."""
+    """One ``ChunkRows`` per chunk, for ``rewrite.rewrite(plans=...)``.
+
+    ``lengths``: entry-row lengths other regions whose chunks run in the same session already
+    use (``chunking.nested``'s sibling bands, which have the same layers): kept apart as this
+    region's own are, and extended with them and with each part's length (the output slice a
+    chunk makes, in entry rows), so that no later chunk's tensor takes that slice's shape."""
     cum = _strides(region)
     entry_ext = {
         region.facts[n].in_shapes[i][ax]  # type: ignore[index]
@@ -116,7 +125,8 @@ def overlap_plans(
     extent = entry_ext.pop()
     align = lcm(*cum.values())
     plans: list[ChunkRows] = []
-    lengths: list[int] = []
+    shared = lengths is not None
+    lengths = [] if lengths is None else lengths
     for k in range(count):
         part = output_parts(region, k, count, stagger, edges)
         a = min(p[0] * cum[v] for v, p in part.items()) // align * align
@@ -141,6 +151,8 @@ def overlap_plans(
             else:
                 a = max(0, a - align)
         lengths.append(b - a)
+        if shared:
+            lengths.extend((p[1] - p[0]) * cum[v] for v, p in part.items())
         span, valid = _forward(region, a, b)
         plans.append(_rows(region, span, part))
     return plans

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx_ir as ir
 
-from memshrink.transforms.chunking import rules
+from memshrink.transforms.chunking import reblock, rules
 from memshrink.transforms.chunking.region import ChunkRows, Region, chunk_rows
 from memshrink.transforms.chunking.rules import Range, Shape
 
@@ -34,6 +34,9 @@ class RewriteStats:
     outputs: list[str] = field(default_factory=list)  # names of the concatenated region outputs
     specialized: dict[str, int] = field(default_factory=dict)  # what specialize() changed
     edges: list[int] | None = None  # explicit band edges (``chunking.layout``), if used
+    reblocked: list[str] = field(default_factory=list)  # outputs re-blocked (``reblock``)
+    entries: list[list[ir.Value]] = field(default_factory=list)  # per chunk: its sliced inputs
+    copies: list[dict[str, ir.Value]] = field(default_factory=list)  # per chunk: name -> copy
 
     @property
     def extra_flops(self) -> float:
@@ -146,6 +149,8 @@ def rewrite(
     parts: dict[ir.Value, list[ir.Value]] = {v: [] for v in region.outputs}
     signatures: set[tuple] = set()
     halo: dict[str, int] = {}
+    entries: list[list[ir.Value]] = []
+    copies: list[dict[str, ir.Value]] = []
     for k, rows in enumerate(plans):
         sig: list[tuple] = []
         local: dict[ir.Value, tuple[ir.Value, Range]] = {}
@@ -160,6 +165,7 @@ def rewrite(
             else:
                 local[v] = (b.slice(v, a, r, s, k), r)
             sig.append((r[1] - r[0],))
+        entries.append([local[v][0] for v in region.externals])
         for node in region.nodes:
             if node not in rows.node_range:
                 continue
@@ -216,11 +222,21 @@ def rewrite(
                              _with_extent(vs, region.axes[v], lr[1] - lr[0]), k)  # fmt: skip
             parts[v].append(lv)
         signatures.add(tuple(sig))
+        copies.append({y.name or "": c for y, (c, _) in local.items() if y not in region.externals})
     cats: list[tuple[ir.Value, ir.Value]] = []
+    reblocked: list[str] = []
     for v in region.outputs:
-        cat = b.value(f"{v.name}__chunked", v, _out_shape(region, v))
+        vs = _out_shape(region, v)
+        cat = b.value(f"{v.name}__chunked", v, vs)
         b.node("Concat", list(parts[v]), [cat], base=f"{v.name}__concat", k="concat",
                attrs=[ir.Attr("axis", ir.AttributeType.INT, region.axes[v])])  # fmt: skip
+        if reblock.wanted(v, vs, region.axes[v], set(region.nodes)):
+            w = reblock.weight(b.name(f"{v.name}__reblock_w"), vs[1])
+            graph.register_initializer(w)
+            cat_in, cat = cat, b.value(f"{v.name}__reblocked", v, vs)
+            b.node("Conv", [cat_in, w], [cat], attrs=reblock.attrs(vs[1]),
+                   base=f"{v.name}__reblock", k="concat")  # fmt: skip
+            reblocked.append(v.name or "")
         cats.append((v, cat))
     first = region.nodes[0]
     graph.insert_before(first, b.nodes)
@@ -245,6 +261,9 @@ def rewrite(
         shape_classes=len(signatures),
         halo_rows=halo,
         outputs=[cat.name or "" for _, cat in cats],
+        reblocked=reblocked,
+        entries=entries,
+        copies=copies,
     )
 
 

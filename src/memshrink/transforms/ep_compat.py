@@ -1,0 +1,323 @@
+"""``ep-compat``: rewrite ops an execution provider leaves to ORT's CPU EP into equal ops it runs.
+
+Why: ONNX Runtime's OpenVINO EP does not claim ``IsNaN``, and every torch-exported transformer
+has one per attention layer (``Softmax -> IsNaN -> Where(isnan, 0, softmax) -> MatMul``). Each
+node left to ORT CPU cuts the graph: BERT-base becomes 13 OpenVINO subgraphs, each compiled on
+its own with its own workspace, and each weight read by several subgraphs is mapped and re-laid
+out once per subgraph (a 4x batch split of BERT b4x512 gave 52 subgraphs and raised the EP's
+process peak 3617 -> 5541 MiB; docs/activation-passes.md, "ep-compat"). ``IsNaN(x)`` is exactly
+``Not(Equal(x, x))`` (IEEE 754: NaN is the only value unequal to itself; +-inf, +-0 and
+subnormals equal themselves, also under flush-to-zero), and every backend here claims Equal,
+Not and Where. Where the ``IsNaN`` only feeds Where conditions, ``Where(IsNaN(x), a, b)``
+becomes ``Where(Equal(x, x), b, a)``: the same selection, one bool tensor fewer, no Not; but
+only where neither branch can hold -0.0, which ORT CPU's Where does not pass through its first
+branch bit-exactly (``_swap_is_exact``). Elsewhere ``Xor(Equal(x, x), true)`` replaces the
+IsNaN (not ``Not``: ORT fuses Not into the Where it feeds by swapping the branches).
+
+Outputs stay bit-identical (same elements selected; no arithmetic). Weights are never read,
+except a Where branch of at most 4096 elements, checked for -0.0.
+The name says what the pass is for (portability to EPs), not which op it rewrites, so further
+exact rewrites of unclaimed ops join it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+
+from memshrink.manager import Pass, PassContext, PassResult
+from memshrink.transforms import register
+from memshrink.transforms.chunking.choice import RISE, RISE_BYTES
+from memshrink.transforms.chunking.rewrite import _Namer
+from memshrink.transforms.predicted import process_figures
+from memshrink.transforms.saved_layout import clone_with_meta, saved_embedded
+
+_DEFAULT_DOMAINS = ("", "ai.onnx")
+# Equal's float types by the opset that added them (Equal-7 took only bool and ints).
+_EQUAL_SINCE = {
+    ir.DataType.FLOAT16: 11,
+    ir.DataType.FLOAT: 11,
+    ir.DataType.DOUBLE: 11,
+    ir.DataType.BFLOAT16: 13,
+}
+
+
+def _opset(model: ir.Model) -> int:
+    return int(model.opset_imports.get("", model.opset_imports.get("ai.onnx", 1)))
+
+
+class _Names(_Namer):
+    """Fresh value / node names that collide with none in the model (subgraphs and functions
+    included: ONNX names are unique across nested scopes)."""
+
+    def __init__(self, model: ir.Model) -> None:  # no super(): a model-wide set
+        self.used: set[str] = set()
+        graphs: list[Any] = [*model.graphs(), *(f.graph for f in model.functions.values())]
+        for g in graphs:
+            self.used.update(v.name for v in g.inputs if v.name)
+            self.used.update(g.initializers)
+            for node in g:
+                self.used.update(v.name for v in node.outputs if v.name)
+                if node.name:
+                    self.used.add(node.name)
+
+
+_FLOATS = frozenset(_EQUAL_SINCE)
+# Ops whose float output is never -0.0 (Softmax: exp(x - max) >= +0 times 1/sum > 0).
+_NO_NEGATIVE_ZERO = frozenset({"Softmax"})
+_SMALL_CONSTANT = 4096  # elements: a Where branch read to rule out -0.0 (a scalar, in exports)
+
+
+def _constant(value: ir.Value) -> np.ndarray | None:
+    """A small constant's values (initializer or Constant node), else None."""
+    tensor = value.const_value
+    node = value.producer()
+    if tensor is None and node is not None:
+        attr = node.attributes.get("value") if node.op_type == "Constant" else None
+        tensor = attr.value if attr is not None else None
+    if tensor is None or tensor.size > _SMALL_CONSTANT:
+        return None
+    return np.asarray(tensor.numpy())
+
+
+def _no_negative_zero(value: ir.Value | None) -> bool:
+    """True when ``value`` provably holds no -0.0: not a float, a Softmax output, or a small
+    constant without one."""
+    if value is None:
+        return False
+    if value.dtype is not None and value.dtype not in _FLOATS:
+        return True
+    producer = value.producer()
+    if (
+        producer is not None
+        and producer.op_type in _NO_NEGATIVE_ZERO
+        and producer.domain in (_DEFAULT_DOMAINS)
+    ):
+        return True
+    arr = _constant(value)
+    return arr is not None and not bool(np.any((arr == 0) & np.signbit(arr)))
+
+
+def _swap_is_exact(value: ir.Value) -> bool:
+    """Can ``Where(IsNaN(x), a, b)`` become ``Where(Equal(x, x), b, a)`` bit for bit?
+
+    Only where ``value`` (the IsNaN) feeds nothing but Where conditions, and neither branch
+    can hold -0.0: ORT's CPU Where returns +0.0 for a -0.0 taken from its *first* branch
+    (measured, onnxruntime 1.32: Where(True, -0.0, y) = +0.0; the second branch is exact), so
+    moving a branch between the two positions changes the sign of such zeros. OpenVINO and the
+    EP select exactly. The torch attention guard passes: b = Softmax(..), a = a 0.0 scalar.
+    """
+    uses = value.uses()
+    if not uses or value.is_graph_output():
+        return False
+    for u in uses:
+        w = u.node
+        if w.op_type != "Where" or w.domain not in _DEFAULT_DOMAINS or u.idx != 0:
+            return False
+        if len(w.inputs) != 3 or not all(_no_negative_zero(v) for v in w.inputs[1:]):
+            return False
+    return True
+
+
+def _skip_reason(node: ir.Node, opset: int) -> str | None:
+    x = node.inputs[0] if node.inputs else None
+    if x is None or len(node.outputs) != 1:
+        return "malformed IsNaN"
+    dtype = x.dtype
+    if dtype is None:
+        # IsNaN's types up to opset 19 (f16, f32, f64; bf16 from 13) are Equal's at the same
+        # opset from 11 on; opset 20 added float8 types, which Equal does not take.
+        return None if 11 <= opset < 20 else f"input dtype unknown at opset {opset}"
+    since = _EQUAL_SINCE.get(dtype)
+    if since is None:
+        return f"Equal does not take {dtype.name}"
+    if opset < since:
+        return f"Equal takes {dtype.name} from opset {since} (model: {opset})"
+    return None
+
+
+def _rewrite_isnan(node: ir.Node, names: _Names) -> tuple[str, int]:
+    """Replace one IsNaN; returns (form, Where nodes swapped)."""
+    graph = node.graph
+    assert graph is not None
+    x = node.inputs[0]
+    assert x is not None
+    out = node.outputs[0]
+    base = node.name or out.name or "isnan"
+    eq = ir.Node(
+        "",
+        "Equal",
+        [x, x],
+        num_outputs=1,
+        name=names(f"{base}/equal"),
+    )
+    eq.outputs[0].name = names(f"{out.name or base}_isnum")
+    eq.outputs[0].dtype = ir.DataType.BOOL
+    eq.outputs[0].shape = out.shape
+    if _swap_is_exact(out):
+        graph.insert_before(node, eq)
+        wheres = [u.node for u in out.uses()]
+        for w in wheres:
+            a, b = w.inputs[1], w.inputs[2]
+            w.replace_input_with(0, eq.outputs[0])
+            w.replace_input_with(1, b)
+            w.replace_input_with(2, a)
+        graph.remove(node, safe=True)
+        return "where_swap", len(wheres)
+    # Not would do, but ORT's NotWhereFusion turns Where(Not(c), a, b) into Where(c, b, a),
+    # which is the swap again; Xor(c, true) is the same negation and ORT leaves it alone.
+    true = ir.Node(
+        "",
+        "Constant",
+        [],
+        attributes=[ir.AttrTensor("value", ir.tensor(np.array(True)))],
+        num_outputs=1,
+        name=names(f"{base}/true"),
+    )
+    true.outputs[0].name = names(f"{base}_true")
+    neg = ir.Node(
+        "", "Xor", [eq.outputs[0], true.outputs[0]], num_outputs=1, name=names(f"{base}/xor")
+    )
+    new = neg.outputs[0]
+    new.dtype = ir.DataType.BOOL
+    new.shape = out.shape
+    new.name = names(f"{out.name or base}_xor")
+    graph.insert_before(node, [eq, true, neg])
+    keep = out.name
+    out.replace_all_uses_with(new, replace_graph_outputs=True)
+    graph.remove(node, safe=True)
+    if keep:
+        out.name = None
+        names.used.discard(new.name or "")
+        new.name = keep  # the value keeps its name (a graph output: the model's signature)
+    return "xor_equal", 0
+
+
+def predicted_ep_subgraphs(model: ir.Model, context: PassContext) -> int | None:
+    """OpenVINO subgraphs the EP estimator predicts (``estimate/ort_openvino.subgraph_count``);
+    None when no view of the graph can be built."""
+    import memshrink.estimate.backends  # noqa: F401  (imports the OpenVINO rules in order)
+    from memshrink.errors import MemshrinkError
+    from memshrink.estimate.graph import build_view
+    from memshrink.estimate.ort_openvino import subgraph_count
+    from memshrink.transforms.predicted import pipeline_bindings
+
+    try:
+        view = build_view(model, allow_partial=True, **pipeline_bindings(model, context))
+    except (MemshrinkError, ValueError):
+        return None
+    return subgraph_count(view.graph)
+
+
+@register
+class EpCompatPass(Pass):
+    name = "ep-compat"
+    summary = (
+        "Rewrite IsNaN as Equal (swapping the Where it guards) or Xor(Equal, true), bit-exact, "
+        "so the ORT OpenVINO EP runs "
+        "the graph as one subgraph instead of cutting it at every IsNaN."
+    )
+    targets = ("session-creation", "activations")
+    exact = True
+
+    @dataclass
+    class Options:
+        # Predict the EP's subgraph count before and after (a graph view each: ~1 s on BERT).
+        predict_subgraphs: bool = True
+        # Also rewrite IsNaN nodes the Where swap cannot replace, as Xor(Equal(x, x), true):
+        # one more bool tensor of x's shape alive between Equal and Xor. ``safe`` turns it off
+        # so that the pass never adds a tensor (the swap's Equal output replaces IsNaN's).
+        xor_form: bool = True
+        # Weights saved embedded: keep the rewrite only if the EP's predicted process peak does
+        # not rise (> 5 % and 8 MiB). One subgraph inlines every weight in one ModelProto at
+        # session creation: measured BERT-base 1181 -> 2147 MiB, GPT-2 2063 -> 3161, while
+        # BERT b4x512 drops 4056 -> 2147 (its 13 cut workspaces cost more).
+        guard_embedded: bool = True
+
+    def run(self, model: ir.Model, context: PassContext) -> PassResult:
+        todo, skipped = _collect(model, self.options.xor_form)
+        stats: dict[str, Any] = {"isnan_found": len(todo) + sum(skipped.values())}
+        if skipped:
+            stats["skipped"] = dict(skipped)
+        if not todo:
+            stats["reason"] = (
+                "no IsNaN in the model" if not skipped else "no IsNaN this pass can rewrite"
+            )
+            return PassResult(False, stats)
+        before = predicted_ep_subgraphs(model, context) if self.options.predict_subgraphs else None
+        out = model
+        if self.options.guard_embedded and saved_embedded(model):
+            out = clone_with_meta(model)  # a trial: kept only if the EP's peak does not rise
+            todo, _ = _collect(out, self.options.xor_form)
+        stats.update(_apply(out, todo))
+        if self.options.predict_subgraphs:
+            stats["ep_subgraphs_before"] = before  # predicted, estimate/ort_openvino.py
+            stats["ep_subgraphs_after"] = predicted_ep_subgraphs(out, context)
+        if out is model:
+            return PassResult(True, stats)
+        old, new = _ep_peak(model, context), _ep_peak(out, context)
+        stats["ep_peak_predicted_before"], stats["ep_peak_predicted_after"] = old, new
+        if (
+            old is not None
+            and new is not None
+            and new > old * (1 + RISE)
+            and new - old > RISE_BYTES
+        ):
+            stats.update(isnan_rewritten=0, where_swap=0, xor_equal=0, where_nodes_swapped=0)
+            stats["reason"] = (
+                "weights stay embedded: one EP subgraph would inline all of them in one "
+                "ModelProto at session creation, predicted to raise the EP's peak; run "
+                "external-data first"
+            )
+            return PassResult(False, stats)
+        return PassResult(True, stats, model=out)
+
+
+def _collect(model: ir.Model, xor_form: bool) -> tuple[list[ir.Node], Counter[str]]:
+    """The IsNaN nodes to rewrite, and the reasons the others are skipped."""
+    opset = _opset(model)
+    todo: list[ir.Node] = []
+    skipped: Counter[str] = Counter()
+    graphs: list[Any] = [*model.graphs(), *(f.graph for f in model.functions.values())]
+    for g in graphs:
+        for node in g:
+            if node.op_type != "IsNaN" or node.domain not in _DEFAULT_DOMAINS:
+                continue
+            reason = _skip_reason(node, opset)
+            if reason is None and not xor_form and not _swap_is_exact(node.outputs[0]):
+                reason = "needs the Xor form (xor_form=false)"
+            if reason:
+                skipped[reason] += 1
+            else:
+                todo.append(node)
+    return todo, skipped
+
+
+def _apply(model: ir.Model, todo: list[ir.Node]) -> dict[str, int]:
+    names = _Names(model)
+    forms: Counter[str] = Counter()
+    swapped = 0
+    for node in todo:
+        form, n = _rewrite_isnan(node, names)
+        forms[form] += 1
+        swapped += n
+    return {
+        "isnan_rewritten": len(todo),
+        "where_swap": forms["where_swap"],
+        "xor_equal": forms["xor_equal"],
+        "where_nodes_swapped": swapped,
+    }
+
+
+def _ep_peak(model: ir.Model, context: PassContext) -> int | None:
+    """The EP's predicted process peak in the saved layout; None without a prediction."""
+    from memshrink.errors import MemshrinkError
+
+    try:
+        return process_figures(model, context, "ort-openvino")["peak"]
+    except MemshrinkError:
+        return None
