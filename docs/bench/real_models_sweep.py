@@ -164,16 +164,22 @@ def _verify(
             return "WRONG", " ".join(bad)[:200]
         if rc == 5:
             failed = [
-                f"{r['model']}@{r['backend']}: {str(r.get('error'))[:120]}"
+                f"{r['model']}@{r['backend']}: {_short(str(r.get('error')))}"
                 for r in rep.get("runs", [])
                 if r.get("status") != "ok"
             ]
-            return "BACKEND", "; ".join(failed)[:300]
+            return "BACKEND", "; ".join(failed)[:500]
         worse, notes = _peaks(rep)
         if worse:
             return "WORSE", ", ".join(worse + notes)
         return "ok", ", ".join(notes)
     return _verdict(rc, text), _last_line(text)
+
+
+def _short(err: str) -> str:
+    """A runtime's error in one line: its start and its end (the EP's cause is at the end)."""
+    err = " ".join(err.split())
+    return err if len(err) <= 200 else f"{err[:50]} … {err[-140:]}"
 
 
 def _last_line(text: str) -> str:
