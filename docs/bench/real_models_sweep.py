@@ -22,10 +22,11 @@ into a temp folder. Per model, through the real CLI in a subprocess:
 
 Verdicts: ``ok``; ``err`` (a clear one-line ``memshrink: error:``, exit 2/6); ``CRASH`` (a
 traceback, an internal error, a signal, exit 1); ``WRONG`` (verify exit 3); ``BACKEND`` (verify
-exit 5: a runtime failed on the original too, says which); ``WORSE`` (the rewritten model's
+exit 5: a runtime failed on the original too, says which); ``BROKE`` (verify exit 5: the
+rewritten model fails on a runtime that ran the original); ``WORSE`` (the rewritten model's
 measured process peak on a backend, the max over its stages, above the original's by more than
-10 % and 2 MiB; stage-level rises are listed in the notes). Exits 1 when any cell is CRASH or
-WRONG.
+10 % and 2 MiB; stage-level rises are listed in the notes). Exits 1 when any cell is CRASH,
+WRONG or BROKE.
 """
 
 from __future__ import annotations
@@ -168,7 +169,18 @@ def _verify(
                 for r in rep.get("runs", [])
                 if r.get("status") != "ok"
             ]
-            return "BACKEND", "; ".join(failed)[:500]
+            ok = {
+                (r["model"], r["backend"]) for r in rep.get("runs", []) if r.get("status") == "ok"
+            }
+            broke = [
+                r["backend"]
+                for r in rep.get("runs", [])
+                if r["model"] == "rewritten"
+                and r.get("status") != "ok"
+                and ("original", r["backend"]) in ok
+            ]
+            # the rewrite made a model that a runtime ran fail there: memshrink's fault
+            return ("BROKE" if broke else "BACKEND"), "; ".join(failed)[:500]
         worse, notes = _peaks(rep)
         if worse:
             return "WORSE", ", ".join(worse + notes)
@@ -467,7 +479,7 @@ def main() -> int:
     if any(r.get("est_vs_meas") for r in rows):
         print("\nEstimated vs measured stage peaks (original and bound `all` output):\n")
         print(estimate_summary(rows))
-    bad = [r for r in rows if any(v in ("CRASH", "WRONG") for v in r["cells"].values())]
+    bad = [r for r in rows if any(v in ("CRASH", "WRONG", "BROKE") for v in r["cells"].values())]
     return 1 if bad else 0
 
 
