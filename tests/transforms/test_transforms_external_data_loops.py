@@ -165,3 +165,20 @@ def test_rewritten_scan_model_runs_on_the_openvino_ep_from_another_folder(tmp_pa
     assert p.returncode == 0, p.stderr[-600:]  # the embedded original runs
     p = _run_on_ep(out, cwd)
     assert p.returncode == 0, p.stderr[-600:]
+
+
+def test_a_loop_weight_already_in_a_data_file_stays_there(tmp_path: Path) -> None:
+    # embedding it would add its bytes to the heap on ORT CPU; the original had the EP's
+    # problem already, so the rewrite changes nothing there
+    src = _scan_model(tmp_path / "m.onnx")
+    m = onnx.load(src)
+    onnx.save_model(m, src, save_as_external_data=True, location="m.bin", size_threshold=1024)
+    out = tmp_path / "o.onnx"
+    _optimize(src, out)
+    where = {
+        t.name: t.data_location for t in onnx.load(out, load_external_data=False).graph.initializer
+    }
+    assert (where["W"], where["Win"]) == (T.EXTERNAL, T.EXTERNAL)
+    feeds = {"x": np.random.default_rng(1).standard_normal((5, 1, 64)).astype(np.float32)}
+    for a, b in zip(run_ort(src, feeds), run_ort(out, feeds), strict=True):
+        np.testing.assert_array_equal(a, b)  # atol = rtol = 0

@@ -14,12 +14,13 @@ unless run from that folder; the embedded original runs (real-model sweep, scan-
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import onnx_ir as ir
 
 from memshrink.manager import Pass, PassContext, PassResult
-from memshrink.model import META_SAVE, iter_tensor_slots
+from memshrink.model import META_SAVE, META_SOURCE, iter_tensor_slots
 from memshrink.transforms import register
 
 
@@ -57,9 +58,22 @@ def _constant_to_initializer(graph: ir.Graph, node: ir.Node, threshold: int) -> 
 _LOOP_OPS = ("Loop", "Scan")
 
 
+def _embedded_in_source(value: ir.Value, source: str | None) -> bool:
+    """Whether the weight was embedded in the file it was loaded from (the loader maps big
+    embedded tensors as external tensors into the .onnx itself). One that already lived in a
+    data file stays there: embedding it would cost memory, and the original had the EP's
+    problem too."""
+    t = value.const_value
+    if not isinstance(t, ir.ExternalTensor):
+        return True
+    return source is not None and os.path.realpath(t.path) == source
+
+
 def loop_body_weights(model: ir.Model) -> set[str]:
     """Names of the initializers (of any scope) read by a node inside a Loop or Scan body,
-    nested bodies included."""
+    nested bodies included, that the source file embedded."""
+    source = (model.meta.get(META_SOURCE) or {}).get("path")
+    source = os.path.realpath(source) if source else None
     names: set[str] = set()
     for graph in model.graphs():
         for node in graph:
@@ -70,7 +84,12 @@ def loop_body_weights(model: ir.Model) -> set[str]:
                     continue
                 for inner in ir.traversal.RecursiveGraphIterator(attr.value):
                     for v in inner.inputs:
-                        if v is not None and v.name and v.is_initializer():
+                        if (
+                            v is not None
+                            and v.name
+                            and v.is_initializer()
+                            and _embedded_in_source(v, source)
+                        ):
                             names.add(v.name)
     return names
 
