@@ -258,6 +258,16 @@ def script_loop_if(d: Path) -> Case:
     return Case("script-loop-if", p, dims={"batch": 4}, int_ranges={"n": (1, 5)})
 
 
+def _make_model(graph: onnx.GraphProto, **kw: Any) -> onnx.ModelProto:
+    """``helper.make_model`` at IR 10 at most, as exporters write (torch's dynamo exporter: IR
+    10): the onnx wheel's default (IR 14 with onnx 1.23) is more than the ONNX Runtime of the
+    OpenVINO EP's venv (1.24: IR <= 13) loads, which would make the EP refuse every hand-built
+    original, not what users bring."""
+    m = helper.make_model(graph, **kw)
+    m.ir_version = min(m.ir_version, 10)
+    return m
+
+
 def _save(model: onnx.ModelProto, path: Path, check: bool = True) -> None:
     if check:
         onnx.checker.check_model(model, full_check=True)
@@ -307,7 +317,7 @@ def scan_model(d: Path) -> Case:
             numpy_helper.from_array(np.zeros((1, 64), np.float32), "s0"),
         ],
     )
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 16)])
+    m = _make_model(g, opset_imports=[helper.make_opsetid("", 16)])
     p = d / "scan.onnx"
     _save(m, p)
     return Case("scan-cumulative", p, dims={"T": 7})
@@ -369,7 +379,7 @@ def nested_if_in_loop(d: Path) -> Case:
         ],
         initializer=[numpy_helper.from_array(np.full((32,), 0.5, np.float32), "scale")],
     )
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m = _make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     p = d / "nested_if_loop.onnx"
     _save(m, p)
     return Case("nested-if-in-loop", p, dims={"batch": 3}, int_ranges={"trip": (2, 5)})
@@ -406,7 +416,7 @@ def sequence_ops(d: Path) -> Case:
             numpy_helper.from_array(np.array(1, np.int64), "idx"),
         ],
     )
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    m = _make_model(g, opset_imports=[helper.make_opsetid("", 18)])
     p = d / "sequence_ops.onnx"
     _save(m, p)
     return Case("sequence-ops", p, dims={"batch": 2})
@@ -955,7 +965,7 @@ def _mlp_graph(opset: int, n_layers: int = 3, width: int = 256) -> onnx.ModelPro
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", width])],
         initializer=inits,
     )
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    return _make_model(g, opset_imports=[helper.make_opsetid("", opset)])
 
 
 @builder("external-data-subfolder-multifile")
@@ -1061,7 +1071,7 @@ def zero_size(d: Path) -> Case:
             _w("W", 32, 16),
         ],
     )
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    m = _make_model(g, opset_imports=[helper.make_opsetid("", 18)])
     # Concat of x (batch, 32) with an empty (1, 0) weight: ORT skips the empty input, while
     # ONNX shape inference concludes batch == 1 (onnxsim used to pin the input to [1, 32]).
     p = d / "zero_size.onnx"
@@ -1101,7 +1111,7 @@ def mixed_inputs(d: Path) -> Case:
             numpy_helper.from_array(np.array(-1, np.int64), "neg"),
         ],
     )
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    m = _make_model(g, opset_imports=[helper.make_opsetid("", 18)])
     p = d / "mixed_inputs.onnx"
     _save(m, p)
     return Case("int-bool-string-inputs", p, dims={"batch": 2, "seq": 6, "nwords": 3})
@@ -1149,7 +1159,7 @@ def local_functions(d: Path) -> Case:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 64])],
         initializer=[_w("W1", 64, 64), _w("W2", 64, 64)],
     )
-    m = helper.make_model(
+    m = _make_model(
         g,
         functions=[fn],
         opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("custom.fn", 1)],
@@ -1274,7 +1284,7 @@ def sparse_noshape(d: Path) -> list[Case]:  # type: ignore[override]
         sparse_initializer=[sp],
     )
     p1 = d / "sparse_if.onnx"
-    _save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), p1, check=False)
+    _save(_make_model(g, opset_imports=[helper.make_opsetid("", 17)]), p1, check=False)
     g2 = helper.make_graph(
         [helper.make_node("MatMul", ["x", "W"], ["m"]), helper.make_node("Relu", ["m"], ["y"])],
         "noshape",
@@ -1283,7 +1293,7 @@ def sparse_noshape(d: Path) -> list[Case]:  # type: ignore[override]
         [_w("W", 64, 64)],
     )
     p2 = d / "noshape.onnx"
-    onnx.save(helper.make_model(g2, opset_imports=[helper.make_opsetid("", 17)]), str(p2))
+    onnx.save(_make_model(g2, opset_imports=[helper.make_opsetid("", 17)]), str(p2))
     return [
         Case("sparse-initializer-in-if", p1, dims={"b": 3}),
         Case("input-without-shape", p2, shapes={"x": (4, 64)}),

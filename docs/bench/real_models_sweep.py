@@ -13,14 +13,20 @@ into a temp folder. Per model, through the real CLI in a subprocess:
 * ``estimate OUT`` without binding its symbolic dims (must be ok or a one-line error naming the
   dim, exit 2) and with ``--dim`` bindings;
 * ``verify IN OUT --backends cpu,openvino --dim ...`` for the bound ``all`` and the ``safe``
-  outputs.
+  outputs, and ``--backends ort-openvino`` (ONNX Runtime's OpenVINO EP, in its own
+  interpreter: ``--ovep-python``) for the bound ``all`` output;
+* ``estimate --json --backend B`` of the original and of the bound ``all`` output, for each
+  measured backend B: per stage, (predicted - measured) / measured against the verify
+  reports' ``peak_delta`` (``est_vs_meas`` in the rows; the ``est-err`` cell is the worst
+  stage, ``MISS`` when it is over 10 %).
 
 Verdicts: ``ok``; ``err`` (a clear one-line ``memshrink: error:``, exit 2/6); ``CRASH`` (a
 traceback, an internal error, a signal, exit 1); ``WRONG`` (verify exit 3); ``BACKEND`` (verify
-exit 5: a runtime failed on the original too, says which); ``WORSE`` (the rewritten model's
+exit 5: a runtime failed on the original too, says which); ``BROKE`` (verify exit 5: the
+rewritten model fails on a runtime that ran the original); ``WORSE`` (the rewritten model's
 measured process peak on a backend, the max over its stages, above the original's by more than
-10 % and 2 MiB; stage-level rises are listed in the notes). Exits 1 when any cell is CRASH or
-WRONG.
+10 % and 2 MiB; stage-level rises are listed in the notes). Exits 1 when any cell is CRASH,
+WRONG or BROKE.
 """
 
 from __future__ import annotations
@@ -49,7 +55,23 @@ COLUMNS = [
     "est-bound",
     "verify-all",
     "verify-safe",
+    "verify-all-ovep",
+    "est-err",
 ]
+EST_MISS = 0.10  # an estimated stage peak further than this from the measured one is a miss
+# estimate's stage names -> verify's, per backend (verify's backend names)
+_ORT_STAGES = {"session_creation": "session", "run_1": "run1", "steady_state": "run3"}
+EST_STAGES = {
+    "cpu": _ORT_STAGES,
+    "ort-openvino": _ORT_STAGES,
+    "openvino": {
+        "read_model": "read",
+        "compile_model": "compile",
+        "run_1": "infer1",
+        "steady_state": "infer3",
+    },
+}
+OVEP_PYTHON = ROOT / ".cache" / "venv-ovep" / "bin" / "python"
 WORSE_REL, WORSE_ABS = 0.10, 2 << 20
 
 
@@ -112,18 +134,21 @@ def _peaks(report: dict[str, Any]) -> tuple[list[str], list[str]]:
     return worse, stage_notes
 
 
-def _verify(case: rb.Case, out: Path, work: Path, tag: str) -> tuple[str, str]:
+def _verify(
+    case: rb.Case, out: Path, work: Path, tag: str, backends: str = "cpu,openvino", *extra: str
+) -> tuple[str, str]:
     js = work / f"{case.name}.{tag}.verify.json"
     args = [
         "verify",
         str(case.path),
         str(out),
         "--backends",
-        "cpu,openvino",
+        backends,
         "--quiet",
         "--json",
         str(js),
         *_bind_args(case),
+        *extra,
     ]
     for k, (lo, hi) in case.int_ranges.items():
         args += ["--int-range", f"{k}={lo},{hi}"]
@@ -140,16 +165,33 @@ def _verify(case: rb.Case, out: Path, work: Path, tag: str) -> tuple[str, str]:
             return "WRONG", " ".join(bad)[:200]
         if rc == 5:
             failed = [
-                f"{r['model']}@{r['backend']}: {str(r.get('error'))[:120]}"
+                f"{r['model']}@{r['backend']}: {_short(str(r.get('error')))}"
                 for r in rep.get("runs", [])
                 if r.get("status") != "ok"
             ]
-            return "BACKEND", "; ".join(failed)[:300]
+            ok = {
+                (r["model"], r["backend"]) for r in rep.get("runs", []) if r.get("status") == "ok"
+            }
+            broke = [
+                r["backend"]
+                for r in rep.get("runs", [])
+                if r["model"] == "rewritten"
+                and r.get("status") != "ok"
+                and ("original", r["backend"]) in ok
+            ]
+            # the rewrite made a model that a runtime ran fail there: memshrink's fault
+            return ("BROKE" if broke else "BACKEND"), "; ".join(failed)[:500]
         worse, notes = _peaks(rep)
         if worse:
             return "WORSE", ", ".join(worse + notes)
         return "ok", ", ".join(notes)
     return _verdict(rc, text), _last_line(text)
+
+
+def _short(err: str) -> str:
+    """A runtime's error in one line: its start and its end (the EP's cause is at the end)."""
+    err = " ".join(err.split())
+    return err if len(err) <= 200 else f"{err[:50]} … {err[-140:]}"
 
 
 def _last_line(text: str) -> str:
@@ -158,7 +200,7 @@ def _last_line(text: str) -> str:
     return (errs[-1] if errs else lines[-1] if lines else "")[:300]
 
 
-def run_case(case: rb.Case, work: Path, verify: bool) -> dict[str, Any]:
+def run_case(case: rb.Case, work: Path, verify: bool, ovep: Path = OVEP_PYTHON) -> dict[str, Any]:
     row: dict[str, Any] = {"model": case.name, "cells": {}, "notes": {}}
     outs = {}
     for col, preset, bind in (
@@ -193,7 +235,137 @@ def run_case(case: rb.Case, work: Path, verify: bool) -> dict[str, Any]:
             row["cells"][col], row["notes"][col] = "-", "no output"
             continue
         row["cells"][col], row["notes"][col] = _verify(case, outs[preset], work, preset)
+    if verify:
+        add_ovep_and_estimates(row, case, work, outs["all"], ovep)
     return row
+
+
+def add_ovep_and_estimates(
+    row: dict[str, Any], case: rb.Case, work: Path, out: Path | None, ovep: Path
+) -> None:
+    """The ``verify-all-ovep`` and ``est-err`` cells (and ``est_vs_meas``) of one row: the
+    EP's verify of the bound ``all`` output, then estimates of both models on every backend
+    some verify report measured, against those measurements."""
+    if out is None:
+        for col in ("verify-all-ovep", "est-err"):
+            row["cells"][col], row["notes"][col] = "-", "no output"
+        return
+    col = "verify-all-ovep"
+    if ovep.exists():
+        extra = ("--python-for", f"ort-openvino={ovep}")
+        row["cells"][col], row["notes"][col] = _verify(
+            case, out, work, "ovep", "ort-openvino", *extra
+        )
+    else:
+        row["cells"][col], row["notes"][col] = "-", f"no {ovep}"
+    measured: dict[tuple[str, str], dict[str, int]] = {}
+    for tag in ("all", "ovep"):
+        js = work / f"{case.name}.{tag}.verify.json"
+        if js.exists():
+            measured.update(_measured(json.loads(js.read_text())))
+    paths = {"original": case.path, "rewritten": out}
+    errs, failed = estimate_errors(case, work, paths, measured)
+    row["est_vs_meas"] = errs
+    if not errs:
+        row["cells"]["est-err"] = "-" if not failed else "CRASH" if "CRASH" in failed else "err"
+        row["notes"]["est-err"] = failed or "nothing measured"
+        return
+    worst = max(errs, key=lambda e: abs(e["err"]))
+    row["cells"]["est-err"] = (
+        f"{'MISS' if abs(worst['err']) > EST_MISS else 'ok'} {worst['err']:+.0%}"
+    )
+    misses = sorted((e for e in errs if abs(e["err"]) > EST_MISS), key=lambda e: -abs(e["err"]))
+    row["notes"]["est-err"] = ", ".join(
+        f"{e['model'][:4]} {e['backend']}:{e['stage']} {e['pred'] / 2**20:.0f}/{e['meas'] / 2**20:.0f} MiB"
+        f" ({e['err']:+.0%})"
+        for e in misses
+    ) + (f"; {failed}" if failed else "")
+
+
+def _measured(report: dict[str, Any]) -> dict[tuple[str, str], dict[str, int]]:
+    """(model label, backend) -> {verify stage: peak_delta} of the runs that went through."""
+    out: dict[tuple[str, str], dict[str, int]] = {}
+    for r in report.get("runs", []):
+        if r.get("status") == "ok":
+            out[(r["model"], r["backend"])] = {
+                s["name"]: int(s["peak_delta"])
+                for s in r.get("stages", [])
+                if s.get("peak_delta") is not None
+            }
+    return out
+
+
+_EST_CHILD = """
+import json, sys, traceback
+from memshrink.cli import main
+rcs = []
+for argv in json.loads(sys.argv[1]):
+    try:
+        rcs.append(main(argv))
+    except SystemExit as exc:
+        rcs.append(exc.code if isinstance(exc.code, int) else 2)
+    except BaseException:
+        traceback.print_exc()
+        rcs.append(1)
+print(json.dumps(rcs))
+"""
+
+
+def estimate_errors(
+    case: rb.Case,
+    work: Path,
+    paths: dict[str, Path],
+    measured: dict[tuple[str, str], dict[str, int]],
+) -> tuple[list[dict[str, Any]], str]:
+    """Per (model, backend, stage): the estimator's predicted peak against verify's measured
+    one. All estimates of a row run through the real CLI in one child process (one import of
+    memshrink instead of six). Returns the rows and a note on the estimates that failed."""
+    jobs, argvs = [], []
+    opts: list[str] = []
+    if "input_ids" in case.int_ranges:
+        lo, hi = case.int_ranges["input_ids"]
+        opts = ["--session-option", f"memshrink.int_range={lo},{hi}"]
+    for (label, backend), stages in sorted(measured.items()):
+        if backend not in EST_STAGES or label not in paths or not stages:
+            continue
+        js = work / f"{case.name}.{label}.{backend}.estimate.json"
+        jobs.append((label, backend, js))
+        argvs.append(
+            ["estimate", str(paths[label]), "--backend", backend, "--json", str(js), *opts]
+            + _bind_args(case)
+        )
+    if not argvs:
+        return [], ""
+    env = dict(os.environ, PYTHONPATH=f"{ROOT / 'src'}:{ROOT}")
+    cmd = [sys.executable, "-c", _EST_CHILD, json.dumps(argvs)]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=env)
+        text = p.stderr + p.stdout
+        rcs = json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 else []
+    except (subprocess.TimeoutExpired, ValueError, IndexError):
+        text, rcs = "estimate child timed out or died", []
+    rows, failed = [], []
+    for i, (label, backend, js) in enumerate(jobs):
+        rc = rcs[i] if i < len(rcs) else 1
+        if rc != 0 or not js.exists():
+            failed.append(f"{label} {backend}: {_verdict(rc, text)} {_last_line(text)}")
+            continue
+        pred = json.loads(js.read_text())["stages"]
+        meas = measured[(label, backend)]
+        for est_stage, vstage in EST_STAGES[backend].items():
+            if est_stage in pred and meas.get(vstage, 0) > 0:
+                p_, m_ = int(pred[est_stage]["peak"]), meas[vstage]
+                rows.append(
+                    {
+                        "model": label,
+                        "backend": backend,
+                        "stage": est_stage,
+                        "pred": p_,
+                        "meas": m_,
+                        "err": (p_ - m_) / m_,
+                    }
+                )
+    return rows, "; ".join(failed)[:400]
 
 
 def format_matrix(rows: list[dict[str, Any]], failed_builds: dict[str, str]) -> str:
@@ -214,21 +386,86 @@ def format_matrix(rows: list[dict[str, Any]], failed_builds: dict[str, str]) -> 
     return "\n".join(lines + ([""] + notes if notes else []))
 
 
+def estimate_summary(rows: list[dict[str, Any]]) -> str:
+    """Per backend and stage, over every row's two models: how many predicted stage peaks fall
+    within 10 % of the measured ones, within 10 % or 2 MiB (the noise of a measurement on
+    this box, MEASURING.md), the median and the worst error (and its model)."""
+    by: dict[tuple[str, str], list[tuple[float, int, str]]] = {}
+    for r in rows:
+        for e in r.get("est_vs_meas", []):
+            key = (e["backend"], e["stage"])
+            by.setdefault(key, []).append(
+                (e["err"], e["pred"] - e["meas"], f"{r['model']} ({e['model']})")
+            )
+    lines = [
+        "| backend | stage | n | within 10 % | within 10 % or 2 MiB | median abs err | worst |",
+        "| --- | --- | ---: | ---: | ---: | ---: | --- |",
+    ]
+
+    def order(k: tuple[str, str]) -> tuple[str, int]:
+        return k[0], list(EST_STAGES[k[0]]).index(k[1])
+
+    for (backend, stage), es in sorted(by.items(), key=lambda kv: order(kv[0])):
+        n = len(es)
+        in10 = sum(abs(e) <= EST_MISS for e, _, _ in es)
+        in2 = sum(abs(e) <= EST_MISS or abs(d) <= 2 << 20 for e, d, _ in es)
+        med = sorted(abs(e) for e, _, _ in es)[n // 2]
+        w = max(es, key=lambda t: abs(t[0]))
+        lines.append(
+            f"| {backend} | {stage} | {n} | {in10} | {in2} | {med:.0%} | {w[0]:+.0%} "
+            f"({w[1] / 2**20:+.0f} MiB) {w[2]} |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", help="build/reuse models here (default: a temp dir)")
     ap.add_argument("--only", action="append", help="builder name (repeatable)")
     ap.add_argument("--no-verify", action="store_true")
     ap.add_argument("--json", help="write the rows here")
+    ap.add_argument(
+        "--ovep-python",
+        type=Path,
+        default=OVEP_PYTHON,
+        help="interpreter with onnxruntime-openvino for the verify-all-ovep column",
+    )
+    ap.add_argument(
+        "--add-to",
+        help="rows JSON of an earlier run with the same --dir: keep its cells and add only the "
+        "verify-all-ovep and est-err columns, reusing its outputs and verify reports",
+    )
     args = ap.parse_args()
     folder = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="msreal-"))
-    cases, failed = rb.build_all(folder / "models", args.only)
+    if args.add_to:
+        # the earlier run's outputs and reports were made from the models in DIR/models: build
+        # again elsewhere only for the cases (bindings), and point them at the earlier files
+        scratch = Path(tempfile.mkdtemp(prefix="msreal-cases-"))
+        cases, failed = rb.build_all(scratch, args.only)
+        for c in cases:
+            c.path = folder / "models" / c.path.relative_to(scratch)
+    else:
+        cases, failed = rb.build_all(folder / "models", args.only)
     work = folder / "out"
     work.mkdir(parents=True, exist_ok=True)
     rows = []
+    earlier = (
+        {r["model"]: r for r in json.loads(Path(args.add_to).read_text())["rows"]}
+        if args.add_to
+        else {}
+    )
     for case in cases:
         t0 = time.perf_counter()
-        rows.append(run_case(case, work, not args.no_verify))
+        if case.name in earlier:
+            row = earlier[case.name]
+            out = work / f"{case.name}.opt-all-bound.onnx"
+            ok = row["cells"].get("opt-all-bound") == "ok" and out.exists()
+            add_ovep_and_estimates(row, case, work, out if ok else None, args.ovep_python)
+            rows.append(row)
+        elif args.add_to:
+            continue
+        else:
+            rows.append(run_case(case, work, not args.no_verify, args.ovep_python))
         print(
             f"{case.name}: {rows[-1]['cells']} ({time.perf_counter() - t0:.0f} s)",
             file=sys.stderr,
@@ -239,7 +476,10 @@ def main() -> int:
                 json.dumps({"rows": rows, "failed_builds": failed}, indent=1)
             )
     print(format_matrix(rows, failed))
-    bad = [r for r in rows if any(v in ("CRASH", "WRONG") for v in r["cells"].values())]
+    if any(r.get("est_vs_meas") for r in rows):
+        print("\nEstimated vs measured stage peaks (original and bound `all` output):\n")
+        print(estimate_summary(rows))
+    bad = [r for r in rows if any(v in ("CRASH", "WRONG", "BROKE") for v in r["cells"].values())]
     return 1 if bad else 0
 
 

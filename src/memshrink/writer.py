@@ -185,8 +185,11 @@ def save_model(
     wrote_data = False
     try:
         with sigterm_as_exception():
+            inline = set(policy.get("inline", ()))  # names the external-data pass keeps embedded
             to_external = [
-                (t, s) for t, s in slots if use_external and t.nbytes >= threshold and t.nbytes > 0
+                (t, s)
+                for t, s in slots
+                if use_external and t.nbytes >= threshold and t.nbytes > 0 and t.name not in inline
             ]
             total = sum(t.nbytes for t, _ in to_external)
             if to_external:

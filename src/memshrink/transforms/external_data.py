@@ -5,16 +5,22 @@ of copying an embedded ModelProto to the heap (BERT-base session creation 684 â†
 OpenVINO's reader maps it too. The pass sets the save policy (threshold, 64 KiB
 alignment) that ``memshrink.writer`` applies when the model is written, and turns large
 ``Constant`` nodes into initializers so their tensors can move out as well.
+
+Weights read inside a ``Loop`` or ``Scan`` body stay embedded (``loop_weights_inline``): ONNX
+Runtime's OpenVINO EP (1.24) resolves their external-data location against the process's
+working directory, not the model's folder, and fails to compile ("invalid external data")
+unless run from that folder; the embedded original runs (real-model sweep, scan-cumulative).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import onnx_ir as ir
 
 from memshrink.manager import Pass, PassContext, PassResult
-from memshrink.model import META_SAVE, iter_tensor_slots
+from memshrink.model import META_SAVE, META_SOURCE, iter_tensor_slots
 from memshrink.transforms import register
 
 
@@ -49,6 +55,45 @@ def _constant_to_initializer(graph: ir.Graph, node: ir.Node, threshold: int) -> 
     return tensor.nbytes
 
 
+_LOOP_OPS = ("Loop", "Scan")
+
+
+def _embedded_in_source(value: ir.Value, source: str | None) -> bool:
+    """Whether the weight was embedded in the file it was loaded from (the loader maps big
+    embedded tensors as external tensors into the .onnx itself). One that already lived in a
+    data file stays there: embedding it would cost memory, and the original had the EP's
+    problem too."""
+    t = value.const_value
+    if not isinstance(t, ir.ExternalTensor):
+        return True
+    return source is not None and os.path.realpath(t.path) == source
+
+
+def loop_body_weights(model: ir.Model) -> set[str]:
+    """Names of the initializers (of any scope) read by a node inside a Loop or Scan body,
+    nested bodies included, that the source file embedded."""
+    source = (model.meta.get(META_SOURCE) or {}).get("path")
+    source = os.path.realpath(source) if source else None
+    names: set[str] = set()
+    for graph in model.graphs():
+        for node in graph:
+            if node.op_type not in _LOOP_OPS or node.domain not in ("", "ai.onnx"):
+                continue
+            for attr in node.attributes.values():
+                if attr.type != ir.AttributeType.GRAPH or attr.value is None:
+                    continue
+                for inner in ir.traversal.RecursiveGraphIterator(attr.value):
+                    for v in inner.inputs:
+                        if (
+                            v is not None
+                            and v.name
+                            and v.is_initializer()
+                            and _embedded_in_source(v, source)
+                        ):
+                            names.add(v.name)
+    return names
+
+
 @register
 class ExternalDataPass(Pass):
     name = "external-data"
@@ -61,6 +106,7 @@ class ExternalDataPass(Pass):
         threshold: int = 1024
         alignment: int = 65536
         constants_to_initializers: bool = True
+        loop_weights_inline: bool = True
 
     def run(self, model: ir.Model, context: PassContext) -> PassResult:
         o = self.options
@@ -76,10 +122,13 @@ class ExternalDataPass(Pass):
                     if moved:
                         moved_constants += 1
                         moved_constant_bytes += moved
+        inline = sorted(loop_body_weights(model)) if o.loop_weights_inline else []
         tensors = [t for t, _ in iter_tensor_slots(model)]
-        big = [t for t in tensors if t.nbytes >= o.threshold]
+        big = [t for t in tensors if t.nbytes >= o.threshold and t.name not in inline]
         previous = model.meta.get(META_SAVE) or {}
-        policy = {"external": True, "threshold": o.threshold, "alignment": o.alignment}
+        policy: dict = {"external": True, "threshold": o.threshold, "alignment": o.alignment}
+        if inline:
+            policy["inline"] = inline
         model.meta[META_SAVE] = policy
         return PassResult(
             modified=moved_constants > 0 or previous != policy,
@@ -90,5 +139,6 @@ class ExternalDataPass(Pass):
                 "constants_to_initializers": moved_constants,
                 "constant_bytes_moved": moved_constant_bytes,
                 "alignment": o.alignment,
+                **({"loop_weights_inline": len(inline)} if inline else {}),
             },
         )
