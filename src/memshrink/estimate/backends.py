@@ -9,16 +9,16 @@ nothing is fitted per model.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from memshrink.estimate import ort as ortsim
 from memshrink.estimate.gather_pages import gather_pages
-from memshrink.estimate.glibc_heap import GlibcHeap
+from memshrink.estimate.glibc_heap import GlibcHeap, hole_shares
 from memshrink.estimate.graph import GraphInfo, ModelView
 from memshrink.estimate.lifetimes import tensor_buffers
-from memshrink.estimate.ort_heap import CreationBlocks, regions_in_holes
+from memshrink.estimate.ort_heap import CreationBlocks
 from memshrink.estimate.ort_optimized import optimize
 from memshrink.estimate.ort_weights import optimization_level, ort_cpu_weights
 from memshrink.estimate.planners import all_planners
@@ -257,10 +257,11 @@ def _int_range(value: Any) -> tuple[int, int] | None:
 
 def _arena_after_holes(sim: ortsim.OrtRunModel, blocks: CreationBlocks) -> tuple[int, int]:
     """Run-1 and steady-state arena pages, less those of regions glibc serves from the holes
-    session creation left (``ort_heap``): those pages are resident already."""
+    session creation left: those pages are resident already. Weighted by the share of the
+    replayed heaps (``glibc_heap.hole_shares``) where a region fits a hole."""
     if not sim.regions:
         return sim.run_1, sim.steady_state
-    return _credit(sim, regions_in_holes(blocks, sim.regions))
+    return _credit(sim, hole_shares(blocks, sim.regions))
 
 
 def _arena_in_glibc_holes(sim: ortsim.OrtRunModel, heap: GlibcHeap) -> tuple[int, int]:
@@ -272,11 +273,13 @@ def _arena_in_glibc_holes(sim: ortsim.OrtRunModel, heap: GlibcHeap) -> tuple[int
     return _credit(sim, [h.place(r) == "hole" for r in sim.regions])
 
 
-def _credit(sim: ortsim.OrtRunModel, in_hole: list[bool]) -> tuple[int, int]:
+def _credit(sim: ortsim.OrtRunModel, in_hole: Sequence[float]) -> tuple[int, int]:
+    """Run 1 and steady state less the touched pages of the regions in holes (``in_hole``: per
+    region, True / False or the share of replayed heaps where it fits one)."""
     n1 = len(sim.touched_run_1)
-    run_1 = sim.run_1 - sum(t for t, h in zip(sim.touched_run_1, in_hole[:n1], strict=True) if h)
-    steady = sim.steady_state - sum(t for t, h in zip(sim.touched, in_hole, strict=True) if h)
-    return run_1, steady
+    run_1 = sim.run_1 - sum(t * h for t, h in zip(sim.touched_run_1, in_hole[:n1], strict=True))
+    steady = sim.steady_state - sum(t * h for t, h in zip(sim.touched, in_hole, strict=True))
+    return int(run_1), int(steady)
 
 
 def _ort_graph(

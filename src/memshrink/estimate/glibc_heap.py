@@ -240,6 +240,29 @@ def resident_after_creation(blocks: CreationBlocks) -> tuple[int, int]:
     )
 
 
+def hole_shares(blocks: CreationBlocks, regions: list[int]) -> list[float]:
+    """Per arena region (in extension order), the share of the four rotations' heaps in which
+    glibc serves it from a free chunk below the top (resident already: its pages add nothing).
+
+    External weights too leave pinned holes: after creation, freed aligned blocks whose spare
+    sits in the tcache stay exactly their size (4 MiB holes of 1x1 filters), and an equal
+    arena region (96 bytes more) does not fit them. Which blocks pin differs per process (the
+    process's small allocations, even its working directory's length, move it):
+    ``resnet50-960`` after ``--passes all -O chunk.nested=true`` walked after creation in
+    ``memshrink verify``'s child had 5 MiB holes (regions 4, 4, 16 MiB into 5, 5, 18 MiB
+    holes; run 1 +24.3 MiB) in 3 processes and only 4 MiB ones in 3 (the two 4 MiB regions
+    both in the 18 MiB hole, the 16 MiB one mmapped: +39.8 to 40.4 MiB). The earlier unpinned
+    replay credited all three regions; the mean over the rotations is the expected credit
+    (docs/estimate.md, "Run 1's arena regions in heap holes")."""
+    shares = [0.0] * len(regions)
+    for r in range(ROTATIONS):
+        heap = replay(blocks, r)
+        for i, n in enumerate(regions):
+            if heap.place(n) == "hole":
+                shares[i] += 1 / ROTATIONS
+    return shares
+
+
 MODES = ("pinned", "consolidated", "partly_pinned")
 
 
