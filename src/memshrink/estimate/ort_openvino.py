@@ -48,6 +48,7 @@ from memshrink.estimate.backends import BackendPrediction, Stage
 from memshrink.estimate.disjoint import find_root
 from memshrink.estimate.graph import GraphInfo, ModelView
 from memshrink.estimate.lifetimes import Buffer
+from memshrink.estimate.ort import session_options_rules
 from memshrink.estimate.planners import greedy_by_size
 from memshrink.estimate.schedule import ort_default
 
@@ -301,6 +302,13 @@ def predict(
         # are modelled (the inlined proto copies per subgraph were not measured).
         if view.embedded:
             shared = 0
+    # ORT's memory pattern (on by default, every input shape bound): run 2 allocates one block
+    # of run 1's traced peak beside the arena chunks run 1 kept, so the tensors crossing a cut
+    # cost their plan twice in steady state (4 attention layers cut after Softmax, dynamic seq
+    # 512 / 1024: run 2 adds +22 / +114 MiB, crossing plan 18 / 66 MiB).
+    pattern = 0
+    if cut and session_options_rules({k: str(v) for k, v in opts.items()})["enable_mem_pattern"]:
+        pattern = int(planners["ovep_ort_arena"])
     stages = []
     for name, src in _STAGES:
         s = by_name[src]
@@ -361,6 +369,9 @@ def predict(
                 f"weights read by several OpenVINO subgraphs: {shared / MiB:.0f} MiB more mapped, "
                 f"{relaid / MiB:.0f} MiB more re-laid out (one copy per extra subgraph)"
             )
+    if pattern:
+        stages[2].activations += pattern
+        stages[2].notes.append("ORT's memory-pattern block for the crossing tensors (run 2 on)")
     if cut:
         for st in stages[1:]:
             st.notes.append(
