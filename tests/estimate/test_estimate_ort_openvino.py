@@ -229,7 +229,7 @@ def test_dynamic_embedded_run_keeps_the_session_peak_without_big_tensors() -> No
 
 def test_dynamic_embedded_chain_matches_the_real_ep(tmp_path: Path) -> None:
     """8 x MatMul 1024^2 (32 MiB embedded), dynamic batch 4: measured 208.0 / 213.5 MiB
-    (session / run 1), predicted 209.3 for both (before: run 186.5, -13 %)."""
+    (session / run 1), predicted 209.3 for both (before: run 177.3, -17 %)."""
     py = _ovep_python()
     if py is None:
         pytest.skip("no interpreter with onnxruntime-openvino (set MEMSHRINK_PYTHON_ORT_OPENVINO)")
