@@ -48,6 +48,7 @@ from memshrink.estimate.backends import BackendPrediction, Stage
 from memshrink.estimate.disjoint import find_root
 from memshrink.estimate.graph import GraphInfo, ModelView
 from memshrink.estimate.lifetimes import Buffer
+from memshrink.estimate.ort import session_options_rules
 from memshrink.estimate.planners import greedy_by_size
 from memshrink.estimate.schedule import ort_default
 
@@ -106,6 +107,27 @@ def big_initializer_bytes(view: ModelView) -> int:
     g = view.graph
     sizes = (g.tensors[n].nbytes or 0 for n in g.initializers if not g.tensors[n].folded)
     return sum(nb for nb in sizes if nb > GLIBC_MMAP_THRESHOLD_MAX)
+
+
+def big_tensor(view: ModelView) -> bool:
+    """Whether some stored initializer is larger than glibc's largest mmap threshold."""
+    g = view.graph
+    return any(
+        (g.tensors[n].nbytes or 0) > GLIBC_MMAP_THRESHOLD_MAX
+        for n in g.initializers
+        if not g.tensors[n].folded
+    )
+
+
+def ort_node_count(g: GraphInfo) -> int:
+    """Nodes left in ORT's graph when the EP builds its subgraph proto: ORT turns ``Constant``
+    nodes into initializers at load, level 1 removes ``Identity`` nodes, and constant folding
+    removes what the estimator folds too (ViT-base TorchScript export: 1235 nodes, 755 left)."""
+    return sum(
+        1
+        for i, n in enumerate(g.nodes)
+        if n.op_type not in ("Constant", "Identity") and i not in g.folded
+    )
 
 
 def small_initializer_bytes(view: ModelView, limit: float) -> int:
@@ -238,7 +260,7 @@ def predict(
     # estimator still charges the mapped-file rule there (see docs/estimate.md).
     fused_w = int(native.details["ov_weights"]["conv_fused"]) if view.embedded else 0
     ort_copy -= int((ov_c["ov_conv_fused"] - ov_c["ov_conv"]) * fused_w)
-    fixed_anon = int(c["ovep_anon"] + c["ovep_per_node"] * len(g.nodes))
+    fixed_anon = int(c["ovep_anon"] + c["ovep_per_node"] * ort_node_count(g))
     fixed_file = int(c["ovep_file"])
     cut = [n.op_type for n in g.nodes if n.op_type in UNSUPPORTED]
     dynamic = openvino.is_dynamic(view, opts)
@@ -280,6 +302,13 @@ def predict(
         # are modelled (the inlined proto copies per subgraph were not measured).
         if view.embedded:
             shared = 0
+    # ORT's memory pattern (on by default, every input shape bound): run 2 allocates one block
+    # of run 1's traced peak beside the arena chunks run 1 kept, so the tensors crossing a cut
+    # cost their plan twice in steady state (4 attention layers cut after Softmax, dynamic seq
+    # 512 / 1024: run 2 adds +22 / +114 MiB, crossing plan 18 / 66 MiB).
+    pattern = 0
+    if cut and session_options_rules({k: str(v) for k, v in opts.items()})["enable_mem_pattern"]:
+        pattern = int(planners["ovep_ort_arena"])
     stages = []
     for name, src in _STAGES:
         s = by_name[src]
@@ -318,7 +347,12 @@ def predict(
         # first infer's re-laid-out weights and activations reuse: a run stage holds the larger
         # of the two (branch `epnan`: BERT-base and BERT b4x512 after ep-compat, one subgraph,
         # measured 1672 and 1675 MiB at run, 2147 at session, for both input sizes).
-        floor = stages[0].peak - ort_initializer_bytes(view)
+        # Without a tensor over glibc's largest mmap threshold nothing is returned: the run
+        # stages hold the session peak (Whisper-base encoder, 78 MiB in tensors <= 4 MiB:
+        # session 431, run 435; MatMul chains of 4 and 16 MiB tensors: 212 / 212, 716 / 700).
+        floor = stages[0].peak
+        if big_tensor(view):
+            floor -= ort_initializer_bytes(view)
         for st in stages[1:]:
             st.weights_anon += max(floor, st.peak - kept_proto) - st.peak
         stages[0].notes.append("dynamic shapes: the EP's ModelProto and its serialized string")
@@ -335,6 +369,9 @@ def predict(
                 f"weights read by several OpenVINO subgraphs: {shared / MiB:.0f} MiB more mapped, "
                 f"{relaid / MiB:.0f} MiB more re-laid out (one copy per extra subgraph)"
             )
+    if pattern:
+        stages[2].activations += pattern
+        stages[2].notes.append("ORT's memory-pattern block for the crossing tensors (run 2 on)")
     if cut:
         for st in stages[1:]:
             st.notes.append(
