@@ -216,10 +216,12 @@ def test_guard_refuses_a_split_that_raises_openvino(tmp_path: Path) -> None:
 
 
 def test_split_that_raises_the_whole_process_peak_is_refused(tmp_path: Path) -> None:
-    """On a tiny block the activations saved are smaller than what more kernels cost at
-    session creation: the ORT whole-process peak would rise, so no split is taken."""
+    """On a tiny block the activations saved are smaller than what more kernels cost the
+    session (3 KiB a node, kept through the runs): the ORT whole-process peak would rise, so no
+    split is taken. (At 16x16 the saving now wins: the session has no 4 MiB parse transient
+    on a weightless file, so the run stages are the process peak.)"""
     src = tmp_path / "ib.onnx"
-    onnx.save_model(bottleneck(hw=16), src)
+    onnx.save_model(bottleneck(hw=6), src)
     opts = {"chunk": {"modes": "channels", "min_gain": -1.0}}
     res = PassManager(["chunk"], options=opts).run(src)[1].passes[0]
     cands = res.stats["channels"]["candidates"]
