@@ -91,3 +91,50 @@ def test_accepts_an_in_memory_model(tmp_path):
     assert [(r.key, r.value, r.saving) for r in in_memory] == [
         (r.key, r.value, r.saving) for r in by_path
     ]
+
+
+def test_in_memory_model_is_predicted_as_the_file_the_save_writes(tmp_path):
+    """``optimize`` recommends on the rewritten in-memory model: it must be predicted with the
+    pipeline's save layout (external data), as the written file is, not as loaded (embedded)."""
+    import onnx_ir as ir
+
+    from memshrink import PassManager
+    from memshrink.estimate import estimate
+    from memshrink.writer import save_model
+
+    src = tmp_path / "wide.onnx"
+    _chain_with_weight(src)
+    loaded = ir.serde.deserialize_model(onnx.load(str(src)))  # weights in memory
+    model, _ = PassManager(["external-data"]).run(loaded)
+    assert estimate(model).view.embedded  # as loaded; the save will write external data
+    in_memory = recommend(model, backend="ort")
+    out = tmp_path / "out.onnx"
+    save_model(model, out)
+    from_file = recommend(str(out), backend="ort")
+    assert in_memory and from_file
+    assert in_memory[0].baseline_peak == from_file[0].baseline_peak
+
+
+def _chain_with_weight(path) -> None:
+    """The activation chain behind a MatMul with a 16 MiB weight (embedded as built)."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    width = 1 << 20
+    w = numpy_helper.from_array(np.full((4, width), 0.5, dtype=np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["t"], name="mm")]
+    prev = "t"
+    for i in range(8):
+        op = "Mul" if i % 2 else "Add"
+        nodes.append(helper.make_node(op, [prev, "k"], [f"t{i}"], name=f"n{i}"))
+        prev = f"t{i}"
+    nodes.append(helper.make_node("ReduceSum", [prev], ["y"], keepdims=0, name="red"))
+    k = helper.make_tensor("k", TensorProto.FLOAT, [1], [1.01])
+    g = helper.make_graph(
+        nodes,
+        "wide",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])],
+        [w, k],
+    )
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]), path)
