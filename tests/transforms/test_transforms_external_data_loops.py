@@ -182,3 +182,20 @@ def test_a_loop_weight_already_in_a_data_file_stays_there(tmp_path: Path) -> Non
     feeds = {"x": np.random.default_rng(1).standard_normal((5, 1, 64)).astype(np.float32)}
     for a, b in zip(run_ort(src, feeds), run_ort(out, feeds), strict=True):
         np.testing.assert_array_equal(a, b)  # atol = rtol = 0
+
+
+def test_partitioned_save_keeps_loop_body_weights_embedded(tmp_path: Path) -> None:
+    """The folder writer honours the same list: each part keeps its Loop body's weights inline
+    (the EP would resolve a part's data file against the working directory too)."""
+    from memshrink.writer import save_model
+
+    src = _loop_model(tmp_path / "m.onnx")
+    opts = {"partition": {"parts": 2}}
+    model, _ = PassManager(["external-data", "partition"], options=opts).run(load(src))
+    out = tmp_path / "parts"
+    save_model(model, out)
+    where: dict[str, int] = {}
+    for part in sorted(out.glob("part_*.onnx")):
+        for t in onnx.load(part, load_external_data=False).graph.initializer:
+            where[t.name] = t.data_location
+    assert (where["W"], where["Win"]) == (T.DEFAULT, T.EXTERNAL)

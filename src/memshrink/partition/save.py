@@ -41,7 +41,14 @@ from memshrink.partition.manifest import (
     write_manifest,
 )
 from memshrink.partition.plan import GraphFacts, PartitionPlan, graph_facts, plan_partition
-from memshrink.writer import DEFAULT_ALIGNMENT, DEFAULT_THRESHOLD, SaveInfo, _align, write_tensor_at
+from memshrink.writer import (
+    DEFAULT_ALIGNMENT,
+    DEFAULT_THRESHOLD,
+    META_SAVE,
+    SaveInfo,
+    _align,
+    write_tensor_at,
+)
 
 Progress = Callable[[int, int], None]
 
@@ -235,7 +242,11 @@ def save_partitioned(
             )
 
     tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}-{threading.get_ident() % 100000}")
+    # weights ``external-data`` keeps embedded (read inside Loop / Scan bodies: the ORT OpenVINO
+    # EP resolves their data file against the working directory) stay in their part's .onnx
+    inline = set((model.meta.get(META_SAVE) or {}).get("inline", ()))
     slots = {id(t): (t, s) for t, s in iter_tensor_slots(model)}
+    kept = {tid for tid, (t, _) in slots.items() if t.name and t.name in inline}
     originals: list[tuple[ir.TensorProtocol, Callable]] = []
     owner: dict[int, tuple[int, int, int]] = {}  # tensor id -> (part, offset, length)
     external_count = external_bytes = inline_count = 0
@@ -243,7 +254,7 @@ def save_partitioned(
         slots[tid][0].nbytes
         for p in parts
         for tid in p.tensor_ids
-        if tid in slots and slots[tid][0].nbytes >= threshold
+        if tid in slots and tid not in kept and slots[tid][0].nbytes >= threshold
     )
     try:
         with sigterm_as_exception():
@@ -253,7 +264,10 @@ def save_partitioned(
                 todo = [
                     tid
                     for tid in part.tensor_ids
-                    if tid in slots and tid not in owner and slots[tid][0].nbytes >= threshold
+                    if tid in slots
+                    and tid not in owner
+                    and tid not in kept
+                    and slots[tid][0].nbytes >= threshold
                 ]
                 if not todo:
                     continue
