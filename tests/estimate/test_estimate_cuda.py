@@ -15,6 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from memshrink.estimate import cuda, estimate
 from memshrink.estimate import ort as ortsim
+from memshrink.estimate.backends import VERIFY_STAGES
 from memshrink.estimate.graph import build_view
 from memshrink.estimate.schedule import schedule
 
@@ -293,7 +294,7 @@ def test_prediction_agrees_with_the_verifier_on_a_gpu(tmp_path: Path) -> None:
         pytest.skip("no onnxruntime-gpu with CUDAExecutionProvider and nvidia-ml-py (no GPU here)")
     from memshrink.verify import profile
 
-    stages = {"session": "session_creation", "run1": "run_1", "run3": "steady_state"}
+    stages = {v: k for k, v in VERIFY_STAGES["cuda"].items()}  # verify's stage -> estimate's
     models = [
         _mlp(tmp_path / "mlp.onnx", False),
         _mlp(tmp_path / "mlp-ext.onnx", True),
