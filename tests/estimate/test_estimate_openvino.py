@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from fixtures_onnx import erf_gelu, erf_gelu_constants
 from onnx import TensorProto, helper, numpy_helper
 
 from memshrink.estimate import estimate
@@ -332,8 +333,7 @@ def _fc_gelu(n: int) -> onnx.ModelProto:
     """``n`` x (MatMul + bias -> legacy Erf GELU -> MatMul), static 3-D shapes (an MLP this
     small, [8, 32] -> 64, is tokenized whole by Snippets instead)."""
     rng = np.random.default_rng(0)
-    consts = [numpy_helper.from_array(np.array(v, np.float32), k) for k, v in (("half", 0.5), ("one", 1.0), ("sq", 1.4142135))]  # fmt: skip
-    nodes, inits, cur = [], list(consts), "x"
+    nodes, inits, cur = [], erf_gelu_constants(), "x"
     for i in range(n):
         inits += [
             numpy_helper.from_array(rng.random((256, 1024), dtype=np.float32), f"w{i}"),
@@ -343,11 +343,7 @@ def _fc_gelu(n: int) -> onnx.ModelProto:
         nodes += [
             helper.make_node("MatMul", [cur, f"w{i}"], [f"m{i}"]),
             helper.make_node("Add", [f"m{i}", f"b{i}"], [f"h{i}"]),
-            helper.make_node("Div", [f"h{i}", "sq"], [f"d{i}"]),
-            helper.make_node("Erf", [f"d{i}"], [f"e{i}"]),
-            helper.make_node("Add", [f"e{i}", "one"], [f"a{i}"]),
-            helper.make_node("Mul", [f"h{i}", f"a{i}"], [f"p{i}"]),
-            helper.make_node("Mul", [f"p{i}", "half"], [f"g{i}"]),
+            *erf_gelu(f"h{i}", f"g{i}"),
             helper.make_node("MatMul", [f"g{i}", f"u{i}"], [f"o{i}"]),
         ]
         cur = f"o{i}"

@@ -11,6 +11,7 @@ import onnx
 import onnx.helper as oh
 import onnxruntime as ort
 import pytest
+from fixtures_onnx import erf_gelu, erf_gelu_constants
 from onnx import numpy_helper
 
 from memshrink.estimate import estimate
@@ -342,29 +343,18 @@ def erf_gelu_mlp(form: int) -> onnx.ModelProto:
     """Linear -> Erf GELU -> Linear, the GELU as the legacy exporter writes it: form 1
     ``Mul(Mul(x, 1 + erf(x / s)), 0.5)``, form 2 ``Mul(Mul(x, 0.5), 1 + erf(x / s))``, or
     form 3, dynamo's ``Mul(x, Mul(0.5, 1 + erf(x / s)))`` (ORT does not fuse that one)."""
-    half = numpy_helper.from_array(np.array(0.5, np.float32), "half")
-    one = numpy_helper.from_array(np.array(1.0, np.float32), "one")
-    sq = numpy_helper.from_array(np.array(1.4142135, np.float32), "sq")
     nodes = [
         oh.make_node("MatMul", ["x", "w0"], ["m0"]),
         oh.make_node("Add", ["m0", "b0"], ["h"]),
-        oh.make_node("Div", ["h", "sq"], ["d"]),
-        oh.make_node("Erf", ["d"], ["e"]),
-        oh.make_node("Add", ["e", "one"], ["a"]),
+        *erf_gelu("h", "g", form),
+        oh.make_node("MatMul", ["g", "w1"], ["y"]),
     ]
-    if form == 1:
-        nodes += [oh.make_node("Mul", ["h", "a"], ["p"]), oh.make_node("Mul", ["p", "half"], ["g"])]
-    elif form == 2:
-        nodes += [oh.make_node("Mul", ["h", "half"], ["p"]), oh.make_node("Mul", ["p", "a"], ["g"])]
-    else:
-        nodes += [oh.make_node("Mul", ["half", "a"], ["p"]), oh.make_node("Mul", ["h", "p"], ["g"])]
-    nodes.append(oh.make_node("MatMul", ["g", "w1"], ["y"]))
     g = oh.make_graph(
         nodes,
         "mlp",
         [oh.make_tensor_value_info("x", F, [2, 64, 32])],
         [oh.make_tensor_value_info("y", F, [2, 64, 32])],
-        [_w("w0", 32, 128), _w("b0", 128), _w("w1", 128, 32), half, one, sq],
+        [_w("w0", 32, 128), _w("b0", 128), _w("w1", 128, 32), *erf_gelu_constants()],
     )
     m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
     m.ir_version = 8
@@ -388,9 +378,6 @@ def test_erf_gelu_fusion_matches_ort(tmp_path, form, gelu):
 def dynamic_block() -> onnx.ModelProto:
     """x[batch, seq, 32] -> MatMul + bias -> Add(x) -> LayerNorm -> MatMul + bias -> Erf GELU
     (legacy form) -> MatMul: symbolic batch and sequence, as exported transformers run."""
-    half = numpy_helper.from_array(np.array(0.5, np.float32), "half")
-    one = numpy_helper.from_array(np.array(1.0, np.float32), "one")
-    sq = numpy_helper.from_array(np.array(1.4142135, np.float32), "sq")
     nodes = [
         oh.make_node("MatMul", ["x", "w0"], ["m0"]),
         oh.make_node("Add", ["m0", "b0"], ["h0"]),
@@ -398,11 +385,7 @@ def dynamic_block() -> onnx.ModelProto:
         oh.make_node("LayerNormalization", ["r", "g", "be"], ["n"], axis=-1),
         oh.make_node("MatMul", ["n", "w1"], ["m1"]),
         oh.make_node("Add", ["m1", "b1"], ["h"]),
-        oh.make_node("Div", ["h", "sq"], ["d"]),
-        oh.make_node("Erf", ["d"], ["e"]),
-        oh.make_node("Add", ["e", "one"], ["a"]),
-        oh.make_node("Mul", ["h", "a"], ["p"]),
-        oh.make_node("Mul", ["p", "half"], ["q"]),
+        *erf_gelu("h", "q"),
         oh.make_node("MatMul", ["q", "w2"], ["y"]),
     ]
     g = oh.make_graph(
@@ -411,7 +394,7 @@ def dynamic_block() -> onnx.ModelProto:
         [oh.make_tensor_value_info("x", F, ["batch", "seq", 32])],
         [oh.make_tensor_value_info("y", F, ["batch", "seq", 32])],
         [_w("w0", 32, 32), _w("b0", 32), _w("g", 32), _w("be", 32), _w("w1", 32, 128),
-         _w("b1", 128), _w("w2", 128, 32), half, one, sq],
+         _w("b1", 128), _w("w2", 128, 32), *erf_gelu_constants()],
     )  # fmt: skip
     m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
     m.ir_version = 8
