@@ -3,14 +3,12 @@ on a real GPU (skipped without onnxruntime-gpu and NVML; run on the GPU machine)
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
+from interpreters import NO_CUDA, cuda_python
 from onnx import TensorProto, helper, numpy_helper
 
 from memshrink.estimate import cuda, estimate
@@ -226,16 +224,6 @@ def test_device_range_spans_other_weight_orders():
 # ----------------------------------------------------------------------------- real GPU
 
 
-def _cuda_python() -> str | None:
-    py = os.environ.get("MEMSHRINK_PYTHON_CUDA", sys.executable)
-    code = (
-        "import onnxruntime as o, pynvml; pynvml.nvmlInit(); "
-        "assert 'CUDAExecutionProvider' in o.get_available_providers()"
-    )
-    ok = subprocess.run([py, "-c", code], capture_output=True).returncode == 0
-    return py if ok else None
-
-
 def _mlp(path: Path, external: bool) -> Path:
     """4 x (MatMul 2048x2048 + Relu), batch 256: 64 MiB of weights, 2 MiB activations."""
     rng = np.random.default_rng(0)
@@ -289,9 +277,9 @@ def _cnn(path: Path) -> Path:
 
 @pytest.mark.cuda
 def test_prediction_agrees_with_the_verifier_on_a_gpu(tmp_path: Path) -> None:
-    py = _cuda_python()
+    py = cuda_python()
     if py is None:
-        pytest.skip("no onnxruntime-gpu with CUDAExecutionProvider and nvidia-ml-py (no GPU here)")
+        pytest.skip(NO_CUDA)
     from memshrink.verify import profile
 
     stages = {v: k for k, v in VERIFY_STAGES["cuda"].items()}  # verify's stage -> estimate's
@@ -324,9 +312,9 @@ def test_prediction_agrees_with_the_verifier_on_a_gpu(tmp_path: Path) -> None:
 def test_host_per_conv_node_on_a_gpu(tmp_path: Path) -> None:
     # The sweep's finding, re-measured: 1 vs 64 convolutions of one shape; the host difference
     # at run 1 is predicted within 20 % (measured 57 MiB on the H200).
-    py = _cuda_python()
+    py = cuda_python()
     if py is None:
-        pytest.skip("no onnxruntime-gpu with CUDAExecutionProvider and nvidia-ml-py (no GPU here)")
+        pytest.skip(NO_CUDA)
     from memshrink.verify import profile
 
     meas, pred = [], []

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from interpreters import NO_OVEP, ovep_python
 from partition.partgraphs import (
     assert_close,
     branchy_feeds,
@@ -24,7 +25,6 @@ from memshrink.errors import UsageError
 from memshrink.runtime import PartitionedSession, PartLoadError, open_session
 
 REPO = Path(__file__).resolve().parents[2]
-OVEP_PYTHON = REPO / ".cache" / "venv-ovep" / "bin" / "python"
 ATOL = 1e-5  # absolute; rtol 0. Parts run the same kernels, so differences are rounding only.
 
 
@@ -134,7 +134,7 @@ def test_exported_transformer_matches(tmp_path: Path) -> None:
             assert_close(ref, got, atol=ATOL)
 
 
-@pytest.mark.skipif(not OVEP_PYTHON.exists(), reason="no .cache/venv-ovep (onnxruntime-openvino)")
+@pytest.mark.skipif(ovep_python() is None, reason=NO_OVEP)
 def test_ort_openvino_ep_streamed(branchy, tmp_path: Path) -> None:  # noqa: ANN001
     """The ORT OpenVINO EP lives in its own venv (no onnx there): run the session in it."""
     src, parts = branchy
@@ -151,7 +151,7 @@ def test_ort_openvino_ep_streamed(branchy, tmp_path: Path) -> None:  # noqa: ANN
     env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
     proc = subprocess.run(
         [
-            str(OVEP_PYTHON),
+            str(ovep_python()),
             "-c",
             script,
             str(parts),
