@@ -23,6 +23,9 @@ from memshrink.estimate.schedule import schedule
 pytest.importorskip("openvino")
 
 MiB = 1 << 20
+# The rules these tests check are the f32 ones; on an AVX512-BF16 / AMX host the plugin
+# defaults to bf16 (tests/estimate/test_estimate_ov_precision.py), so both sides pin f32.
+F32 = {"INFERENCE_PRECISION_HINT": "f32"}
 
 
 def _conv_chain(n: int, c: int, hw: int, *, bn: bool = False, residual: bool = False):
@@ -75,7 +78,7 @@ def _measure(path: str) -> dict[str, dict[str, int]]:
     """Stage deltas from ``memshrink.verify.profile`` (its own process, float32 feeds)."""
     from memshrink.verify import profile
 
-    run = profile(path, backends=("openvino",), runs=3).to_dict()["runs"][0]
+    run = profile(path, backends=("openvino",), runs=3, session_options=F32).to_dict()["runs"][0]
     assert run["status"] == "ok", run.get("error")
     return {
         st["name"]: {"peak": int(st["peak_delta"]), "after": int(st["after_delta"])}
@@ -84,7 +87,7 @@ def _measure(path: str) -> dict[str, dict[str, int]]:
 
 
 def _predict(path: str) -> dict[str, int]:
-    return estimate(path, backend="openvino", session_options={"reshape": 1}).stage_peaks()
+    return estimate(path, backend="openvino", session_options={"reshape": 1, **F32}).stage_peaks()
 
 
 @pytest.mark.slow
@@ -111,7 +114,7 @@ def test_activation_plan_after_fusions(tmp_path: Path) -> None:
     # layout reorder and the feed copied by infer(). atol = 2 MiB.
     path = _save(_conv_chain(6, 64, 112, residual=True), tmp_path / "res.onnx")
     meas = _measure(path)
-    est = estimate(path, backend="openvino", session_options={"reshape": 1})
+    est = estimate(path, backend="openvino", session_options={"reshape": 1, **F32})
     pred = est.stage_peaks()
     act_meas = meas["infer3"]["peak"] - meas["compile"]["after"]
     act_pred = pred["steady_state"] - pred["compile_model"]
@@ -189,9 +192,13 @@ def test_dynamic_fc_with_activation_packs_weights_at_first_infer(tmp_path: Path)
 
     for relu in (False, True):
         path = _save(_fc_chain(relu), tmp_path / f"fc{int(relu)}.onnx")
-        run = profile(path, backends=("openvino",), dims={"B": 1, "S": 128}).to_dict()["runs"][0]
+        run = profile(
+            path, backends=("openvino",), dims={"B": 1, "S": 128}, session_options=F32
+        ).to_dict()["runs"][0]
         meas = {st["name"]: int(st["peak_delta"]) for st in run["stages"]}
-        pred = estimate(path, backend="openvino", dims={"B": 1, "S": 128}).stage_peaks()
+        pred = estimate(
+            path, backend="openvino", dims={"B": 1, "S": 128}, session_options=F32
+        ).stage_peaks()
         # What infer 1 adds over compile (the fixed costs are calibrated on real models and
         # are not what this checks): the deferred copy plus the small activations.
         grow_pred = pred["run_1"] - pred["compile_model"]

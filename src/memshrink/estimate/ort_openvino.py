@@ -247,7 +247,9 @@ def predict(
     c = dict(OVEP_CALIBRATION)
     c.update(calibration or {})
     ov_c = openvino.OV_CALIBRATION
-    native = openvino.predict(view, order, opts, sched)
+    # The EP compiles for CPU with precision FP32 (its default, which sets OpenVINO's
+    # INFERENCE_PRECISION_HINT to f32 whatever the host supports): native rules at f32.
+    native = openvino.predict(view, order, {"INFERENCE_PRECISION_HINT": "f32", **opts}, sched)
     by_name = {s.name: s for s in native.stages}
     g = view.graph
     folded = folded_bytes(view)
