@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import onnx_ir as ir
-import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from memshrink.estimate import cuda
