@@ -133,6 +133,23 @@ def conv_cases() -> dict[str, onnx.ModelProto]:
         "conv_512": _convs([(c, 64, 3, 1, 1, True)], [1, 64, 512, 512]),
         "gconv1x1": _convs([(c, 64, 1, 1, 8, True)], x),
         "dw5": _convs([(c, 64, 5, 1, 64, True)], x),
+        "mb_geo": _convs(
+            [(c, 64, 1, 1, 1, True), (c, 64, 1, 1, 8, True), (c, 64, 1, 2, 1, True)]
+            + [(c, 64, 3, 1, 64, True), (c, 64, 3, 2, 1, True), (c, 64, 5, 1, 64, True)],
+            x,
+        ),
+        "avgpool": _model(
+            [h.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 3])], x, [], ["y"]
+        ),
+        "conv_maxpool": _model(
+            [
+                h.make_node("Conv", ["x", "w", "b"], ["y0"], pads=[1] * 4),
+                h.make_node("MaxPool", ["x"], ["y1"], kernel_shape=[3, 3]),
+            ],
+            x,
+            [_w("w", (64, 64, 3, 3)), _w("b", (64,))],
+            ["y0", "y1"],
+        ),
         "maxpool": _model(
             [h.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3])], x, [], ["y"]
         ),
@@ -295,14 +312,20 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from memshrink.verify.api import profile
 
     res: dict[str, Any] = {}
+    flags = {"0": False, "1": True, "false": False, "true": True}
+    opts: dict[str, Any] = {}
+    for kv in args.session_option:
+        key, value = kv.split("=", 1)
+        opts[key] = flags.get(value.lower(), value)
     for m in args.models:
-        run = profile(m, backends="cuda", runs=3).runs[0]
+        run = profile(m, backends="cuda", runs=3, session_options=opts or None).runs[0]
         base = run.baseline_rss or 0
         host = estimate(m, backend="cuda").prediction.details["host"]
         res[m] = {
             "ok": run.ok,
             "host": {s["name"]: round((s["peak"] - base) / MiB, 1) for s in run.stages},
             "pred": {k: round(v / MiB, 1) for k, v in host.items()},
+            "session_options": opts,
         }
         print(m, json.dumps(res[m]), flush=True)
         Path(args.out).write_text(json.dumps(res, indent=1))
@@ -340,6 +363,7 @@ def main() -> int:
     o.add_argument("models", nargs="+")
     pr = sub.add_parser("profile")
     pr.add_argument("--out", required=True)
+    pr.add_argument("--session-option", action="append", default=[], metavar="KEY=VALUE")
     pr.add_argument("models", nargs="+")
     ap.add_argument(
         "--results", default=str(Path(__file__).with_name("cuda_host_family_check.json"))
