@@ -339,6 +339,13 @@ def test_pointwise_convolutions_load_cublas_and_bias_loads_its_module() -> None:
     without = cuda.host_libraries(build_view(_conv_pair(1, bias=False)).graph)
     assert with_bias - without == pytest.approx(c["cuda_host_conv_bias"], abs=1)
     assert with_bias / MiB == pytest.approx(226.8, rel=0.10)
+    pool = _conv_pair(3)
+    pool.graph.node.append(helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[3, 3]))
+    pool.graph.output.append(helper.make_tensor_value_info("p", F, None))
+    pooled = cuda.host_libraries(build_view(pool).graph) - cuda.host_libraries(
+        build_view(_conv_pair(3)).graph
+    )
+    assert pooled == pytest.approx(19.6 * MiB, rel=0.05)  # Conv + MaxPool 132.3, Conv 112.7
     grouped = cuda.host_libraries(build_view(_conv_pair(3, group=8)).graph)
     plain = cuda.host_libraries(build_view(_conv_pair(3)).graph)
     assert grouped - plain == pytest.approx(c["cuda_host_cudnn_grouped"], abs=1)
@@ -480,3 +487,34 @@ def test_host_per_conv_node_on_a_gpu(tmp_path: Path) -> None:
     print("host run 1, 1 vs 64 convs: measured", [m // MiB for m in meas], "predicted",
           [p // MiB for p in pred])  # fmt: skip
     assert abs((pred[1] - pred[0]) - (meas[1] - meas[0])) <= 0.20 * (meas[1] - meas[0])
+
+
+@pytest.mark.cuda
+def test_first_run_host_per_kernel_family_on_a_gpu(tmp_path: Path) -> None:
+    # Lazy module loading: four binary ops cost what one Add costs (one module), a MatMul adds
+    # cuBLAS on top; the family rule predicts each first run within 10 % (H200: 106.6 / 106.7
+    # / 207.0 MiB of host, run 1 minus session creation).
+    py = _cuda_python()
+    if py is None:
+        pytest.skip("no onnxruntime-gpu with CUDAExecutionProvider and nvidia-ml-py (no GPU here)")
+    from memshrink.verify import profile
+
+    meas: dict[str, float] = {}
+    for name, ops in {
+        "add": ["Add"],
+        "four": ["Add", "Mul", "Sub", "Div"],
+        "mm": ["Add", "MatMul"],
+    }.items():
+        path = tmp_path / f"{name}.onnx"
+        m = _ops(ops)
+        m.ir_version = 8
+        onnx.save_model(m, path)
+        run = profile(str(path), backends=("cuda",), runs=1, python={"cuda": py}).runs[0]
+        assert run.ok, run.error
+        st = {s["name"]: s["peak"] for s in run.stages}
+        meas[name] = (st["run1"] - st["session"]) / MiB
+        pred = _libs(ops)
+        print(name, "run 1 - session: measured", round(meas[name], 1), "predicted", round(pred, 1))
+        assert pred == pytest.approx(meas[name], rel=0.10)
+    assert meas["four"] == pytest.approx(meas["add"], abs=3.0)  # one module for the family
+    assert meas["mm"] - meas["add"] > 80  # cuBLAS is a family of its own
