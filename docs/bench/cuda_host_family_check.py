@@ -318,7 +318,14 @@ def cmd_profile(args: argparse.Namespace) -> int:
         key, value = kv.split("=", 1)
         opts[key] = flags.get(value.lower(), value)
     for m in args.models:
-        run = profile(m, backends="cuda", runs=3, session_options=opts or None).runs[0]
+        popts = dict(kv.split("=", 1) for kv in args.provider_option)
+        run = profile(
+            m,
+            backends="cuda",
+            runs=3,
+            session_options=opts or None,
+            provider_options={"cuda": popts} if popts else None,
+        ).runs[0]
         base = run.baseline_rss or 0
         host = estimate(m, backend="cuda").prediction.details["host"]
         res[m] = {
@@ -326,6 +333,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
             "host": {s["name"]: round((s["peak"] - base) / MiB, 1) for s in run.stages},
             "pred": {k: round(v / MiB, 1) for k, v in host.items()},
             "session_options": opts,
+            "provider_options": dict(kv.split("=", 1) for kv in args.provider_option),
         }
         print(m, json.dumps(res[m]), flush=True)
         Path(args.out).write_text(json.dumps(res, indent=1))
@@ -364,6 +372,7 @@ def main() -> int:
     pr = sub.add_parser("profile")
     pr.add_argument("--out", required=True)
     pr.add_argument("--session-option", action="append", default=[], metavar="KEY=VALUE")
+    pr.add_argument("--provider-option", action="append", default=[], metavar="KEY=VALUE")
     pr.add_argument("models", nargs="+")
     ap.add_argument(
         "--results", default=str(Path(__file__).with_name("cuda_host_family_check.json"))
