@@ -23,9 +23,10 @@ Rules, from ``onnxruntime/core`` (1.31) and ORT's own arena log on an H200 (``do
 * Host: CUDA/ORT libraries at session creation, the weights staged on the host while they are
   copied (embedded: the ModelProto, plus a staging buffer when it exceeds glibc's mmap
   threshold; external: a constant 128 MiB measured on six models of 64-474 MiB; both: the
-  constant-folded results, computed on the CPU), then the libraries a first run loads lazily,
-  growing with the number of distinct GEMM shapes and convolution configurations, and the
-  cuDNN state of every Conv node (``host_libraries``).
+  constant-folded results, computed on the CPU), then what a first run loads lazily: each
+  kernel family's CUDA module once (all binary element-wise ops are one ~105 MiB module),
+  cuBLAS per distinct GEMM shape, cuDNN per convolution configuration, and the cuDNN state of
+  every Conv node (``host_libraries``).
 """
 
 from __future__ import annotations
