@@ -461,7 +461,9 @@ def host_libraries(g: GraphInfo) -> int:
         libs += c["cuda_host_cublas"] + c["cuda_host_cublas_shape"] * max(n_gemm - 1, 0)
     if "cudnn" in fams:
         convs = [n for n in g.nodes if n.op_type in CONV_OPS and n.index not in g.folded]
-        if any(n.op_type in POOL_OPS for n in g.nodes):  # beside a Conv too (+19.6 measured)
+        # Pooling: +19.6 measured beside a Conv too. BatchNormalization, LRN and the RNNs alone
+        # (not measured) are priced like pooling: cuDNN's non-convolution kernels.
+        if any(n.op_type in POOL_OPS for n in g.nodes) or not convs:
             libs += c["cuda_host_cudnn_pool"]
         if convs:
             libs += c["cuda_host_run"] + c["cuda_host_cudnn_config"] * (conv_configs(g) - 1)
