@@ -32,43 +32,69 @@ def _w(name: str, *shape: int) -> onnx.TensorProto:
 
 
 def fpn_like(
-    h: int = 48, w: int = 32, s: int = 2, c: int = 8, ctm: str = "asymmetric",
-    nearest: str = "floor", sizes: bool = False,
-) -> onnx.ModelProto:  # fmt: skip
+    h: int = 48,
+    w: int = 32,
+    s: int = 2,
+    c: int = 8,
+    ctm: str = "asymmetric",
+    nearest: str = "floor",
+    sizes: bool = False,
+) -> onnx.ModelProto:
     """A backbone of three levels (3×3 convs, ``s``×``s`` max pools between them), 1×1
     laterals, a top-down path (nearest ×``s`` Resize of the coarser merge + the lateral) and a
     3×3 output conv per level: outputs p2 (finest) .. p4, as a detector's FPN."""
-    nodes = [helper.make_node("Conv", ["x", "w0"], ["c2"], pads=[1, 1, 1, 1]),
-             helper.make_node("MaxPool", ["c2"], ["q3"], kernel_shape=[s, s], strides=[s, s]),
-             helper.make_node("Conv", ["q3", "w1"], ["c3"], pads=[1, 1, 1, 1]),
-             helper.make_node("MaxPool", ["c3"], ["q4"], kernel_shape=[s, s], strides=[s, s]),
-             helper.make_node("Conv", ["q4", "w2"], ["c4"], pads=[1, 1, 1, 1]),
-             helper.make_node("Conv", ["c4", "l4"], ["m4"])]  # fmt: skip
-    inits = [_w("w0", c, 3, 3, 3), _w("w1", c, c, 3, 3), _w("w2", c, c, 3, 3), _w("l4", c, c, 1, 1),
-             numpy_helper.from_array(np.array([1, 1, s, s], dtype=np.float32), "scales")]  # fmt: skip
+    nodes = [
+        helper.make_node("Conv", ["x", "w0"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("MaxPool", ["c2"], ["q3"], kernel_shape=[s, s], strides=[s, s]),
+        helper.make_node("Conv", ["q3", "w1"], ["c3"], pads=[1, 1, 1, 1]),
+        helper.make_node("MaxPool", ["c3"], ["q4"], kernel_shape=[s, s], strides=[s, s]),
+        helper.make_node("Conv", ["q4", "w2"], ["c4"], pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["c4", "l4"], ["m4"]),
+    ]
+    inits = [
+        _w("w0", c, 3, 3, 3),
+        _w("w1", c, c, 3, 3),
+        _w("w2", c, c, 3, 3),
+        _w("l4", c, c, 1, 1),
+        numpy_helper.from_array(np.array([1, 1, s, s], dtype=np.float32), "scales"),
+    ]
     outs = []
     for lvl, fine, coarse, ext in ((3, "c3", "m4", h // s), (2, "c2", "m3", h)):
         resize_in = [coarse, "", "scales"]
         if sizes:
             name = f"sizes{lvl}"
-            inits.append(numpy_helper.from_array(np.array([1, c, ext, w // s ** (lvl - 2)],
-                                                          dtype=np.int64), name))  # fmt: skip
+            inits.append(
+                numpy_helper.from_array(
+                    np.array([1, c, ext, w // s ** (lvl - 2)], dtype=np.int64), name
+                )
+            )
             resize_in = [coarse, "", "", name]
         nodes += [
             helper.make_node("Conv", [fine, f"l{lvl}"], [f"lat{lvl}"]),
-            helper.make_node("Resize", resize_in, [f"up{lvl}"], mode="nearest",
-                             coordinate_transformation_mode=ctm, nearest_mode=nearest),
+            helper.make_node(
+                "Resize",
+                resize_in,
+                [f"up{lvl}"],
+                mode="nearest",
+                coordinate_transformation_mode=ctm,
+                nearest_mode=nearest,
+            ),
             helper.make_node("Add", [f"lat{lvl}", f"up{lvl}"], [f"m{lvl}"]),
-        ]  # fmt: skip
+        ]
         inits.append(_w(f"l{lvl}", c, c, 1, 1))
     for lvl in (2, 3, 4):
-        nodes.append(helper.make_node("Conv", [f"m{lvl}", f"o{lvl}"], [f"p{lvl}"], pads=[1, 1, 1, 1]))
+        nodes.append(
+            helper.make_node("Conv", [f"m{lvl}", f"o{lvl}"], [f"p{lvl}"], pads=[1, 1, 1, 1])
+        )
         inits.append(_w(f"o{lvl}", c, c, 3, 3))
         outs.append(helper.make_tensor_value_info(f"p{lvl}", TensorProto.FLOAT, None))
     g = helper.make_graph(
-        nodes, "fpn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, h, w])], outs,
+        nodes,
+        "fpn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, h, w])],
+        outs,
         inits,
-    )  # fmt: skip
+    )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
     m.ir_version = 9
     return onnx.shape_inference.infer_shapes(m)
@@ -84,8 +110,9 @@ def _run_ov(path: Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     core = ov.Core()
     # f32: where the CPU has bf16 units OpenVINO may pick bf16 per layer, and a chunked layer
     # (other shapes) is then rounded differently from the original's
-    compiled = core.compile_model(core.read_model(str(path)), "CPU",
-                                  {"INFERENCE_PRECISION_HINT": "f32"})  # fmt: skip
+    compiled = core.compile_model(
+        core.read_model(str(path)), "CPU", {"INFERENCE_PRECISION_HINT": "f32"}
+    )
     res = compiled(feeds)
     return [np.asarray(res[o]) for o in compiled.outputs]
 
@@ -141,8 +168,12 @@ def test_cone_bands_match_on_ort_and_openvino(
 def _resize(in_shape: tuple[int, ...], out_shape: tuple[int, ...], **attrs: object) -> NodeFacts:
     import onnx_ir as ir
 
-    scales = ir.Value(name="scales", const_value=ir.tensor(
-        np.array([o / i for i, o in zip(in_shape, out_shape, strict=True)], dtype=np.float32)))  # fmt: skip
+    scales = ir.Value(
+        name="scales",
+        const_value=ir.tensor(
+            np.array([o / i for i, o in zip(in_shape, out_shape, strict=True)], dtype=np.float32)
+        ),
+    )
     node = ir.node("Resize", [ir.Value(name="x"), None, scales], attributes=attrs)
     return NodeFacts(node, [in_shape, None, (4,)], [out_shape], 18)
 
@@ -153,13 +184,23 @@ def _resize(in_shape: tuple[int, ...], out_shape: tuple[int, ...], **attrs: obje
         {"mode": "linear"},  # blends two rows: would need a halo
         {"mode": "cubic"},
         {"mode": "nearest", "coordinate_transformation_mode": "align_corners"},
-        {"mode": "nearest", "coordinate_transformation_mode": "asymmetric",
-         "nearest_mode": "round_prefer_floor"},  # fmt: skip
-        {"mode": "nearest", "coordinate_transformation_mode": "half_pixel",
-         "nearest_mode": "floor"},  # fmt: skip
+        {
+            "mode": "nearest",
+            "coordinate_transformation_mode": "asymmetric",
+            "nearest_mode": "round_prefer_floor",
+        },
+        {
+            "mode": "nearest",
+            "coordinate_transformation_mode": "half_pixel",
+            "nearest_mode": "floor",
+        },
         {"mode": "nearest", "coordinate_transformation_mode": "tf_crop_and_resize"},
-        {"mode": "nearest", "coordinate_transformation_mode": "asymmetric",
-         "nearest_mode": "floor", "antialias": 1},  # fmt: skip
+        {
+            "mode": "nearest",
+            "coordinate_transformation_mode": "asymmetric",
+            "nearest_mode": "floor",
+            "antialias": 1,
+        },
     ],
 )
 def test_resize_modes_not_proven_are_refused(attrs: dict[str, object]) -> None:
@@ -169,8 +210,11 @@ def test_resize_modes_not_proven_are_refused(attrs: dict[str, object]) -> None:
 
 
 def test_resize_non_integer_scale_refused_and_need_rows() -> None:
-    ok = {"mode": "nearest", "coordinate_transformation_mode": "asymmetric",
-          "nearest_mode": "floor"}  # fmt: skip
+    ok = {
+        "mode": "nearest",
+        "coordinate_transformation_mode": "asymmetric",
+        "nearest_mode": "floor",
+    }
     with pytest.raises(Refuse):
         forward(_resize((1, 4, 8, 8), (1, 4, 12, 12), **ok), [2, None, None])
     f = _resize((1, 4, 8, 8), (1, 4, 24, 24), **ok)

@@ -23,8 +23,8 @@ import onnx_ir as ir
 
 from memshrink.manager import Pass, PassContext, PassResult
 from memshrink.transforms import register
-from memshrink.transforms.chunking.channel_choice import choose_channels
 from memshrink.transforms.chunking import cone as cones
+from memshrink.transforms.chunking.channel_choice import choose_channels
 from memshrink.transforms.chunking.channels import find_blocks
 from memshrink.transforms.chunking.choice import Chooser, rank
 from memshrink.transforms.chunking.layout import distinct_edges

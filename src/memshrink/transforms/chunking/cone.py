@@ -50,8 +50,10 @@ def cone_nodes(end: ir.Value) -> list[ir.Node]:
         if not seen or n.op_type == "Constant":
             continue
         uses = [u for v in n.outputs for u in v.uses()]
-        if uses and all(u.node in inside for u in uses) and not any(
-            v.is_graph_output() for v in n.outputs
+        if (
+            uses
+            and all(u.node in inside for u in uses)
+            and not any(v.is_graph_output() for v in n.outputs)
         ):
             inside.add(n)
     return [n for n in graph if n in inside]
@@ -104,11 +106,11 @@ def region(
                          "chunked input")  # fmt: skip
         oa, sliced = rules.forward(f, ia)
         for i, ax in sliced.items():
-            v = node.inputs[i]
-            assert v is not None
-            if v in axes and axes[v] != ax:
-                raise Refuse(f"{node.op_type} reads {v.name} along two axes")
-            axes[v] = ax
+            x = node.inputs[i]
+            assert x is not None
+            if x in axes and axes[x] != ax:
+                raise Refuse(f"{node.op_type} reads {x.name} along two axes")
+            axes[x] = ax
             ia[i] = ax
         if len(set(oa)) != 1:
             raise Refuse(f"{node.op_type} outputs chunked along different axes")
