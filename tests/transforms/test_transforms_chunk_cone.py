@@ -176,3 +176,25 @@ def test_cone_is_a_no_op_where_it_does_not_lower_the_prediction(tmp_path: Path) 
     res = ChunkPass(modes="spatial", min_gain=0.9).run(model, PassContext())
     assert not res.modified and "reason" in res.stats
     assert any(c.get("cone") for c in res.stats["candidates"])
+
+
+def test_overlap_ends_still_found_before_a_top_down_resize(tmp_path: Path) -> None:
+    """The spatial region grown from the input now passes the top-down Resizes; overlapping
+    bands cannot, so their strides leave the Resize and what it feeds out (instead of refusing
+    every end, which dropped ``fpn-800``'s ``max_pool2d`` candidates)."""
+    from memshrink.transforms.chunk import entries_for
+    from memshrink.transforms.chunking.overlap import _strides
+    from memshrink.transforms.chunking.region import discover_best
+
+    src = tmp_path / "fpn.onnx"
+    onnx.save_model(fpn_like(), src)
+    model = load(src)
+    _, est = _predict(model, PassContext())
+    shapes = _shapes(est)
+    region = discover_best(model.graph, shapes, 18, entries_for(model, shapes, "spatial", 2), "t")
+    assert "Resize" in {n.op_type for n in region.nodes}
+    with pytest.raises(Refuse):
+        _strides(region)
+    cum = {v.name: s for v, s in _strides(region, strict=False).items()}
+    assert cum["c2"] == 1 and cum["c3"] == 2 and cum["m4"] == 4
+    assert not {"up3", "m3", "up2", "m2", "p2", "p3"} & set(cum)
