@@ -14,7 +14,7 @@ of ``E`` (the exact plan, ``region.chunk_rows``: a 3×3 conv's halo, a nearest u
 
 Which values: 4-D outputs that end a cone (read by several nodes, or a graph output), whose
 cone reads at least one interior tensor (a cone fed by graph inputs only is the ``spatial``
-mode's region already) and holds a tensor of at least ``min_fraction`` of the graph's largest
+mode's region already), has no fork (``_forks``) and holds a tensor of at least ``min_fraction`` of the graph's largest
 activation (a small cone cannot lower the peak). A cone inside a larger one with the same
 entries (ResNet stage 2's first block, inside the whole stage read from C2) is left out: the
 search tries the larger one, as overlapping bands try a stride's first and last boundary.
@@ -73,6 +73,26 @@ def _entries(nodes: list[ir.Node], graph: ir.Graph) -> list[ir.Value]:
                 continue
             out.append(x)
     return out
+
+
+def _forks(nodes: list[ir.Node]) -> bool:
+    """Some value (made in the cone or read from outside) is read by two cone nodes.
+
+    Why such cones are not tried: the exact plan gives each reader exactly its rows, so a
+    forked value (a residual block's input, read by its conv and its ``Add``) is sliced per
+    reader in every chunk, and on ORT CPU each Slice of a blocked tensor costs a plain copy
+    (ReorderOutput + ReorderInput) and the Conv+Add ``Sum`` fusion (``docs/chunk.md``,
+    "Overlapping bands"). Measured on ``fpn-800``: stage 3 entered at C3 (``relu_39`` × 2,
+    predicted 224 MiB) ran 296-334 MiB against 221-254 for the overlapping-band pick."""
+    inside = set(nodes)
+    readers: dict[ir.Value, int] = {}
+    for n in nodes:
+        for x in set(n.inputs):
+            if x is not None and x.const_value is None:
+                readers[x] = readers.get(x, 0) + 1
+    return any(c > 1 for c in readers.values()) or any(
+        sum(u.node in inside for u in v.uses()) > 1 for n in nodes for v in n.outputs
+    )
 
 
 def region(
@@ -153,6 +173,8 @@ def ends(
             if len(nodes) < 2 or not any(not x.is_graph_input() for x in _entries(nodes, graph)):
                 continue
             if max(size.get(y, 0) for m in nodes for y in m.outputs) < largest * min_fraction:
+                continue
+            if _forks(nodes):
                 continue
             out.append(v)
     # a cone inside another with the same entries (a block of a stage whose last block ends
