@@ -141,7 +141,7 @@ def region(
         for v in node.outputs:
             axes[v] = oa[0]
     r = _close(label, nodes, axes, in_axes, out_axis, facts, {})
-    if [v for v in r.outputs] != [end]:
+    if list(r.outputs) != [end]:
         raise Refuse(f"the cone of {end.name} has other outputs")
     return r
 
