@@ -414,3 +414,28 @@ def test_symbolic_shapes_keep_matmul_add_apart_like_ort(tmp_path):
     assert count(n.op_type for n in ref.node) == {
         "MatMul": 3, "SkipLayerNormalization": 1, "BiasGelu": 1,
     }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("ctm", "nearest", "upsamples"),
+    [("asymmetric", "floor", 2), ("half_pixel", "round_prefer_floor", 0), ("asymmetric",
+     "round_prefer_floor", 0)],
+)  # fmt: skip
+def test_nearest_resize_becomes_an_nchwc_upsample_like_ort(tmp_path, ctm, nearest, upsamples):
+    """ORT converts a nearest ``asymmetric``/``floor`` Resize of an NCHWc tensor into an NCHWc
+    Upsample (and the FPN's lateral Add then fuses into its Conv as the Sum input); the other
+    nearest modes stay NCHW Resizes. The same nodes as ORT's optimized graph (as a multiset:
+    the DEFAULT order of this three-output graph is not emulated exactly, with or without the
+    Upsample)."""
+    from transforms.fpngraphs import fpn_like
+
+    path = str(tmp_path / "fpn.onnx")
+    onnx.save(fpn_like(32, 16, 2, c=16, ctm=ctm, nearest=nearest), path)
+    opt = optimize(build_view(path).graph)
+    ref = _ort_optimized(path, tmp_path)
+    assert Counter(_key(n.op_type, n.domain) for n in opt.graph.nodes) == Counter(
+        _key(n.op_type, n.domain) for n in ref.node
+    )
+    if nchwc_block_size() > 1:
+        assert opt.counts.get("NchwcUpsample", 0) == upsamples
+        assert opt.counts.get("NchwcConvSum", 0) == (2 if upsamples else 0)
