@@ -12,6 +12,7 @@ import pytest
 from interpreters import NO_OVEP, ovep_python
 from partition.partgraphs import (
     assert_close,
+    backend_options,
     branchy_feeds,
     build_branchy,
     build_control_flow,
@@ -50,7 +51,7 @@ def test_branchy_matches_original(branchy, backend: str, mode: str) -> None:  # 
     src, parts = branchy
     feeds = branchy_feeds()
     ref = run_original(src, feeds, backend)
-    with PartitionedSession(parts, backend, mode) as sess:
+    with PartitionedSession(parts, backend, mode, session_options=backend_options(backend)) as sess:
         assert [i.name for i in sess.get_inputs()] == ["x", "bias_in"]
         assert sess.get_inputs()[0].type == "tensor(float)"
         assert [o.name for o in sess.get_outputs()] == ["y", "early", "side"]
@@ -64,7 +65,7 @@ def test_branchy_matches_original(branchy, backend: str, mode: str) -> None:  # 
 @pytest.mark.parametrize("mode", ["streamed", "resident"])
 def test_control_flow_matches_original(control_flow, backend: str, mode: str) -> None:  # noqa: ANN001
     src, parts = control_flow
-    with PartitionedSession(parts, backend, mode) as sess:
+    with PartitionedSession(parts, backend, mode, session_options=backend_options(backend)) as sess:
         for sign in (1.0, -1.0):  # both branches of the If
             feeds = control_flow_feeds(sign=sign)
             assert_close(run_original(src, feeds, backend), sess.run(None, feeds), atol=ATOL)
@@ -130,7 +131,10 @@ def test_exported_transformer_matches(tmp_path: Path) -> None:
     for backend in ("cpu", "openvino"):
         ref = run_original(src, feeds, backend)
         for mode in ("streamed", "resident"):
-            got = PartitionedSession(tmp_path / "parts", backend, mode).run(None, feeds)
+            opts = backend_options(backend)
+            got = PartitionedSession(tmp_path / "parts", backend, mode, session_options=opts).run(
+                None, feeds
+            )
             assert_close(ref, got, atol=ATOL)
 
 
