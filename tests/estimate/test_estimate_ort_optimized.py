@@ -94,16 +94,29 @@ def _key(op: str, domain: str) -> tuple[str, str]:
 
 
 def _check_against_ort(
-    path: str, tmp_path, *, exact_priority: bool = True, skip: frozenset[str] = frozenset()
+    path: str,
+    tmp_path,
+    *,
+    exact_priority: bool = True,
+    exact_default: bool = True,
+    skip: frozenset[str] = frozenset(),
 ) -> None:
     """``skip``: op types left out of both sides (aliases that cost no memory)."""
     g = optimize(build_view(path).graph).graph
     ref = _ort_optimized(path, tmp_path)
     ours = [_key(g.nodes[i].op_type, g.nodes[i].domain) for i in ort_default(g)]
-    # ORT writes its optimized graph in its DEFAULT execution order.
-    assert [k for k in ours if k[0] not in skip] == [
-        _key(n.op_type, n.domain) for n in ref.node if n.op_type not in skip
-    ]
+    theirs = [_key(n.op_type, n.domain) for n in ref.node if n.op_type not in skip]
+    ours = [k for k in ours if k[0] not in skip]
+    # ORT writes its optimized graph in its DEFAULT execution order. Where its hash-numbered
+    # ReorderOutput nodes move (exact_default=False) they are compared as a multiset and the
+    # other nodes in order.
+    if exact_default:
+        assert ours == theirs
+    else:
+        assert sorted(ours) == sorted(theirs)
+        assert [k for k in ours if k[0] != "ReorderOutput"] == [
+            k for k in theirs if k[0] != "ReorderOutput"
+        ]
     for priority, order in ((False, ort_default(g)), (True, ort_priority(g))):
         events = _profile(path, tmp_path, priority)
         real = [
@@ -116,7 +129,7 @@ def _check_against_ort(
             for i in order
             if g.nodes[i].op_type not in skip
         ]
-        if priority and not exact_priority:
+        if (priority and not exact_priority) or (not priority and not exact_default):
             # ORT numbers its final ReorderOutput nodes in hash order (an unordered_map over
             # NodeArg pointers): under PRIORITY_BASED the order among them is not predictable.
             assert sorted(mine) == sorted(real)
@@ -146,7 +159,15 @@ def test_suite_tiny_models_match_ort(tmp_path, name):
     pytest.importorskip("torch")
     import models
 
-    _check_against_ort(str(models.build(name)), tmp_path, exact_priority=name != "unet-tiny")
+    # multibranch-tiny's 8-channel tensors are not aligned to AVX-512's 16-channel block, so
+    # ORT adds several final ReorderOutput nodes, numbered in hash order (exact with block 8).
+    hashed = name == "unet-tiny" or (name == "multibranch-tiny" and nchwc_block_size() > 8)
+    _check_against_ort(
+        str(models.build(name)),
+        tmp_path,
+        exact_priority=not hashed,
+        exact_default=not (name == "multibranch-tiny" and nchwc_block_size() > 8),
+    )
 
 
 def test_optimization_levels_and_estimate_assumptions(tmp_path):
