@@ -10,8 +10,9 @@ machine (``docs/estimate.md``, "OpenVINO"):
   3x3, 1x1 and MatMul chains). A Conv followed by BatchNormalization (or a Mul by a constant)
   gets its weights rewritten by the fusion: the fused Constant stays in the compiled graph
   beside its reordered copy (2.0x). ConvTranspose weights are transposed then reordered (2x).
-* **Fixed cost.** ``read_model`` builds an ov.Model (anon per node, more per Conv, per
-  Constant) that lives until ``compile_model`` returns, and touches frontend library pages.
+* **Fixed cost.** ``read_model`` builds an ov.Model (anon per ov op the frontend makes,
+  per Constant, plus the .onnx's structure bytes; ``ov_read.py``) that lives until
+  ``compile_model`` returns, and touches frontend library pages.
   Compilation adds plugin/oneDNN library pages (file-backed, more with more op kinds) and
   anonymous memory: a constant, per Conv/FC primitive, per *distinct* primitive configuration
   (JIT code shared by identical ones) and per Snippets subgraph node. Fitted on hand-built
@@ -41,6 +42,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from memshrink.estimate import ov_read
 from memshrink.estimate.backends import BackendPrediction, Stage
 from memshrink.estimate.disjoint import find_root
 from memshrink.estimate.graph import GraphInfo, ModelView, NodeInfo
@@ -54,10 +56,12 @@ MiB = 1 << 20
 # Per-node costs fitted on hand-built sweeps (docs/bench/ov_pernode_bench.py) and five
 # ``--passes all`` outputs (docs/estimate.md, "Per-node costs").
 OV_CALIBRATION: dict[str, float] = {
-    "ov_read": 1.86 * MiB,  # read_model anon: frontend objects (external weights)
-    "ov_read_per_node": 0.0074 * MiB,  # ... per node other than Conv
-    "ov_read_per_conv": 0.029 * MiB,  # ... per Conv (Convolution + bias Add + Reshape ops)
-    "ov_read_per_init": 0.0116 * MiB,  # ... per initializer stored in the .onnx (copied)
+    # read_model anon (``ov_read.py``; fitted on ``ov_read_sweep.py``'s 20 micro-graphs)
+    "ov_read": 1.72 * MiB,  # frontend objects of an empty graph
+    "ov_read_per_op": 0.00356 * MiB,  # ... per ov op the frontend makes (not Constants)
+    "ov_read_per_const": 0.00428 * MiB,  # ... per Constant held in the .onnx or made
+    "ov_read_per_ext_const": 0.00491 * MiB,  # ... per Constant over external data (mmapped)
+    "ov_read_per_proto_byte": 0.847,  # ... per byte of the .onnx's structure (names, metadata)
     "ov_read_lib": 4.8 * MiB,  # read_model: frontend library pages (file-backed) ...
     "ov_read_lib_per_op_type": 0.05 * MiB,  # ... more op translators (CNNs 5.3, GPT-2 5.9)
     "ov_read_embedded": 9 * MiB,  # read_model of embedded weights: parser state on top of 2x
@@ -519,22 +523,6 @@ def lib_pages(g: GraphInfo, c: Mapping[str, float]) -> int:
     return int(base + c["ov_lib_per_op_type"] * min(len(types), int(c["ov_lib_op_types"])))
 
 
-def read_anon(g: GraphInfo, c: Mapping[str, float]) -> int:
-    """Anonymous memory of the ``ov.Model`` read_model builds (external weights): per node,
-    more per Conv (the frontend makes Convolution + bias Add + Reshape), per initializer kept
-    inside the .onnx (parsed and copied into its Constant; mapped ones cost no more than their
-    node). Fitted on the sweeps and 16 ``--passes all`` outputs: within ±11 % but DenseNet-121
-    (+14 %, 2 MiB)."""
-    convs = sum(1 for n in g.nodes if n.op_type in ("Conv", "ConvTranspose"))
-    inside = sum(1 for n in g.initializers if not g.tensors[n].external)
-    return int(
-        c["ov_read"]
-        + c["ov_read_per_conv"] * convs
-        + c["ov_read_per_node"] * (len(g.nodes) - convs)
-        + c["ov_read_per_init"] * inside
-    )
-
-
 MHA_ELTWISE = frozenset({"Add", "Mul", "Div"})  # seen inside tokenized MHA (scale, mask)
 
 
@@ -701,7 +689,11 @@ def predict(
     planners["ov_memory_solver"] = greedy_by_size(bufs)[0]
     planners["ov_nonoverlapping_sets"] = nonoverlapping_sets(bufs)
     act = planners["ov_nonoverlapping_sets" if dynamic else "ov_memory_solver"]
-    graph_anon = read_anon(g, c)
+    # Weights stored in the .onnx are not structure (an embedded file's tensors can read as
+    # external to onnx-ir, which maps them: go by how the file stores them).
+    inside = view.weight_bytes if view.embedded else view.weight_bytes - view.external_weight_bytes
+    structure = ov_read.proto_bytes(view.model_path, inside)
+    graph_anon = ov_read.read_anon(g, c, structure)
     lib = lib_pages(g, c)
     n_types = len({n.op_type for n in g.nodes})
     read_lib = int(c["ov_read_lib"] + c["ov_read_lib_per_op_type"] * n_types)
