@@ -29,6 +29,10 @@ from onnx import TensorProto, helper, numpy_helper
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from ov_pernode_bench import save  # noqa: E402  (memshrink's writer, external data)
+
 MiB = 1 << 20
 
 CHILD = r"""
@@ -111,7 +115,11 @@ def build(family: str, n: int, dyn: bool = False) -> onnx.ModelProto:
     graph = helper.make_graph(
         nodes,
         f"{family}_{n}",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "s", 64] if dyn else [1, 64, 64])],
+        [
+            helper.make_tensor_value_info(
+                "x", TensorProto.FLOAT, ["b", "s", 64] if dyn else [1, 64, 64]
+            )
+        ],
         [helper.make_tensor_value_info(x, TensorProto.FLOAT, None)],
         inits,
     )
@@ -134,13 +142,6 @@ FAMILIES = (
 )
 
 
-def save(m: onnx.ModelProto, path: Path) -> None:
-    from memshrink.model import load
-    from memshrink.model import save as ms_save
-
-    ms_save(load(m), str(path), external=True)
-
-
 def measure_read(path: Path, python: str = sys.executable) -> dict[str, float]:
     """``read_model`` of ``path`` in a fresh process: MiB over the post-``Core()`` baseline."""
     env = {"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"}
@@ -153,16 +154,15 @@ def measure_read(path: Path, python: str = sys.executable) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", nargs="*", default=[], help="measure these files instead")
     ap.add_argument("--families", nargs="*", default=list(FAMILIES))
     ap.add_argument("--counts", nargs="*", type=int, default=[32, 256])
-    ap.add_argument("--out", default="/tmp/ov_read")
-    ap.add_argument("--json", default=None)
-    ap.add_argument("--model", nargs="*", default=[])
     ap.add_argument("--dyn", action="store_true", help="symbolic batch and sequence dims")
+    ap.add_argument("--out", type=Path, default=Path("/tmp/ov_read"))
+    ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args(argv)
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    rows = []
+    a.out.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, object]] = []
     for p in a.model:
         meas = measure_read(Path(p))
         rows.append({"model": p, **meas})
@@ -170,14 +170,14 @@ def main(argv: list[str] | None = None) -> int:
     for fam in a.families if not a.model else []:
         for n in a.counts:
             m = build(fam, n, a.dyn)
-            p = out / f"{fam}_{n}{'_dyn' if a.dyn else ''}.onnx"
+            p = a.out / f"{fam}_{n}{'_dyn' if a.dyn else ''}.onnx"
             save(m, p)
             meas = measure_read(p)
             rows.append({"family": fam, "n": n, "dyn": a.dyn, "nodes": len(m.graph.node), **meas})
             print(f"{fam:16s} n={n:4d} nodes={len(m.graph.node):5d} "
                   + " ".join(f"{k} {v:.2f}" for k, v in meas.items()), flush=True)  # fmt: skip
     if a.json:
-        Path(a.json).write_text(json.dumps(rows, indent=1))
+        a.json.write_text(json.dumps(rows, indent=1))
     return 0
 
 
