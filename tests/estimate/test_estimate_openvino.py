@@ -22,6 +22,8 @@ from memshrink.estimate.schedule import schedule
 pytest.importorskip("openvino")
 
 MiB = 1 << 20
+# The rules are f32's; a CPU with avx512_bf16 / AMX compiles in bf16 unless told (ov_precision).
+F32 = {"INFERENCE_PRECISION_HINT": "f32"}
 
 
 def _conv_chain(n: int, c: int, hw: int, *, bn: bool = False, residual: bool = False):
@@ -74,7 +76,7 @@ def _measure(path: str) -> dict[str, dict[str, int]]:
     """Stage deltas from ``memshrink.verify.profile`` (its own process, float32 feeds)."""
     from memshrink.verify import profile
 
-    run = profile(path, backends=("openvino",), runs=3).to_dict()["runs"][0]
+    run = profile(path, backends=("openvino",), runs=3, session_options=F32).to_dict()["runs"][0]
     assert run["status"] == "ok", run.get("error")
     return {
         st["name"]: {"peak": int(st["peak_delta"]), "after": int(st["after_delta"])}
@@ -188,7 +190,9 @@ def test_dynamic_fc_with_activation_packs_weights_at_first_infer(tmp_path: Path)
 
     for relu in (False, True):
         path = _save(_fc_chain(relu), tmp_path / f"fc{int(relu)}.onnx")
-        run = profile(path, backends=("openvino",), dims={"B": 1, "S": 128}).to_dict()["runs"][0]
+        run = profile(
+            path, backends=("openvino",), dims={"B": 1, "S": 128}, session_options=F32
+        ).to_dict()["runs"][0]
         meas = {st["name"]: int(st["peak_delta"]) for st in run["stages"]}
         pred = estimate(path, backend="openvino", dims={"B": 1, "S": 128}).stage_peaks()
         # What infer 1 adds over compile (the fixed costs are calibrated on real models and
