@@ -10,6 +10,7 @@ so Conv+BN folding has real work to do.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from models.export import seeded, torch_export
@@ -426,105 +427,113 @@ def _maker(
     return make
 
 
-def add(
-    name: str,
-    description: str,
-    factory: Callable[[], Any],
-    shape: tuple[int, ...],
-    family: str = "cnn",
-    tags: tuple[str, ...] = (),
-    output: str | tuple[str, ...] = "logits",
-    seed: int = 0,
-    label: str = "",
-    version: int = 1,
-) -> None:
-    register(
-        ModelSpec(
-            name=name,
-            description=description,
-            family=family,
-            tags=(family, "embedded", *tags),
-            source=f"torch:{name}:seed{seed}",
-            make=_maker(factory, shape, output, seed),
-            feeds=(Feed("input", shape, "float32"),),
-            seed=seed,
-            extra={"architecture": label or description},
-            version=version,
+@dataclass(frozen=True)
+class Cnn:
+    """One CNN of the catalogue: a torch factory exported at one static input shape."""
+
+    name: str
+    description: str
+    factory: Callable[[], Any]
+    shape: tuple[int, ...]
+    family: str = "cnn"
+    tags: tuple[str, ...] = ()
+    output: str | tuple[str, ...] = "logits"
+    seed: int = 0
+    version: int = 1
+
+    def spec(self) -> ModelSpec:
+        return ModelSpec(
+            name=self.name,
+            description=self.description,
+            family=self.family,
+            tags=(self.family, "embedded", *self.tags),
+            source=f"torch:{self.name}:seed{self.seed}",
+            make=_maker(self.factory, self.shape, self.output, self.seed),
+            feeds=(Feed("input", self.shape, "float32"),),
+            seed=self.seed,
+            extra={"architecture": self.description},
+            version=self.version,
         )
-    )
 
 
-add("resnet50", "ResNet-50 v1.5, batch 1, 224x224", resnet50, (1, 3, 224, 224))
-add("resnet50-b16", "ResNet-50 v1.5, batch 16, 224x224", resnet50, (16, 3, 224, 224))
-add("mobilenetv2", "MobileNetV2 (width 1.0), batch 1, 224x224", mobilenet_v2, (1, 3, 224, 224))
-add(
-    "resnet50-960",
-    "ResNet-50 v1.5 at batch 1, 960x960: a detector backbone's high-resolution activations",
-    resnet50,
-    (1, 3, 960, 960),
-    tags=("activation-heavy", "high-res"),
+HIGH_RES = ("activation-heavy", "high-res")
+TINY = ("tiny", "ci")
+# In ``python -m models list`` order.
+CATALOGUE = (
+    Cnn("resnet50", "ResNet-50 v1.5, batch 1, 224x224", resnet50, (1, 3, 224, 224)),
+    Cnn("resnet50-b16", "ResNet-50 v1.5, batch 16, 224x224", resnet50, (16, 3, 224, 224)),
+    Cnn("mobilenetv2", "MobileNetV2 (width 1.0), batch 1, 224x224", mobilenet_v2, (1, 3, 224, 224)),
+    Cnn(
+        "resnet50-960",
+        "ResNet-50 v1.5 at batch 1, 960x960: a detector backbone's high-resolution activations",
+        resnet50,
+        (1, 3, 960, 960),
+        tags=HIGH_RES,
+    ),
+    Cnn(
+        "deeplab-800",
+        "DeepLabv3-like segmenter: ResNet-50 at output stride 16 (dilated stage 4), ASPP, "
+        "batch 1, 800x800",
+        deeplab,
+        (1, 3, 800, 800),
+        tags=HIGH_RES,
+        output="mask",
+    ),
+    Cnn(
+        "fpn-800",
+        "ResNet-50 + FPN (P2..P5, top-down nearest upsampling + lateral adds), batch 1, 800x800",
+        fpn,
+        (1, 3, 800, 800),
+        tags=HIGH_RES,
+        output=("p2", "p3", "p4", "p5"),
+    ),
+    Cnn(
+        "unet",
+        "U-Net (base 64, 4 levels), batch 1, 512x512, activation-heavy",
+        unet,
+        (1, 3, 512, 512),
+        tags=("activation-heavy",),
+        output="mask",
+    ),
+    Cnn(
+        "multibranch",
+        "NASNet/Inception-like multi-branch cells (order-sensitive peak), batch 1, 224x224",
+        multibranch,
+        (1, 3, 224, 224),
+        family="multibranch",
+        tags=("order-sensitive",),
+    ),
+    Cnn(
+        "resnet50-tiny",
+        "ResNet bottleneck layout at 1/8 width, 1 block per stage, batch 2, 64x64",
+        lambda: resnet50(width=8, num_classes=10, blocks=(1, 1, 1, 1)),
+        (2, 3, 64, 64),
+        tags=TINY,
+    ),
+    Cnn(
+        "mobilenetv2-tiny",
+        "MobileNetV2 at width 0.25, 1 block per stage, batch 1, 64x64",
+        lambda: mobilenet_v2(width_mult=0.25, num_classes=10, max_repeats=1),
+        (1, 3, 64, 64),
+        tags=TINY,
+        version=2,
+    ),
+    Cnn(
+        "unet-tiny",
+        "U-Net (base 8), batch 1, 64x64",
+        lambda: unet(base=8),
+        (1, 3, 64, 64),
+        tags=(*TINY, "activation-heavy"),
+        output="mask",
+    ),
+    Cnn(
+        "multibranch-tiny",
+        "multi-branch cells at width 8, 1 cell per stage, batch 1, 32x32",
+        lambda: multibranch(width=8, num_classes=10, cells_per_stage=(1, 1, 1)),
+        (1, 3, 32, 32),
+        family="multibranch",
+        tags=(*TINY, "order-sensitive"),
+    ),
 )
-add(
-    "deeplab-800",
-    "DeepLabv3-like segmenter: ResNet-50 at output stride 16 (dilated stage 4), ASPP, batch 1, "
-    "800x800",
-    deeplab,
-    (1, 3, 800, 800),
-    tags=("activation-heavy", "high-res"),
-    output="mask",
-)
-add(
-    "fpn-800",
-    "ResNet-50 + FPN (P2..P5, top-down nearest upsampling + lateral adds), batch 1, 800x800",
-    fpn,
-    (1, 3, 800, 800),
-    tags=("activation-heavy", "high-res"),
-    output=("p2", "p3", "p4", "p5"),
-)
-add(
-    "unet",
-    "U-Net (base 64, 4 levels), batch 1, 512x512, activation-heavy",
-    unet,
-    (1, 3, 512, 512),
-    tags=("activation-heavy",),
-    output="mask",
-)
-add(
-    "multibranch",
-    "NASNet/Inception-like multi-branch cells (order-sensitive peak), batch 1, 224x224",
-    multibranch,
-    (1, 3, 224, 224),
-    family="multibranch",
-    tags=("order-sensitive",),
-)
-add(
-    "resnet50-tiny",
-    "ResNet bottleneck layout at 1/8 width, 1 block per stage, batch 2, 64x64",
-    lambda: resnet50(width=8, num_classes=10, blocks=(1, 1, 1, 1)),
-    (2, 3, 64, 64),
-    tags=("tiny", "ci"),
-)
-add(
-    "mobilenetv2-tiny",
-    "MobileNetV2 at width 0.25, 1 block per stage, batch 1, 64x64",
-    lambda: mobilenet_v2(width_mult=0.25, num_classes=10, max_repeats=1),
-    (1, 3, 64, 64),
-    tags=("tiny", "ci"),
-    version=2,
-)
-add(
-    "unet-tiny",
-    "U-Net (base 8), batch 1, 64x64",
-    lambda: unet(base=8),
-    (1, 3, 64, 64),
-    tags=("tiny", "ci", "activation-heavy"),
-    output="mask",
-)
-add(
-    "multibranch-tiny",
-    "multi-branch cells at width 8, 1 cell per stage, batch 1, 32x32",
-    lambda: multibranch(width=8, num_classes=10, cells_per_stage=(1, 1, 1)),
-    (1, 3, 32, 32),
-    family="multibranch",
-    tags=("tiny", "ci", "order-sensitive"),
-)
+for _cnn in CATALOGUE:
+    register(_cnn.spec())

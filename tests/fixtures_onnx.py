@@ -77,6 +77,45 @@ def build_mlp(seed: int = 0, hidden: int = 128, extras: bool = True) -> onnx.Mod
     return model
 
 
+def erf_gelu_constants() -> list[onnx.TensorProto]:
+    """The scalars :func:`erf_gelu` reads: ``gelu_half`` 0.5, ``gelu_one`` 1, ``gelu_sqrt2``."""
+    return [
+        numpy_helper.from_array(np.array(v, np.float32), name)
+        for name, v in (("gelu_half", 0.5), ("gelu_one", 1.0), ("gelu_sqrt2", 1.4142135))
+    ]
+
+
+def erf_gelu(x: str, y: str, form: int = 1) -> list[onnx.NodeProto]:
+    """``y = GELU(x)`` as the exporters write it, five nodes reading :func:`erf_gelu_constants`.
+
+    The runtimes fuse these chains only in some forms (ORT's GeluFusion takes 1 and 2, not 3),
+    so tests of their emulation need the exact ones: form 1, the legacy exporter,
+    ``Mul(Mul(x, 1 + erf(x / s)), 0.5)``; form 2 ``Mul(Mul(x, 0.5), 1 + erf(x / s))``; form 3,
+    dynamo's ``Mul(x, Mul(0.5, 1 + erf(x / s)))``. Intermediates are named after ``y``.
+    """
+    d, e, a, p = (f"{y}_{s}" for s in ("div", "erf", "plus1", "mul"))
+    nodes = [
+        helper.make_node("Div", [x, "gelu_sqrt2"], [d]),
+        helper.make_node("Erf", [d], [e]),
+        helper.make_node("Add", [e, "gelu_one"], [a]),
+    ]
+    if form == 1:
+        return nodes + [
+            helper.make_node("Mul", [x, a], [p]),
+            helper.make_node("Mul", [p, "gelu_half"], [y]),
+        ]
+    if form == 2:
+        return nodes + [
+            helper.make_node("Mul", [x, "gelu_half"], [p]),
+            helper.make_node("Mul", [p, a], [y]),
+        ]
+    assert form == 3, form
+    return nodes + [
+        helper.make_node("Mul", ["gelu_half", a], [p]),
+        helper.make_node("Mul", [x, p], [y]),
+    ]
+
+
 def run_ort(path: Path | str, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     """Run a model file (by path, as users do) in ONNX Runtime CPU."""
     import onnxruntime as ort

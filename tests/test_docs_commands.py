@@ -92,6 +92,14 @@ def test_the_docs_show_commands_of_every_subcommand() -> None:
     assert any(where.startswith("README.md") for where, _ in DOCUMENTED)
 
 
+def test_every_subcommand_help_shows_an_example_of_itself() -> None:
+    """Each ``memshrink CMD --help`` ends with at least one runnable ``memshrink CMD ...``
+    line (a new subcommand without examples fails here)."""
+    subparsers = next(a for a in PARSER._actions if isinstance(a, argparse._SubParsersAction))
+    shown = {name for name, c in _help_examples() if _argv(c)[0] == name}
+    assert shown == set(subparsers.choices), set(subparsers.choices) - shown
+
+
 @pytest.mark.parametrize(("where", "command"), DOCUMENTED, ids=[w for w, _ in DOCUMENTED])
 def test_documented_command_parses(where: str, command: str) -> None:
     argv = [a for a in _argv(command) if a not in PLACEHOLDERS]

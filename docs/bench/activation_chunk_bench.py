@@ -27,21 +27,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from activation_bench import _steady  # noqa: E402  (steady-state growth from a verify run)
+
 MODELS = ["resnet50-b16", "bert-base-b4s512", "unet", "multibranch"]
 TINY = ["resnet50-tiny", "unet-tiny", "multibranch-tiny"]
 ATOL = RTOL = 1e-4
 MiB = 1 << 20
 DOC = ROOT / "docs" / "chunk.md"
 BEGIN, END = "<!-- BENCH:chunk -->", "<!-- /BENCH:chunk -->"
-
-
-def _steady(run: dict[str, Any]) -> int | None:
-    st = {s["name"]: s for s in run.get("stages", [])}
-    if "run3" in st and "session" in st:
-        return int(st["run3"]["peak"]) - int(st["session"]["after"])
-    if "infer3" in st and "compile" in st:
-        return int(st["infer3"]["peak"]) - int(st["compile"]["after"])
-    return None
 
 
 def _abs_peak(run: dict[str, Any]) -> int | None:

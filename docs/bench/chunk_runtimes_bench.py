@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from activation_bench import _steady  # noqa: E402
 
 MiB = 1 << 20
-EST = {"cpu": "ort", "openvino": "openvino", "ort-openvino": "ort-openvino"}
+BACKENDS = ("cpu", "openvino", "ort-openvino")  # verify's names; ``estimate`` takes them too
 
 
 def predict(path: Path) -> dict[str, float]:
@@ -39,8 +39,8 @@ def predict(path: Path) -> dict[str, float]:
     from memshrink.estimate import estimate
 
     out: dict[str, float] = {}
-    for b, name in EST.items():
-        est = estimate(str(path), backend=name)
+    for b in BACKENDS:
+        est = estimate(str(path), backend=b)
         out[f"{b} peak"] = max(est.stage_peaks().values()) / MiB
         if b == "cpu":
             st = next(s for s in est.prediction.stages if s.name == "steady_state")

@@ -42,6 +42,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT))
 
+from memshrink.estimate.backends import VERIFY_STAGES  # noqa: E402
+
 MiB = 1 << 20
 MODELS = (
     "bert-base",
@@ -75,18 +77,6 @@ VARIANTS: dict[str, tuple[str, dict[str, dict[str, Any] | None]]] = {
     ),
     "original+ov-lowmem": ("original", {"openvino": OV_LOWMEM}),
 }
-# estimator stage -> measured stage, per backend
-STAGE_MAP = {
-    "cpu": (("session_creation", "session"), ("run_1", "run1"), ("steady_state", "run3")),
-    "ort-openvino": (("session_creation", "session"), ("run_1", "run1"), ("steady_state", "run3")),
-    "openvino": (
-        ("read_model", "read"),
-        ("compile_model", "compile"),
-        ("run_1", "infer1"),
-        ("steady_state", "infer3"),
-    ),
-}
-EST_BACKEND = {"cpu": "ort", "openvino": "openvino", "ort-openvino": "ort-openvino"}
 
 
 def run_tool(cmd: list[str], timeout: float) -> dict[str, Any]:
@@ -273,7 +263,7 @@ def estimates(
             todo.append(("memshrink-all+rec", dict(rec)))
         for variant, opts in todo:
             try:
-                est = estimate(str(path), backend=EST_BACKEND[backend], session_options=opts)
+                est = estimate(str(path), backend=backend, session_options=opts)
                 out[f"{variant}@{backend}"] = est.stage_peaks()
             except Exception as exc:  # noqa: BLE001 - recorded as a finding
                 out[f"{variant}@{backend}"] = {"error": str(exc)[:300]}
@@ -329,7 +319,7 @@ def findings(row: Mapping[str, Any]) -> list[str]:
         if "error" in pred:
             out.append(f"estimate {key}: {pred['error']}")
             continue
-        for est_stage, meas_stage in STAGE_MAP[backend]:
+        for est_stage, meas_stage in VERIFY_STAGES[backend].items():
             m = _stage(runs, key, meas_stage)
             p = pred.get(est_stage)
             if m is None or p is None or m <= 0:
@@ -404,9 +394,9 @@ def format_tables(rows: list[dict[str, Any]]) -> str:
             keys = [k for k in runs if k.endswith(f"@{backend}")]
             if not keys:
                 continue
-            stages = list((runs.get(f"original@{backend}") or {}).get("stages", {})) or [
-                m for _, m in STAGE_MAP[backend]
-            ]
+            stages = list((runs.get(f"original@{backend}") or {}).get("stages", {})) or list(
+                VERIFY_STAGES[backend].values()
+            )
             lines.append(f"{backend}: stage peak over the post-import baseline, MiB")
             lines.append("")
             lines.append("| variant | " + " | ".join(stages) + " | outputs |")
@@ -424,7 +414,7 @@ def format_tables(rows: list[dict[str, Any]]) -> str:
                 lines.append(f"| {k.split('@')[0]} | " + " | ".join(cells) + f" | {verdict} |")
                 est = row.get("estimates", {}).get(k)
                 if est and "error" not in est:
-                    pm = dict((m, e) for e, m in STAGE_MAP[backend])
+                    pm = {m: e for e, m in VERIFY_STAGES[backend].items()}
                     pc = [
                         f"{est[pm[s]] / MiB:.0f}" if s in pm and pm[s] in est else "–"
                         for s in stages

@@ -47,7 +47,6 @@ SUITE: dict[str, tuple[str, dict[str, int]]] = {
     "bert-base-b4s512-ext": ("bert-base-ext.onnx", {"batch": 4, "sequence": 512}),
 }
 CNN = {"resnet50", "resnet50-b16", "mobilenetv2", "unet"}
-STAGES = ("session", "run1", "run3")
 KEEP = re.compile(
     r"BFCArena|Extend|Reserv|statically allocates|placed on|Memcpy|cudnn|workspace|"
     r"Total allocated|Allocated memory|Arena|fallback|CPUExecutionProvider",
@@ -317,6 +316,7 @@ def _pct(p: float, m: float) -> str:
 def table_rows(results: dict[str, Any], names: list[str] | None) -> list[dict[str, Any]]:
     """Predicted vs measured per model and stage (MiB), GPU and host."""
     from memshrink.estimate import estimate
+    from memshrink.estimate.backends import VERIFY_STAGES
 
     rows = []
     for name, row in results["models"].items():
@@ -337,7 +337,7 @@ def table_rows(results: dict[str, Any], names: list[str] | None) -> list[dict[st
         host = est.prediction.details["host"]
         base = prof["gpu_empty_session"]
         profs = [prof, *results.get("repeats", {}).get(name, [])]
-        for stage, key in zip(STAGES, ("session_creation", "run_1", "steady_state"), strict=True):
+        for key, stage in VERIFY_STAGES["cuda"].items():
             s = prof["stages"].get(stage)
             if s is None:
                 continue

@@ -40,18 +40,6 @@ import real_models_build as rb  # noqa: E402
 MiB = 1 << 20
 OVEP_PY = str(ROOT / ".cache/venv-ovep/bin/python")
 BACKENDS = ("cpu", "openvino", "ort-openvino")
-EST_NAME = {"cpu": "ort", "openvino": "openvino", "ort-openvino": "ort-openvino"}
-# estimator stage -> verifier child stage
-STAGES = {
-    "cpu": (("session_creation", "session"), ("run_1", "run1"), ("steady_state", "run3")),
-    "ort-openvino": (("session_creation", "session"), ("run_1", "run1"), ("steady_state", "run3")),
-    "openvino": (
-        ("read_model", "read"),
-        ("compile_model", "compile"),
-        ("run_1", "infer1"),
-        ("steady_state", "infer3"),
-    ),
-}
 
 BUILDERS: dict[str, Callable[[Path], rb.Case]] = {}
 
@@ -324,6 +312,7 @@ def pct(p: float, m: float) -> float:
 
 def table(d: Path, names: list[str], backends: tuple[str, ...], out: str | None) -> None:
     from memshrink.estimate import estimate
+    from memshrink.estimate.backends import VERIFY_STAGES
 
     rows = []
     print("| model | variant | backend | stage | pred MiB | meas MiB | err % |")
@@ -337,8 +326,8 @@ def table(d: Path, names: list[str], backends: tuple[str, ...], out: str | None)
                 m = meas.get(b)
                 if not m or "status" in m:
                     continue
-                pred = estimate(str(path), backend=EST_NAME[b], dims=case["dims"]).stage_peaks()
-                for st, ms in STAGES[b]:
+                pred = estimate(str(path), backend=b, dims=case["dims"]).stage_peaks()
+                for st, ms in VERIFY_STAGES[b].items():
                     p, mm = pred[st] / MiB, m[ms] / MiB
                     e = pct(p, mm)
                     rows.append(

@@ -21,6 +21,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 
+from memshrink.estimate.backends import VERIFY_STAGES  # noqa: E402
+
 MiB = 1 << 20
 SUITE: dict[str, tuple[str, dict[str, int]]] = {
     # name: (file in .cache/models, dims binding; {} = the model's sidecar)
@@ -44,7 +46,7 @@ SUITE: dict[str, tuple[str, dict[str, int]]] = {
     },
     "bert-base-b4s512-ext": ("bert-base-ext.onnx", {"batch": 4, "sequence": 512}),
 }
-STAGES = (("session_creation", "session"), ("run_1", "run1"), ("steady_state", "run3"))
+STAGES = tuple(VERIFY_STAGES["ort-openvino"].items())
 
 
 def measured(

@@ -29,10 +29,12 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT))
 
+from memshrink.estimate.backends import VERIFY_STAGES  # noqa: E402
+
 MiB = 1 << 20
 MODELS = ["resnet50-b16", "unet", "multibranch", "bert-base-b4s512"]
-STAGES = ("session", "run1", "run3")
-PRED = {"session": "session_creation", "run1": "run_1", "run3": "steady_state"}
+PRED = {v: k for k, v in VERIFY_STAGES["cuda"].items()}  # verify's stage -> estimate's
+STAGES = tuple(PRED)
 ATOL = RTOL = 1e-4
 
 

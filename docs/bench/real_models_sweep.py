@@ -43,9 +43,12 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
+sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(HERE))
 
 import real_models_build as rb  # noqa: E402
+
+from memshrink.estimate.backends import VERIFY_STAGES  # noqa: E402
 
 COLUMNS = [
     "opt-all",
@@ -59,18 +62,7 @@ COLUMNS = [
     "est-err",
 ]
 EST_MISS = 0.10  # an estimated stage peak further than this from the measured one is a miss
-# estimate's stage names -> verify's, per backend (verify's backend names)
-_ORT_STAGES = {"session_creation": "session", "run_1": "run1", "steady_state": "run3"}
-EST_STAGES = {
-    "cpu": _ORT_STAGES,
-    "ort-openvino": _ORT_STAGES,
-    "openvino": {
-        "read_model": "read",
-        "compile_model": "compile",
-        "run_1": "infer1",
-        "steady_state": "infer3",
-    },
-}
+EST_STAGES = VERIFY_STAGES  # estimate's stage names -> verify's, per backend
 OVEP_PYTHON = ROOT / ".cache" / "venv-ovep" / "bin" / "python"
 WORSE_REL, WORSE_ABS = 0.10, 2 << 20
 

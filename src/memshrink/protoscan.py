@@ -22,9 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from memshrink.errors import ModelLoadError
-
-# Wire types
-_VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
+from memshrink.protowire import LEN, VARINT, Truncated, iter_fields, read_varint
 
 # Field numbers (onnx.proto3)
 _MODEL_GRAPH, _MODEL_FUNCTIONS = 7, 25
@@ -37,10 +35,6 @@ _ENTRY_KEY, _ENTRY_VALUE = 1, 2
 _DATA_LOCATION_EXTERNAL = 1
 
 
-class _Truncated(Exception):
-    pass
-
-
 @dataclass
 class ScanResult:
     """The weight-free skeleton and what was lifted out of it."""
@@ -51,22 +45,6 @@ class ScanResult:
     embedded_tensors: int = 0  # small tensors left inline
     external_refs: int = 0  # tensors that already referenced external files
     notes: list[str] = field(default_factory=list)
-
-
-def _read_varint(buf: memoryview | bytes, pos: int, end: int) -> tuple[int, int]:
-    result = 0
-    shift = 0
-    while True:
-        if pos >= end:
-            raise _Truncated
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 63:
-            raise _Truncated
 
 
 def _encode_varint(value: int) -> bytes:
@@ -86,44 +64,7 @@ def _key(field_number: int, wire_type: int) -> bytes:
 
 
 def _len_field(field_number: int, payload: bytes) -> bytes:
-    return _key(field_number, _LEN) + _encode_varint(len(payload)) + payload
-
-
-def _iter_fields(buf: memoryview, start: int, end: int):
-    """Yield (field_number, wire_type, field_start, payload_start, payload_end).
-
-    For varints the "payload" is the varint itself.
-    """
-    pos = start
-    while pos < end:
-        field_start = pos
-        key, pos = _read_varint(buf, pos, end)
-        fnum, wtype = key >> 3, key & 7
-        if fnum == 0:
-            raise _Truncated
-        if wtype == _VARINT:
-            value_start = pos
-            _, pos = _read_varint(buf, pos, end)
-            yield fnum, wtype, field_start, value_start, pos
-        elif wtype == _I64:
-            pos += 8
-            if pos > end:
-                raise _Truncated
-            yield fnum, wtype, field_start, pos, pos
-        elif wtype == _I32:
-            pos += 4
-            if pos > end:
-                raise _Truncated
-            yield fnum, wtype, field_start, pos, pos
-        elif wtype == _LEN:
-            length, pos = _read_varint(buf, pos, end)
-            payload_start = pos
-            pos += length
-            if pos > end:
-                raise _Truncated
-            yield fnum, wtype, field_start, payload_start, pos
-        else:  # groups (3, 4) and reserved types never appear in ONNX files
-            raise _Truncated
+    return _key(field_number, LEN) + _encode_varint(len(payload)) + payload
 
 
 class _Rewriter:
@@ -142,8 +83,8 @@ class _Rewriter:
         """Rewrite one message; None means "unchanged, copy the original bytes"."""
         pieces: list[bytes | memoryview] = []
         changed = False
-        for fnum, wtype, fstart, pstart, pend in _iter_fields(self.buf, start, end):
-            handler = children.get(fnum) if wtype == _LEN else None
+        for fnum, wtype, fstart, pstart, pend in iter_fields(self.buf, start, end):
+            handler = children.get(fnum) if wtype == LEN else None
             new = handler(pstart, pend) if handler else None
             if new is None:
                 pieces.append(self.buf[fstart:pend])
@@ -183,11 +124,11 @@ class _Rewriter:
     def tensor(self, start: int, end: int) -> bytes | None:
         raw: tuple[int, int, int] | None = None  # field_start, payload_start, payload_end
         external = False
-        for fnum, wtype, fstart, pstart, pend in _iter_fields(self.buf, start, end):
-            if fnum == _TENSOR_RAW_DATA and wtype == _LEN:
+        for fnum, wtype, fstart, pstart, pend in iter_fields(self.buf, start, end):
+            if fnum == _TENSOR_RAW_DATA and wtype == LEN:
                 raw = (fstart, pstart, pend)
-            elif fnum == _TENSOR_DATA_LOCATION and wtype == _VARINT:
-                value, _ = _read_varint(self.buf, pstart, pend)
+            elif fnum == _TENSOR_DATA_LOCATION and wtype == VARINT:
+                value, _ = read_varint(self.buf, pstart, pend)
                 external = value == _DATA_LOCATION_EXTERNAL
         if external:
             self.result.external_refs += 1
@@ -214,7 +155,7 @@ class _Rewriter:
                 self.buf[start:fstart],
                 self.buf[pend:end],
                 entries,
-                _key(_TENSOR_DATA_LOCATION, _VARINT),
+                _key(_TENSOR_DATA_LOCATION, VARINT),
                 _encode_varint(_DATA_LOCATION_EXTERNAL),
             ]
         )
@@ -239,7 +180,7 @@ def scan_model_file(path: str, location: str, threshold: int = 1024) -> ScanResu
         new = rewriter.model(0, size)
         rewriter.result.skeleton = new if new is not None else bytes(buf)
         result = rewriter.result
-    except (_Truncated, IndexError):
+    except (Truncated, IndexError):
         pass  # raised below, once no frame holds a view into the map
     rewriter = None  # type: ignore[assignment]
     buf.release()

@@ -6,13 +6,12 @@ in the EP's interpreter). The measured tests skip cleanly where no interpreter h
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
+from interpreters import NO_OVEP, ovep_python
 from onnx import TensorProto, helper, numpy_helper
 
 from memshrink.errors import UsageError
@@ -96,24 +95,13 @@ def test_embedded_weights_add_orts_copy(channels: int, copies: int) -> None:
     assert diff == pytest.approx(copies * w, rel=0.01, abs=0)
 
 
-def _ovep_python() -> str | None:
-    env = os.environ.get("MEMSHRINK_PYTHON_ORT_OPENVINO")
-    py = env or str(REPO / ".cache" / "venv-ovep" / "bin" / "python")
-    if not Path(py).exists():
-        return None
-    code = (
-        "import onnxruntime as o; assert 'OpenVINOExecutionProvider' in o.get_available_providers()"
-    )
-    return py if subprocess.run([py, "-c", code], capture_output=True).returncode == 0 else None
-
-
 def test_embedded_conv_chain_matches_the_real_ep(tmp_path: Path) -> None:
     """8 x Conv 3x3 512->512, 72 MiB embedded: measured 272/264 MiB (session/run), ORT's heap
     copy + OpenVINO's Constants + re-laid-out copies (3x). The external-data variant (200/202
     MiB, predicted +3 %) is left to docs/bench/estimate_ovep_bench.py to keep the suite fast."""
-    py = _ovep_python()
+    py = ovep_python()
     if py is None:
-        pytest.skip("no interpreter with onnxruntime-openvino (set MEMSHRINK_PYTHON_ORT_OPENVINO)")
+        pytest.skip(NO_OVEP)
     from memshrink.verify import profile
 
     path = _save(_conv_chain(8, 512, 14), tmp_path / "conv.onnx", external=False)
@@ -177,9 +165,9 @@ def test_weights_shared_by_chunk_subgraphs_are_copied_once_per_extra_subgraph() 
 def test_chunk_subgraph_copies_match_the_real_ep(tmp_path: Path) -> None:
     """8 x MatMul 768^2 (18 MiB, external), 4 batch chunks cut by IsNaN: measured 200 MiB at
     session creation against 89 for one chain (+3 x 18 MiB mapped, +3 x 18 re-laid out)."""
-    py = _ovep_python()
+    py = ovep_python()
     if py is None:
-        pytest.skip("no interpreter with onnxruntime-openvino (set MEMSHRINK_PYTHON_ORT_OPENVINO)")
+        pytest.skip(NO_OVEP)
     from memshrink.verify import profile
 
     path = tmp_path / "chunks.onnx"
@@ -230,9 +218,9 @@ def test_dynamic_embedded_run_keeps_the_session_peak_without_big_tensors() -> No
 def test_dynamic_embedded_chain_matches_the_real_ep(tmp_path: Path) -> None:
     """8 x MatMul 1024^2 (32 MiB embedded), dynamic batch 4: measured 208.0 / 213.5 MiB
     (session / run 1), predicted 209.3 for both (before: run 177.3, -17 %)."""
-    py = _ovep_python()
+    py = ovep_python()
     if py is None:
-        pytest.skip("no interpreter with onnxruntime-openvino (set MEMSHRINK_PYTHON_ORT_OPENVINO)")
+        pytest.skip(NO_OVEP)
     from memshrink.verify import profile
 
     path = _save(_dynamic_matmul_chain(1024), tmp_path / "chain.onnx", external=False)

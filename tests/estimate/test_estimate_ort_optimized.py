@@ -11,6 +11,7 @@ import onnx
 import onnx.helper as oh
 import onnxruntime as ort
 import pytest
+from fixtures_onnx import erf_gelu, erf_gelu_constants
 from onnx import numpy_helper
 
 from memshrink.estimate import estimate
@@ -93,16 +94,29 @@ def _key(op: str, domain: str) -> tuple[str, str]:
 
 
 def _check_against_ort(
-    path: str, tmp_path, *, exact_priority: bool = True, skip: frozenset[str] = frozenset()
+    path: str,
+    tmp_path,
+    *,
+    exact_priority: bool = True,
+    exact_default: bool = True,
+    skip: frozenset[str] = frozenset(),
 ) -> None:
     """``skip``: op types left out of both sides (aliases that cost no memory)."""
     g = optimize(build_view(path).graph).graph
     ref = _ort_optimized(path, tmp_path)
     ours = [_key(g.nodes[i].op_type, g.nodes[i].domain) for i in ort_default(g)]
-    # ORT writes its optimized graph in its DEFAULT execution order.
-    assert [k for k in ours if k[0] not in skip] == [
-        _key(n.op_type, n.domain) for n in ref.node if n.op_type not in skip
-    ]
+    theirs = [_key(n.op_type, n.domain) for n in ref.node if n.op_type not in skip]
+    ours = [k for k in ours if k[0] not in skip]
+    # ORT writes its optimized graph in its DEFAULT execution order. Where its hash-numbered
+    # ReorderOutput nodes move (exact_default=False) they are compared as a multiset and the
+    # other nodes in order.
+    if exact_default:
+        assert ours == theirs
+    else:
+        assert sorted(ours) == sorted(theirs)
+        assert [k for k in ours if k[0] != "ReorderOutput"] == [
+            k for k in theirs if k[0] != "ReorderOutput"
+        ]
     for priority, order in ((False, ort_default(g)), (True, ort_priority(g))):
         events = _profile(path, tmp_path, priority)
         real = [
@@ -115,7 +129,7 @@ def _check_against_ort(
             for i in order
             if g.nodes[i].op_type not in skip
         ]
-        if priority and not exact_priority:
+        if (priority and not exact_priority) or (not priority and not exact_default):
             # ORT numbers its final ReorderOutput nodes in hash order (an unordered_map over
             # NodeArg pointers): under PRIORITY_BASED the order among them is not predictable.
             assert sorted(mine) == sorted(real)
@@ -145,7 +159,15 @@ def test_suite_tiny_models_match_ort(tmp_path, name):
     pytest.importorskip("torch")
     import models
 
-    _check_against_ort(str(models.build(name)), tmp_path, exact_priority=name != "unet-tiny")
+    # multibranch-tiny's 8-channel tensors are not aligned to AVX-512's 16-channel block, so
+    # ORT adds several final ReorderOutput nodes, numbered in hash order (exact with block 8).
+    hashed = name == "unet-tiny" or (name == "multibranch-tiny" and nchwc_block_size() > 8)
+    _check_against_ort(
+        str(models.build(name)),
+        tmp_path,
+        exact_priority=not hashed,
+        exact_default=not (name == "multibranch-tiny" and nchwc_block_size() > 8),
+    )
 
 
 def test_optimization_levels_and_estimate_assumptions(tmp_path):
@@ -342,29 +364,18 @@ def erf_gelu_mlp(form: int) -> onnx.ModelProto:
     """Linear -> Erf GELU -> Linear, the GELU as the legacy exporter writes it: form 1
     ``Mul(Mul(x, 1 + erf(x / s)), 0.5)``, form 2 ``Mul(Mul(x, 0.5), 1 + erf(x / s))``, or
     form 3, dynamo's ``Mul(x, Mul(0.5, 1 + erf(x / s)))`` (ORT does not fuse that one)."""
-    half = numpy_helper.from_array(np.array(0.5, np.float32), "half")
-    one = numpy_helper.from_array(np.array(1.0, np.float32), "one")
-    sq = numpy_helper.from_array(np.array(1.4142135, np.float32), "sq")
     nodes = [
         oh.make_node("MatMul", ["x", "w0"], ["m0"]),
         oh.make_node("Add", ["m0", "b0"], ["h"]),
-        oh.make_node("Div", ["h", "sq"], ["d"]),
-        oh.make_node("Erf", ["d"], ["e"]),
-        oh.make_node("Add", ["e", "one"], ["a"]),
+        *erf_gelu("h", "g", form),
+        oh.make_node("MatMul", ["g", "w1"], ["y"]),
     ]
-    if form == 1:
-        nodes += [oh.make_node("Mul", ["h", "a"], ["p"]), oh.make_node("Mul", ["p", "half"], ["g"])]
-    elif form == 2:
-        nodes += [oh.make_node("Mul", ["h", "half"], ["p"]), oh.make_node("Mul", ["p", "a"], ["g"])]
-    else:
-        nodes += [oh.make_node("Mul", ["half", "a"], ["p"]), oh.make_node("Mul", ["h", "p"], ["g"])]
-    nodes.append(oh.make_node("MatMul", ["g", "w1"], ["y"]))
     g = oh.make_graph(
         nodes,
         "mlp",
         [oh.make_tensor_value_info("x", F, [2, 64, 32])],
         [oh.make_tensor_value_info("y", F, [2, 64, 32])],
-        [_w("w0", 32, 128), _w("b0", 128), _w("w1", 128, 32), half, one, sq],
+        [_w("w0", 32, 128), _w("b0", 128), _w("w1", 128, 32), *erf_gelu_constants()],
     )
     m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
     m.ir_version = 8
@@ -388,9 +399,6 @@ def test_erf_gelu_fusion_matches_ort(tmp_path, form, gelu):
 def dynamic_block() -> onnx.ModelProto:
     """x[batch, seq, 32] -> MatMul + bias -> Add(x) -> LayerNorm -> MatMul + bias -> Erf GELU
     (legacy form) -> MatMul: symbolic batch and sequence, as exported transformers run."""
-    half = numpy_helper.from_array(np.array(0.5, np.float32), "half")
-    one = numpy_helper.from_array(np.array(1.0, np.float32), "one")
-    sq = numpy_helper.from_array(np.array(1.4142135, np.float32), "sq")
     nodes = [
         oh.make_node("MatMul", ["x", "w0"], ["m0"]),
         oh.make_node("Add", ["m0", "b0"], ["h0"]),
@@ -398,11 +406,7 @@ def dynamic_block() -> onnx.ModelProto:
         oh.make_node("LayerNormalization", ["r", "g", "be"], ["n"], axis=-1),
         oh.make_node("MatMul", ["n", "w1"], ["m1"]),
         oh.make_node("Add", ["m1", "b1"], ["h"]),
-        oh.make_node("Div", ["h", "sq"], ["d"]),
-        oh.make_node("Erf", ["d"], ["e"]),
-        oh.make_node("Add", ["e", "one"], ["a"]),
-        oh.make_node("Mul", ["h", "a"], ["p"]),
-        oh.make_node("Mul", ["p", "half"], ["q"]),
+        *erf_gelu("h", "q"),
         oh.make_node("MatMul", ["q", "w2"], ["y"]),
     ]
     g = oh.make_graph(
@@ -411,7 +415,7 @@ def dynamic_block() -> onnx.ModelProto:
         [oh.make_tensor_value_info("x", F, ["batch", "seq", 32])],
         [oh.make_tensor_value_info("y", F, ["batch", "seq", 32])],
         [_w("w0", 32, 32), _w("b0", 32), _w("g", 32), _w("be", 32), _w("w1", 32, 128),
-         _w("b1", 128), _w("w2", 128, 32), half, one, sq],
+         _w("b1", 128), _w("w2", 128, 32), *erf_gelu_constants()],
     )  # fmt: skip
     m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
     m.ir_version = 8
@@ -431,3 +435,28 @@ def test_symbolic_shapes_keep_matmul_add_apart_like_ort(tmp_path):
     assert count(n.op_type for n in ref.node) == {
         "MatMul": 3, "SkipLayerNormalization": 1, "BiasGelu": 1,
     }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("ctm", "nearest", "upsamples"),
+    [("asymmetric", "floor", 2), ("half_pixel", "round_prefer_floor", 0), ("asymmetric",
+     "round_prefer_floor", 0)],
+)  # fmt: skip
+def test_nearest_resize_becomes_an_nchwc_upsample_like_ort(tmp_path, ctm, nearest, upsamples):
+    """ORT converts a nearest ``asymmetric``/``floor`` Resize of an NCHWc tensor into an NCHWc
+    Upsample (and the FPN's lateral Add then fuses into its Conv as the Sum input); the other
+    nearest modes stay NCHW Resizes. The same nodes as ORT's optimized graph (as a multiset:
+    the DEFAULT order of this three-output graph is not emulated exactly, with or without the
+    Upsample)."""
+    from transforms.fpngraphs import fpn_like
+
+    path = str(tmp_path / "fpn.onnx")
+    onnx.save(fpn_like(32, 16, 2, c=16, ctm=ctm, nearest=nearest), path)
+    opt = optimize(build_view(path).graph)
+    ref = _ort_optimized(path, tmp_path)
+    assert Counter(_key(n.op_type, n.domain) for n in opt.graph.nodes) == Counter(
+        _key(n.op_type, n.domain) for n in ref.node
+    )
+    if nchwc_block_size() > 1:
+        assert opt.counts.get("NchwcUpsample", 0) == upsamples
+        assert opt.counts.get("NchwcConvSum", 0) == (2 if upsamples else 0)

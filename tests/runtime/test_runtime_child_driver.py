@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from partition.partgraphs import (
     assert_close,
+    backend_options,
     branchy_feeds,
     build_branchy,
     partition_to,
@@ -39,6 +40,7 @@ def test_child_driver_measures_stages_and_matches(tmp_path: Path, backend: str, 
         "output_names": [t.name for t in io.outputs],
         "runs": 2,
         "partition_mode": mode,
+        "session_options": backend_options(backend) or {},
         "result": str(tmp_path / "result.json"),
     }
     child = Child(spec)

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from interpreters import NO_OVEP, ovep_python
 from partition.partgraphs import (
     assert_close,
+    backend_options,
     branchy_feeds,
     build_branchy,
     build_control_flow,
@@ -24,7 +26,6 @@ from memshrink.errors import UsageError
 from memshrink.runtime import PartitionedSession, PartLoadError, open_session
 
 REPO = Path(__file__).resolve().parents[2]
-OVEP_PYTHON = REPO / ".cache" / "venv-ovep" / "bin" / "python"
 ATOL = 1e-5  # absolute; rtol 0. Parts run the same kernels, so differences are rounding only.
 
 
@@ -50,7 +51,7 @@ def test_branchy_matches_original(branchy, backend: str, mode: str) -> None:  # 
     src, parts = branchy
     feeds = branchy_feeds()
     ref = run_original(src, feeds, backend)
-    with PartitionedSession(parts, backend, mode) as sess:
+    with PartitionedSession(parts, backend, mode, session_options=backend_options(backend)) as sess:
         assert [i.name for i in sess.get_inputs()] == ["x", "bias_in"]
         assert sess.get_inputs()[0].type == "tensor(float)"
         assert [o.name for o in sess.get_outputs()] == ["y", "early", "side"]
@@ -64,7 +65,7 @@ def test_branchy_matches_original(branchy, backend: str, mode: str) -> None:  # 
 @pytest.mark.parametrize("mode", ["streamed", "resident"])
 def test_control_flow_matches_original(control_flow, backend: str, mode: str) -> None:  # noqa: ANN001
     src, parts = control_flow
-    with PartitionedSession(parts, backend, mode) as sess:
+    with PartitionedSession(parts, backend, mode, session_options=backend_options(backend)) as sess:
         for sign in (1.0, -1.0):  # both branches of the If
             feeds = control_flow_feeds(sign=sign)
             assert_close(run_original(src, feeds, backend), sess.run(None, feeds), atol=ATOL)
@@ -130,11 +131,14 @@ def test_exported_transformer_matches(tmp_path: Path) -> None:
     for backend in ("cpu", "openvino"):
         ref = run_original(src, feeds, backend)
         for mode in ("streamed", "resident"):
-            got = PartitionedSession(tmp_path / "parts", backend, mode).run(None, feeds)
+            opts = backend_options(backend)
+            got = PartitionedSession(tmp_path / "parts", backend, mode, session_options=opts).run(
+                None, feeds
+            )
             assert_close(ref, got, atol=ATOL)
 
 
-@pytest.mark.skipif(not OVEP_PYTHON.exists(), reason="no .cache/venv-ovep (onnxruntime-openvino)")
+@pytest.mark.skipif(ovep_python() is None, reason=NO_OVEP)
 def test_ort_openvino_ep_streamed(branchy, tmp_path: Path) -> None:  # noqa: ANN001
     """The ORT OpenVINO EP lives in its own venv (no onnx there): run the session in it."""
     src, parts = branchy
@@ -151,7 +155,7 @@ def test_ort_openvino_ep_streamed(branchy, tmp_path: Path) -> None:  # noqa: ANN
     env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
     proc = subprocess.run(
         [
-            str(OVEP_PYTHON),
+            str(ovep_python()),
             "-c",
             script,
             str(parts),

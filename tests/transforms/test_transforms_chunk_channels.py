@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from fixtures_onnx import run_ort
+from fixtures_onnx import erf_gelu, erf_gelu_constants, run_ort
 from onnx import TensorProto, helper, numpy_helper
 
 from memshrink.checks import check_model
@@ -77,11 +77,7 @@ def ffn(batch: int = 2, seq: int = 256, h: int = 64, hidden: int = 1024) -> onnx
     nodes = [
         helper.make_node("MatMul", ["x", "w1"], ["a"]),
         helper.make_node("Add", ["a", "b1"], ["ab"]),
-        helper.make_node("Div", ["ab", "sqrt2"], ["ad"]),
-        helper.make_node("Erf", ["ad"], ["ae"]),
-        helper.make_node("Add", ["ae", "one"], ["a1"]),
-        helper.make_node("Mul", ["half", "a1"], ["ah"]),
-        helper.make_node("Mul", ["ab", "ah"], ["gelu"]),
+        *erf_gelu("ab", "gelu", form=3),
         helper.make_node("MatMul", ["gelu", "w2"], ["o"]),
         helper.make_node("Add", ["o", "b2"], ["ob"]),
         helper.make_node("Add", ["ob", "x"], ["res"]),
@@ -89,10 +85,7 @@ def ffn(batch: int = 2, seq: int = 256, h: int = 64, hidden: int = 1024) -> onnx
     ]
     inits = [
         _w("w1", h, hidden), _w("b1", hidden), _w("w2", hidden, h, scale=0.05), _w("b2", h),
-        numpy_helper.from_array(np.float32(2**0.5), "sqrt2"),
-        numpy_helper.from_array(np.float32(1.0), "one"),
-        numpy_helper.from_array(np.float32(0.5), "half"),
-        _w("gamma", h, offset=1.0), _w("beta", h),
+        *erf_gelu_constants(), _w("gamma", h, offset=1.0), _w("beta", h),
     ]  # fmt: skip
     return _model(nodes, [_vi("x", [batch, seq, h])], [_vi("y", [batch, seq, h])], inits)
 

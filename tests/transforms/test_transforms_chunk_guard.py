@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import onnx_ir as ir
-import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from memshrink.estimate import cuda
@@ -87,12 +86,13 @@ def test_chunk_reports_the_cuda_guard_and_host_change() -> None:
     assert res.modified, st
     g = st["guard"]
     assert g["after"]["cuda"]["steady_state"] <= g["before"]["cuda"]["steady_state"]
-    # Each added Conv node costs its cuDNN state on the host; the configurations are shared.
+    # Each added Conv node costs its cuDNN state on the host; the configurations are shared;
+    # the Slice/Concat the chunks add load their small kernel families once (<= 5 MiB).
+    c = cuda.CUDA_CALIBRATION
     added = sum(n.op_type == "Conv" for n in model.graph) - 2
     assert added > 0
-    assert g["change"]["cuda"]["host"] == pytest.approx(
-        added * cuda.CUDA_CALIBRATION["cuda_host_conv_node"], abs=1 * MiB
-    )
+    conv_nodes = added * c["cuda_host_conv_node"]
+    assert conv_nodes <= g["change"]["cuda"]["host"] <= conv_nodes + 6 * MiB
     off = ChunkPass(guard_backends="", prefer_backends="").run(ir.from_proto(_cnn()), PassContext())
     assert "guard" not in off.stats and off.stats["chunks"] == st["chunks"]
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from interpreters import NO_OVEP, ovep_python
 from onnx import TensorProto, helper
 
 import memshrink
@@ -235,13 +236,6 @@ def test_no_isnan_is_a_no_op(tmp_path: Path) -> None:
     assert report.passes[0].stats["reason"] == "no IsNaN in the model"
 
 
-def _ovep_python() -> str | None:
-    py = os.environ.get("MEMSHRINK_PYTHON_ORT_OPENVINO") or str(
-        REPO / ".cache" / "venv-ovep" / "bin" / "python"
-    )
-    return py if Path(py).exists() else None
-
-
 _EP_CHILD = """
 import json, sys
 import numpy as np
@@ -261,9 +255,9 @@ def test_the_ep_claims_the_rewrite_bit_exact(tmp_path: Path, consumer: str) -> N
     """The EP runs the rewritten graph as one OpenVINO subgraph (ORT's verbose placements: no
     node on CPUExecutionProvider) with IEEE's bits. The original does not even load on it when
     IsNaN sits between two claimed nodes ("the graph is not acyclic", an EP partitioning bug)."""
-    py = _ovep_python()
+    py = ovep_python()
     if py is None:
-        pytest.skip("no interpreter with onnxruntime-openvino (set MEMSHRINK_PYTHON_ORT_OPENVINO)")
+        pytest.skip(NO_OVEP)
     dst = tmp_path / "out.onnx"
     _rewrite(_model(consumer, tmp_path), dst)
     feeds, got = tmp_path / "in.npz", tmp_path / "got.npz"

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from interpreters import NO_OVEP, ovep_python
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
@@ -23,7 +24,6 @@ from memshrink.model import load, save
 from tests.fixtures_onnx import run_ort
 
 REPO = Path(__file__).resolve().parents[2]
-OVEP = REPO / ".cache" / "venv-ovep" / "bin" / "python"
 
 
 def _loop_model(path: Path) -> Path:
@@ -125,7 +125,7 @@ _EP_RUN = (
 def _run_on_ep(model: Path, cwd: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     return subprocess.run(
-        [str(OVEP), "-c", _EP_RUN, str(model)],
+        [str(ovep_python()), "-c", _EP_RUN, str(model)],
         cwd=cwd, capture_output=True, text=True, timeout=120, env=env,
     )  # fmt: skip
 
@@ -154,7 +154,7 @@ def test_loop_and_scan_body_weights_stay_embedded(tmp_path: Path, build) -> None
     assert (where["W"], where["Win"]) == (T.DEFAULT, T.EXTERNAL)
 
 
-@pytest.mark.skipif(not OVEP.exists(), reason="no ORT OpenVINO EP venv (.cache/venv-ovep)")
+@pytest.mark.skipif(ovep_python() is None, reason=NO_OVEP)
 def test_rewritten_scan_model_runs_on_the_openvino_ep_from_another_folder(tmp_path: Path) -> None:
     src = _scan_model(tmp_path / "m.onnx")
     out = tmp_path / "o.onnx"

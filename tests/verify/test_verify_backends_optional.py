@@ -7,46 +7,20 @@ ORT OpenVINO EP: set MEMSHRINK_PYTHON_ORT_OPENVINO to a Python with ``onnxruntim
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from interpreters import NO_CUDA, NO_OVEP, cuda_python, ovep_python
 
 from memshrink.verify import EXIT_MISMATCH, EXIT_OK, verify
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _ovep_python() -> str | None:
-    env = os.environ.get("MEMSHRINK_PYTHON_ORT_OPENVINO")
-    if env:
-        return env
-    venv = REPO / ".cache" / "venv-ovep" / "bin" / "python"
-    return str(venv) if venv.exists() else None
-
-
-def _has(python: str, code: str) -> bool:
-    return subprocess.run([python, "-c", code], capture_output=True).returncode == 0
-
-
-def _cuda_python() -> str | None:
-    py = os.environ.get("MEMSHRINK_PYTHON_CUDA", sys.executable)
-    code = (
-        "import onnxruntime as o, pynvml; pynvml.nvmlInit(); "
-        "assert 'CUDAExecutionProvider' in o.get_available_providers()"
-    )
-    return py if _has(py, code) else None
-
-
 def test_ort_openvino_ep(tmp_path: Path, embed_mlp) -> None:  # type: ignore[no-untyped-def]
-    py = _ovep_python()
-    if py is None or not _has(
-        py,
-        "import onnxruntime as o; assert 'OpenVINOExecutionProvider' in o.get_available_providers()",
-    ):
-        pytest.skip("no interpreter with onnxruntime-openvino (set MEMSHRINK_PYTHON_ORT_OPENVINO)")
+    py = ovep_python()
+    if py is None:
+        pytest.skip(NO_OVEP)
     a, b = embed_mlp(tmp_path / "a.onnx"), embed_mlp(tmp_path / "b.onnx", external=True)
     pyarg = {"ort-openvino": py}
     report = verify(a, b, backends=("ort-openvino",), dims={"batch": 2}, python=pyarg)
@@ -57,9 +31,9 @@ def test_ort_openvino_ep(tmp_path: Path, embed_mlp) -> None:  # type: ignore[no-
 
 @pytest.mark.cuda
 def test_cuda_ep_measures_gpu_and_catches_a_change(tmp_path: Path, embed_mlp) -> None:  # type: ignore[no-untyped-def]
-    py = _cuda_python()
+    py = cuda_python()
     if py is None:
-        pytest.skip("no onnxruntime-gpu with CUDAExecutionProvider and nvidia-ml-py (no GPU here)")
+        pytest.skip(NO_CUDA)
     a, b = (
         embed_mlp(tmp_path / "a.onnx", hidden=512),
         embed_mlp(tmp_path / "b.onnx", hidden=512, external=True),

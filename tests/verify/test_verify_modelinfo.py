@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from memshrink.errors import ModelLoadError
 from memshrink.verify.modelinfo import read_model_io
 
 
@@ -35,3 +37,14 @@ def test_initializers_listed_as_inputs_are_not_inputs(tmp_path: Path) -> None:
     io = read_model_io(path)
     assert [i.name for i in io.inputs] == ["x"]
     assert io.inputs[0].dims == [None, 2]
+
+
+@pytest.mark.parametrize("keep", [0.5, 0.9])
+def test_a_truncated_file_is_a_load_error(tmp_path: Path, embed_mlp, keep: float) -> None:  # type: ignore[no-untyped-def]
+    # the shared wire reader (``protowire``) bounds every field by its message: a file cut
+    # inside the graph raises the loader's message, never an IndexError or a partial result
+    data = embed_mlp(tmp_path / "m.onnx").read_bytes()
+    cut = tmp_path / "cut.onnx"
+    cut.write_bytes(data[: int(len(data) * keep)])
+    with pytest.raises(ModelLoadError, match="truncated or not an ONNX model"):
+        read_model_io(cut)

@@ -339,6 +339,28 @@ DEFAULT_SCHEDULE = {
 # The verifier's backend names (``memshrink verify --backends``) accepted by ``estimate`` too.
 BACKEND_ALIASES = {"cpu": "ort"}
 
+_ORT_VERIFY_STAGES = {"session_creation": "session", "run_1": "run1", "steady_state": "run3"}
+VERIFY_STAGES: dict[str, dict[str, str]] = {
+    "cpu": _ORT_VERIFY_STAGES,
+    "ort-openvino": _ORT_VERIFY_STAGES,
+    "cuda": _ORT_VERIFY_STAGES,
+    "openvino": {
+        "read_model": "read",
+        "compile_model": "compile",
+        "run_1": "infer1",
+        "steady_state": "infer3",
+    },
+}
+"""Each estimated stage -> the stage ``verify`` measures for it, per verifier backend name.
+
+Benches and tests compare a prediction with a measurement stage by stage; the two sides name
+stages differently (the estimator after the runtime's API, the verifier's child after what it
+times: ``verify/child.py``), so the pairing lives here once instead of in every script. Every
+ORT-based backend (CPU, the OpenVINO EP, CUDA) runs in the verifier's ORT child, hence one map.
+``steady_state`` is the last of ``verify``'s default three runs; with ``runs=N`` it is
+``runN`` / ``inferN``. Checked against both sides by ``tests/estimate/test_estimate_verify_stages.py``.
+"""
+
 # OpenVINO's constants are defined beside its rules; imported last (the module imports Stage).
 from memshrink.estimate.openvino import OV_CALIBRATION  # noqa: E402
 

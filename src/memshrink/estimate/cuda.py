@@ -23,9 +23,10 @@ Rules, from ``onnxruntime/core`` (1.31) and ORT's own arena log on an H200 (``do
 * Host: CUDA/ORT libraries at session creation, the weights staged on the host while they are
   copied (embedded: the ModelProto, plus a staging buffer when it exceeds glibc's mmap
   threshold; external: a constant 128 MiB measured on six models of 64-474 MiB; both: the
-  constant-folded results, computed on the CPU), then the libraries a first run loads lazily,
-  growing with the number of distinct GEMM shapes and convolution configurations, and the
-  cuDNN state of every Conv node (``host_libraries``).
+  constant-folded results, computed on the CPU), then what a first run loads lazily: each
+  kernel family's CUDA module once (all binary element-wise ops are one ~105 MiB module),
+  cuBLAS per distinct GEMM shape, cuDNN per convolution configuration, and the cuDNN state of
+  every Conv node (``host_libraries``).
 """
 
 from __future__ import annotations
@@ -55,11 +56,17 @@ CUDA_CALIBRATION: dict[str, float] = {
     "cuda_conv_workspace": 1.0,  # x a Conv's output: the cuDNN algorithm's arena workspace
     # Host (VmHWM over the child's baseline).
     "cuda_host_session": 276 * MiB,  # CUDA runtime + EP libraries at session creation
-    "cuda_host_run": 50 * MiB,  # first run of an op calling cuDNN/cuBLAS: handles, state
-    "cuda_host_cublas": 20 * MiB,  # cuBLAS/cuBLASLt once a GEMM runs ...
-    "cuda_host_cublas_shape": 38 * MiB,  # ... and per distinct GEMM shape (heuristics, kernels)
-    "cuda_host_cudnn_config": 12 * MiB,  # per distinct convolution configuration (kernels)
-    "cuda_host_conv_node": 0.87 * MiB,  # per Conv node: the cuDNN state each kernel keeps
+    "cuda_host_first_run": 1.5 * MiB,  # any first run (the smallest op measured: Slice 1.6)
+    "cuda_host_cublas": 100 * MiB,  # cuBLAS/cuBLASLt once a GEMM runs (its first kernels) ...
+    "cuda_host_cublas_shape": 5.7 * MiB,  # ... and per further distinct GEMM shape (kernels)
+    "cuda_host_run": 60.8 * MiB,  # cuDNN and its engines once a first convolution runs ...
+    "cuda_host_conv_bias": 50.4 * MiB,  # ... its bias addition (cudnnAddTensor), once ...
+    "cuda_host_cudnn_config": 3.7 * MiB,  # ... per further convolution configuration (fit) ...
+    "cuda_host_cudnn_grouped": 9.4 * MiB,  # ... per grouped (kernel, stride): other engines ...
+    "cuda_host_conv_node": 0.87 * MiB,  # ... and per further Conv node (its cuDNN state)
+    "cuda_host_cudnn_pool": 20 * MiB,  # cuDNN's pooling kernels (MaxPool 20.0, AveragePool 20.0)
+    "cuda_host_family": 2.5 * MiB,  # a kernel family without a measured cost (median)
+    "cuda_host_node": 3 * 1024,  # per node: ORT's kernel objects (3.1 KiB measured, 4,000 Adds)
     "cuda_host_external_staging": 128 * MiB,  # external weights: transient anon while copying
     "cuda_host_embedded_retained": 0.25,  # x embedded weights: freed ModelProto heap kept
 }
@@ -72,16 +79,128 @@ INT64 = 7
 SMALL_INT64 = 64 << 10
 GLIBC_MMAP_MAX = 32 * MiB  # DEFAULT_MMAP_THRESHOLD_MAX on 64-bit glibc
 CONV_OPS = frozenset({"Conv", "ConvTranspose", "FusedConv"})
-#: ORT CUDA kernels that call cuDNN or cuBLAS (reductions and pooling through cuDNN).
-LIBRARY_OPS = GEMM_OPS | CONV_OPS | frozenset(
+#: ORT CUDA kernels that call cuDNN (pooling and normalization through cuDNN descriptors).
+CUDNN_OPS = CONV_OPS | frozenset(
     {
-        "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
-        "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "ArgMax", "ArgMin",
         "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "LpPool",
-        "BatchNormalization", "LRN", "LSTM", "GRU", "RNN", "FusedMatMul", "FusedGemm",
-        "Einsum",
+        "BatchNormalization", "LRN", "LSTM", "GRU", "RNN",
     }
 )  # fmt: skip
+POOL_OPS = frozenset({"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "LpPool"})
+#: Kernel families of the ORT CUDA EP: the ops whose kernels are compiled into one CUDA module
+#: (one ``.cu`` translation unit under ``onnxruntime/core/providers/cuda``). With lazy module
+#: loading the first run loads a module, whole, the first time any of its kernels runs, so the
+#: host cost is paid once per family, not per op or node (``docs/estimate.md``, "CUDA EP").
+#: An op in no family is its own family.
+KERNEL_FAMILIES: dict[str, frozenset[str]] = {
+    # math/binary_elementwise_ops_impl.cu: every binary op, type and broadcast variant.
+    "binary_elementwise": frozenset(
+        {
+            "Add",
+            "Sub",
+            "Mul",
+            "Div",
+            "Pow",
+            "PRelu",
+            "And",
+            "Or",
+            "Xor",
+            "Mod",
+            "Equal",
+            "Greater",
+            "Less",
+            "GreaterOrEqual",
+            "LessOrEqual",
+            "BitShift",
+        }
+    ),
+    # math/unary_elementwise_ops_impl.cu (Cast's Impl_Cast lives there too). IsNaN joins it
+    # by measurement: Erf + IsNaN + Where cost what Erf + Cast + Where cost (21.0 / 21.2 MiB).
+    "unary_elementwise": frozenset(
+        {
+            "Abs",
+            "Neg",
+            "Ceil",
+            "Floor",
+            "Reciprocal",
+            "Sqrt",
+            "Exp",
+            "Log",
+            "Erf",
+            "Not",
+            "Round",
+            "Sin",
+            "Cos",
+            "Sign",
+            "Cast",
+            "IsNaN",
+            "IsInf",
+        }
+    ),
+    # activation/activations_impl.cu.
+    "activations": frozenset(
+        {
+            "Relu",
+            "Tanh",
+            "Sigmoid",
+            "Elu",
+            "LeakyRelu",
+            "Selu",
+            "Softplus",
+            "Softsign",
+            "ThresholdedRelu",
+            "HardSigmoid",
+            "HardSwish",
+            "Celu",
+            "Gelu",
+        }
+    ),
+    "softmax": frozenset({"Softmax", "LogSoftmax"}),  # math/softmax_impl.cu
+    "layer_norm": frozenset({"LayerNormalization", "SimplifiedLayerNormalization"}),
+    "reduction": frozenset(
+        {
+            "ReduceSum",
+            "ReduceMean",
+            "ReduceMax",
+            "ReduceMin",
+            "ReduceProd",
+            "ReduceL1",
+            "ReduceL2",
+            "ReduceLogSum",
+            "ReduceLogSumExp",
+            "ReduceSumSquare",
+            "ArgMax",
+            "ArgMin",
+        }
+    ),
+    "cublas": GEMM_OPS | frozenset({"FusedMatMul", "FusedGemm", "Einsum"}),
+    "cudnn": CUDNN_OPS,
+}
+#: One-time host cost per family (MiB over the session, first run minus session creation,
+#: minus the first run's own ``cuda_host_first_run``), measured on an H100 with one- and
+#: two-node graphs over a 4x128x768 input (``docs/bench/cuda_host_op_sweep.json``,
+#: ``cuda_host_op_combo.json``). cuBLAS and cuDNN are priced by their own rules below.
+FAMILY_HOST_MIB: dict[str, float] = {
+    "binary_elementwise": 105.0,  # any one of Add/Sub/Mul/Div/Pow/Equal: 104.0-105.3
+    "unary_elementwise": 9.7,  # Erf 9.9, Sqrt 10.0, Cast 9.2; Erf + Sqrt + Cast 10.2
+    "Where": 9.7,  # Add + Equal + Where 116.4, less Add (binary_elementwise)
+    "softmax": 6.8,
+    "activations": 2.6,  # Relu, Tanh
+    "layer_norm": 2.5,
+    "reduction": 2.1,  # ReduceMean over the last axis (ORT's own kernel, not cuDNN)
+    "Transpose": 1.5,
+    "Slice": 0.1,
+    "Split": 1.7,
+    "Concat": 3.4,
+}
+#: Ops that launch no kernel of their own (metadata or a plain copy): no module to load.
+NO_KERNEL_OPS = frozenset(
+    {
+        "Shape", "Size", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Constant",
+        "Dropout", "MemcpyFromHost", "MemcpyToHost",
+    }
+)  # fmt: skip
+_FAMILY_OF = {op: fam for fam, ops in KERNEL_FAMILIES.items() for op in ops}
 
 
 @dataclass
@@ -233,14 +352,74 @@ def device_range(
     return {k: (min(s[k] for s in seen), max(s[k] for s in seen)) for k in seen[0]}
 
 
-def _distinct(g: GraphInfo, ops: frozenset[str]) -> int:
+def _distinct(
+    g: GraphInfo, ops: frozenset[str], skip: set[int] | frozenset[int] = frozenset()
+) -> int:
     """Distinct (op, input shapes) configurations: each needs its own kernels (cuBLASLt
     heuristics), loaded lazily on first use."""
     seen = set()
     for n in g.nodes:
-        if n.op_type in ops:
+        if n.op_type in ops and n.index not in skip:
             seen.add((n.op_type, tuple(g.tensors[i].shape if i else None for i in n.inputs)))
     return len(seen)
+
+
+def kernel_families(g: GraphInfo) -> dict[str, int]:
+    """Kernel families (``KERNEL_FAMILIES``) the first run loads, with their node counts.
+
+    Folded nodes run nothing; ops without a kernel (``NO_KERNEL_OPS``) load nothing; a 1x1
+    convolution counts as a cuBLAS user too (cuDNN runs it as a GEMM: a 3x3 and a 1x1 Conv
+    cost 114 MiB more than the 3x3 alone, what a first MatMul costs). No fusion is emulated:
+    ORT 1.31's CUDA graph keeps ResNet's Conv, Add and Relu apart (its optimized model, dumped
+    on an H200), and a Conv -> Add -> Relu loads the binary module like a lone Add.
+    Control-flow bodies count with their node."""
+    out: dict[str, int] = {}
+
+    def visit(graph: GraphInfo) -> None:
+        for n in graph.nodes:
+            if n.index in graph.folded or n.op_type in NO_KERNEL_OPS:
+                continue
+            fam = _FAMILY_OF.get(n.op_type, n.op_type)
+            out[fam] = out.get(fam, 0) + 1
+            if fam == "cudnn" and _is_pointwise_conv(graph, n):
+                out["cublas"] = out.get("cublas", 0) + 1
+            for sub in n.subgraphs:
+                visit(sub)
+
+    visit(g)
+    return out
+
+
+def _grouped_geometries(g: GraphInfo, convs: list[Any]) -> set[tuple[Any, ...]]:
+    """Distinct (kernel, strides) of grouped convolutions: cuDNN runs them with other engines
+    (measured: a grouped 1x1 and a depthwise 5x5 each cost 9.4 MiB more than a plain 3x3)."""
+    out = set()
+    for n in convs:
+        if int(n.attrs.get("group", 1)) > 1 and len(n.inputs) > 1 and n.inputs[1]:
+            w = g.tensors[n.inputs[1]].shape
+            out.add((tuple(w[2:]) if w else None, tuple(n.attrs.get("strides", ()))))
+    return out
+
+
+def _is_pointwise_conv(g: GraphInfo, n: Any) -> bool:
+    """An ungrouped 1x1 (any stride) convolution, which cuDNN runs through GEMM kernels (a
+    grouped 1x1 measured like any grouped convolution: 122 MiB, not 227)."""
+    if n.op_type not in CONV_OPS or len(n.inputs) < 2 or not n.inputs[1]:
+        return False
+    if int(n.attrs.get("group", 1)) > 1:
+        return False
+    w = g.tensors[n.inputs[1]].shape
+    return w is not None and len(w) > 2 and all(d == 1 for d in w[2:])
+
+
+def family_host(families: Mapping[str, int]) -> float:
+    """One-time host bytes of the element-wise and other small families (not cuBLAS/cuDNN)."""
+    c = CUDA_CALIBRATION
+    return sum(
+        FAMILY_HOST_MIB[f] * MiB if f in FAMILY_HOST_MIB else c["cuda_host_family"]
+        for f in families
+        if f not in ("cublas", "cudnn")
+    )
 
 
 def conv_configs(g: GraphInfo) -> int:
@@ -261,22 +440,37 @@ def conv_configs(g: GraphInfo) -> int:
 
 
 def host_libraries(g: GraphInfo) -> int:
-    """Host bytes a first run adds for CUDA libraries and kernel state (over session creation).
+    """Host bytes a first run adds for CUDA libraries and kernel modules (over session creation).
 
-    cuBLAS once, then per distinct GEMM shape; cuDNN per distinct convolution configuration,
-    and per Conv *node*: each ORT Conv kernel keeps its own cuDNN state (measured 0.87 MiB a
-    node, the same with ``cudnn_conv_algo_search=HEURISTIC``, so not the algorithm search).
-    Why it matters: ``chunk`` repeats every Conv once per chunk (ResNet-50 b16: 53 -> 848
-    nodes, host 715 -> 1376 MiB measured)."""
+    Per kernel family, once (``kernel_families``): lazy CUDA module loading loads a family's
+    module the first time any of its kernels runs (measured: any binary element-wise op ~105
+    MiB, a second or a thousandth one nothing more; ``FAMILY_HOST_MIB``). cuBLAS once (a GEMM or
+    a 1x1 convolution), then per further distinct GEMM shape. cuDNN once (a first convolution;
+    pooling alone loads less), its bias addition once, then per further distinct convolution
+    configuration and per Conv *node*: each ORT Conv kernel keeps its own cuDNN state (measured
+    0.87 MiB a node, the same with ``cudnn_conv_algo_search=HEURISTIC``, so not the algorithm
+    search). Why it matters: ``chunk`` repeats every Conv once per chunk (ResNet-50 b16: 53 ->
+    848 nodes, host 715 -> 1376 MiB measured)."""
     c = CUDA_CALIBRATION
-    n_gemm = _distinct(g, GEMM_OPS)
-    # cuDNN/cuBLAS state, made on first use: a graph of element-wise kernels adds ~2 MiB
-    # (measured: 64 and 512 Relus), one Conv or MatMul 62 / 104 MiB.
-    libs = c["cuda_host_run"] if any(n.op_type in LIBRARY_OPS for n in g.nodes) else 0.0
-    if n_gemm:
-        libs += c["cuda_host_cublas"] + c["cuda_host_cublas_shape"] * n_gemm
-    n_conv = sum(1 for n in g.nodes if n.op_type in CONV_OPS)
-    libs += c["cuda_host_cudnn_config"] * conv_configs(g) + c["cuda_host_conv_node"] * n_conv
+    fams = kernel_families(g)
+    if not fams:
+        return 0
+    libs = c["cuda_host_first_run"] + family_host(fams)
+    if "cublas" in fams:
+        n_gemm = _distinct(g, KERNEL_FAMILIES["cublas"] - CUDNN_OPS, g.folded)
+        libs += c["cuda_host_cublas"] + c["cuda_host_cublas_shape"] * max(n_gemm - 1, 0)
+    if "cudnn" in fams:
+        convs = [n for n in g.nodes if n.op_type in CONV_OPS and n.index not in g.folded]
+        # Pooling: +19.6 measured beside a Conv too. BatchNormalization, LRN and the RNNs alone
+        # (not measured) are priced like pooling: cuDNN's non-convolution kernels.
+        if any(n.op_type in POOL_OPS for n in g.nodes) or not convs:
+            libs += c["cuda_host_cudnn_pool"]
+        if convs:
+            libs += c["cuda_host_run"] + c["cuda_host_cudnn_config"] * (conv_configs(g) - 1)
+            libs += c["cuda_host_conv_node"] * (len(convs) - 1)
+            if any(len(n.inputs) > 2 and n.inputs[2] for n in convs):
+                libs += c["cuda_host_conv_bias"]
+            libs += c["cuda_host_cudnn_grouped"] * len(_grouped_geometries(g, convs))
     return int(libs)
 
 
@@ -301,9 +495,10 @@ def host_stages(view: ModelView) -> dict[str, int]:
         staged = int(c["cuda_host_external_staging"]) + folded
     else:  # no weights at all (measured: 64 and 512 Relus, 275 MiB, the bare libraries)
         staged = folded
-    session = int(c["cuda_host_session"] + staged)
+    kernels = c["cuda_host_node"] * (len(g.nodes) - len(g.folded))
+    session = int(c["cuda_host_session"] + kernels + staged)
     retained = c["cuda_host_embedded_retained"] * stored if view.embedded else 0
-    run = int(c["cuda_host_session"] + host_libraries(g) + retained)
+    run = int(c["cuda_host_session"] + kernels + host_libraries(g) + retained)
     return {"session_creation": session, "run_1": run, "steady_state": run}
 
 

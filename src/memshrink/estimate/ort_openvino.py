@@ -247,9 +247,9 @@ def predict(
     c = dict(OVEP_CALIBRATION)
     c.update(calibration or {})
     ov_c = openvino.OV_CALIBRATION
-    # The EP compiles for CPU in f32 (its ``precision`` option), whatever the host's native
-    # default: its rows on an avx512_bf16 host match the f32 rules (Llama session +8.8 %).
-    native = openvino.predict(view, order, {**opts, "INFERENCE_PRECISION_HINT": "f32"}, sched)
+    # The EP compiles for CPU with precision FP32 (its default, which sets OpenVINO's
+    # INFERENCE_PRECISION_HINT to f32 whatever the host supports): native rules at f32.
+    native = openvino.predict(view, order, {"INFERENCE_PRECISION_HINT": "f32", **opts}, sched)
     by_name = {s.name: s for s in native.stages}
     g = view.graph
     folded = folded_bytes(view)

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 from memshrink.estimate.glibc_heap import GlibcHeap, embedded_modes, resident_after_creation
 from memshrink.estimate.graph import GraphInfo, NodeInfo
+from memshrink.estimate.host import cpu_flags as host_cpu_flags
 from memshrink.estimate.ort_heap import CreationBlocks
 from memshrink.estimate.schedule import ort_default
 from memshrink.estimate.weights import FP16, ORT_PREPACK, WeightSplit
@@ -50,15 +51,7 @@ def nchwc_block_size(cpu_flags: set[str] | None = None, machine: str | None = No
     if machine not in ("x86_64", "amd64"):
         return 1
     if cpu_flags is None:
-        cpu_flags = set()
-        try:
-            with open("/proc/cpuinfo") as f:
-                for line in f:
-                    if line.startswith("flags"):
-                        cpu_flags = set(line.split(":", 1)[1].split())
-                        break
-        except OSError:
-            pass
+        cpu_flags = set(host_cpu_flags())
     return 16 if "avx512f" in cpu_flags else 8
 
 

@@ -30,8 +30,9 @@ from memshrink.estimate.graph import GraphInfo
 SCHEDULES = ("file", "ort_default", "ort_priority", "openvino")
 
 
-def _producers(g: GraphInfo) -> list[list[int]]:
-    """Per node: the sorted, de-duplicated indices of the nodes producing its inputs."""
+def sorted_producers(g: GraphInfo) -> list[list[int]]:
+    """Per node: the sorted, de-duplicated indices of the nodes producing its inputs (the
+    predecessors ORT's orders walk; ``transforms.reorder`` searches over them too)."""
     out: list[list[int]] = []
     for node in g.nodes:
         ps = set()
@@ -65,12 +66,12 @@ def reverse_dfs(keys: Sequence[int], preds: Mapping[int, Sequence[int]]) -> list
 
 
 def ort_default(g: GraphInfo) -> list[int]:
-    prods = _producers(g)
+    prods = sorted_producers(g)
     return reverse_dfs(range(len(g.nodes)), dict(enumerate(prods)))
 
 
 def ort_priority(g: GraphInfo) -> list[int]:
-    prods = _producers(g)
+    prods = sorted_producers(g)
     indeg = [len(ps) for ps in prods]
     succ: list[list[int]] = [[] for _ in g.nodes]
     for i, ps in enumerate(prods):

@@ -23,6 +23,7 @@ import onnx_ir as ir
 
 from memshrink.manager import Pass, PassContext, PassResult
 from memshrink.transforms import register
+from memshrink.transforms.chunking import cone as cones
 from memshrink.transforms.chunking.channel_choice import choose_channels
 from memshrink.transforms.chunking.channels import find_blocks
 from memshrink.transforms.chunking.choice import Chooser, rank
@@ -55,6 +56,11 @@ CUTS = {"batch": (0, 1, 2, 4), "spatial": (0,)}
 #: Sub-band splits tried (``chunking.nested``): inside the NESTED_OUTER best overlapping-band
 #: layouts, every shallow block boundary x these counts.
 NESTED_OUTER = 2
+#: Band layouts tried per cone region (``chunking.cone``), (stagger, distinct): fewer than a
+#: whole-input region's, as each graph may have several cones (fpn-800: 2, the chunk pass
+#: 31.6 -> 48.5 s with every layout); the picks measured (fpn-800's best p2 at stagger 16, the
+#: FPN-like test graph's p2 x 2 at stagger 4) are kept.
+CONE_LAYOUTS = ((0, 0), (4, 0), (8, 0), (16, 0), (0, 4))
 NESTED_COUNTS = (2, 4)
 
 
@@ -163,6 +169,7 @@ def apply(
     end: str = "",
     overlap: bool = False,
     inner: tuple[str, int] | None = None,
+    cone: str = "",
 ) -> tuple[Region, RewriteStats]:
     """Find the region of ``mode`` in ``model`` and rewrite it in ``count`` chunks (in place).
 
@@ -175,17 +182,26 @@ def apply(
     keys so far) raises ``Duplicate`` before rewriting a region and layout already tried (a
     trim or cut that removed nothing): the rewrite is the costly step. ``inner`` = (value,
     count) then splits every overlapping band again, from its input to its copy of that value,
-    into ``count`` sub-bands (``chunking.nested``).
+    into ``count`` sub-bands (``chunking.nested``). ``cone`` (a value's name) replaces the
+    region grown from the graph inputs by that value's cone, entered at the interior tensors
+    it reads (``chunking.cone``; exact bands only).
     """
     spec = specialize(model, shapes)
-    entries = entries_for(model, shapes, mode, axis)
-    if not entries:
-        raise Refuse(f"no graph input to chunk along the {mode} axis")
-    extent = min(shapes[v.name or ""][a] for v, a in entries.items())  # type: ignore[index]
-    floor = max(count, extent // trim if trim else 0)
-    region = discover_best(
-        model.graph, shapes, _opset(model), entries, f"{mode}{count}", min_extent=floor
-    )
+    if cone:
+        end_v = next((y for n in model.graph for y in n.outputs if y.name == cone), None)
+        if end_v is None or mode != "spatial" or overlap or trim:
+            raise Refuse(f"no spatial cone region ending at {cone}")
+        region = cones.region(model.graph, shapes, _opset(model), end_v, axis,
+                              f"cone{count}", min_extent=count)  # fmt: skip
+    else:
+        entries = entries_for(model, shapes, mode, axis)
+        if not entries:
+            raise Refuse(f"no graph input to chunk along the {mode} axis")
+        extent = min(shapes[v.name or ""][a] for v, a in entries.items())  # type: ignore[index]
+        floor = max(count, extent // trim if trim else 0)
+        region = discover_best(
+            model.graph, shapes, _opset(model), entries, f"{mode}{count}", min_extent=floor
+        )
     if end:  # end the region at this value (a block boundary, ``region.cuts``)
         v = next((x for x in boundaries(region) if x.name == end), None)
         if v is None:
@@ -206,7 +222,7 @@ def apply(
         if edges is None:
             raise Refuse(f"no band edges keep chunk shapes distinct (1/{distinct})")
     if seen is not None:
-        key = (mode, count, stagger, tuple(edges or ()), shape, overlap, inner)
+        key = (mode, count, stagger, tuple(edges or ()), shape, overlap, inner, cone)
         if key in seen:
             raise Duplicate(str(key))
         seen.add(key)
@@ -234,7 +250,7 @@ def _trial(model: ir.Model, shapes: dict[str, tuple[int, ...] | None], c: dict[s
     trial = clone_with_meta(model)
     apply(trial, shapes, c["mode"], c["chunks"], axis, c["stagger"], c["trim"], c["distinct"],
           c.get("cut", 0), end=c.get("end", ""), overlap=c.get("overlap", False),
-          inner=_inner(c))  # fmt: skip
+          inner=_inner(c), cone=c.get("cone", ""))  # fmt: skip
     return trial
 
 
@@ -268,6 +284,18 @@ def _overlap_ends(
         return []
     region = discover_best(trial.graph, shapes, _opset(trial), entries, "ends")
     return [v.name or "" for v in ends(region)]
+
+
+def _cone_ends(
+    model: ir.Model, shapes: dict[str, tuple[int, ...] | None], axis: int
+) -> list[tuple[str, int]]:
+    """(name, extent) of the values whose cone may be a region (``chunking.cone.ends``)."""
+    trial = clone_with_meta(model)
+    specialize(trial, shapes)
+    return [
+        (v.name or "", shapes[v.name or ""][axis])  # type: ignore[index]
+        for v in cones.ends(trial.graph, shapes, axis)
+    ]
 
 
 @register
@@ -431,6 +459,7 @@ class ChunkPass(Pass):
         cut: int,
         end: str = "",
         inner: tuple[str, int] | None = None,
+        cone: str = "",
     ) -> None:
         """Rewrite one candidate layout on a clone and predict it; appended to ``candidates``
         (with ``refused`` when it cannot apply or costs over ``max_extra_flops``)."""
@@ -440,6 +469,7 @@ class ChunkPass(Pass):
             f"trim {trim}, cut {cut}"
             + (f", overlapping bands ending at {end}" if end else "")
             + (f", sub-bands x{inner[1]} to {inner[0]}" if inner else "")
+            + (f", the cone of {cone}" if cone else "")
             + ")"
         )
         cand: dict[str, Any] = {
@@ -450,11 +480,13 @@ class ChunkPass(Pass):
             cand.update(end=end, overlap=True)
         if inner:
             cand["inner"] = list(inner)
+        if cone:
+            cand["cone"] = cone
         trial = clone_with_meta(model)
         try:
             region, st = apply(
                 trial, shapes, mode, count, o.spatial_axis, stagger, trim, distinct, cut,
-                seen, end=end, overlap=bool(end), inner=inner,
+                seen, end=end, overlap=bool(end), inner=inner, cone=cone,
             )  # fmt: skip
             cand.update(
                 extra_flops=round(st.extra_flops, 4),
@@ -517,6 +549,13 @@ class ChunkPass(Pass):
             for count, stagger, distinct, trim, cut, end in grid6:
                 self._try(model, context, shapes, candidates, seen, mode, count, stagger,
                           distinct, trim, cut, end)  # fmt: skip
+            if mode == "spatial":  # regions entered at interior tensors (``chunking.cone``)
+                for name, ext in _cone_ends(model, shapes, o.spatial_axis):
+                    for count in chunk_counts(mode, ext, o.max_chunks, o.min_rows):
+                        for stagger, distinct in CONE_LAYOUTS:
+                            if stagger * (count - 1) < ext // count:
+                                self._try(model, context, shapes, candidates, seen, mode,
+                                          count, stagger, distinct, 0, 0, cone=name)  # fmt: skip
             if mode == "spatial" and o.nested:
                 # sub-bands inside the best overlapping-band layouts (``chunking.nested``)
                 best = sorted(
@@ -566,7 +605,7 @@ class ChunkPass(Pass):
         region, st = apply(
             model, shapes, pick["mode"], pick["chunks"], o.spatial_axis, pick["stagger"],
             pick["trim"], pick["distinct"], pick.get("cut", 0), end=pick.get("end", ""),
-            overlap=pick.get("overlap", False), inner=_inner(pick),
+            overlap=pick.get("overlap", False), inner=_inner(pick), cone=pick.get("cone", ""),
         )  # fmt: skip
         stats.update(
             mode=pick["mode"],
@@ -590,4 +629,6 @@ class ChunkPass(Pass):
             stats.update(end=pick["end"], overlap=True)
         if pick.get("inner"):
             stats["inner"] = pick["inner"]
+        if pick.get("cone"):
+            stats["cone"] = pick["cone"]
         return stats, True, pick["predicted_activations"]

@@ -153,8 +153,6 @@ class InplacePass(Pass):
         if isinstance(view, str):
             return PassResult(False, {"reason": view})
         g = view.graph
-        if len(g.nodes) != len(model.graph):
-            return PassResult(False, {"reason": "graph view out of sync with the model"})
         second = _second_view(model, view)
         shapes = declared_shapes(view, second)
         order = ort_default(g)

@@ -37,7 +37,12 @@ import onnx_ir as ir
 from memshrink.errors import UnboundDimensionError
 from memshrink.estimate import ort as ortsim
 from memshrink.estimate.graph import GraphInfo, ModelView, NodeInfo, TensorInfo, build_view
-from memshrink.estimate.schedule import dfs_postorder, ort_default, ort_priority
+from memshrink.estimate.schedule import (
+    dfs_postorder,
+    ort_default,
+    ort_priority,
+    sorted_producers,
+)
 from memshrink.manager import Pass, PassContext, PassResult
 from memshrink.transforms import register
 from memshrink.transforms.predicted import guarded, pipeline_bindings
@@ -52,8 +57,9 @@ VIEW_KEY = "activation.view"
 def bound_view(model: ir.Model, context: PassContext) -> ModelView | str:
     """The estimator's view of ``model`` with bound shapes, cached on the context.
 
-    Returns a reason string instead when input dims are unbound (the pass then does nothing):
-    bindings come from the context (``--shape``/``--dim``) or the source model's sidecar.
+    Returns a reason string instead (the pass then does nothing) when input dims are unbound
+    (bindings come from the context, ``--shape``/``--dim``, or the source model's sidecar), or
+    when the view's nodes are no longer the model's: the passes index both alike.
     """
 
     def compute() -> ModelView | str:
@@ -63,6 +69,8 @@ def bound_view(model: ir.Model, context: PassContext) -> ModelView | str:
             return f"input dims unbound ({exc}); pass --shape/--dim"
 
     result: ModelView | str = context.analysis(VIEW_KEY, compute)
+    if not isinstance(result, str) and len(result.graph.nodes) != len(model.graph):
+        return "graph view out of sync with the model"
     return result
 
 
@@ -147,18 +155,6 @@ def default_as_file(g: GraphInfo, order: Sequence[int]) -> list[int]:
 # --------------------------------------------------------------------------- candidates
 
 
-def _producers(g: GraphInfo) -> list[list[int]]:
-    out = []
-    for node in g.nodes:
-        ps = set()
-        for n in node.inputs + node.implicit_inputs:
-            t = g.tensors.get(n) if n else None
-            if t is not None and t.producer is not None:
-                ps.add(t.producer)
-        out.append(sorted(ps))
-    return out
-
-
 def _out_bytes(g: GraphInfo, idx: int) -> int:
     total = 0
     for name in g.nodes[idx].outputs:
@@ -170,7 +166,7 @@ def _out_bytes(g: GraphInfo, idx: int) -> int:
 
 def greedy_order(g: GraphInfo, lookahead: int = 8) -> list[int]:
     """List scheduling that keeps running memory low, looking ``lookahead`` nodes down chains."""
-    prods = _producers(g)
+    prods = sorted_producers(g)
     succ: list[list[int]] = [[] for _ in g.nodes]
     for i, ps in enumerate(prods):
         for p in ps:
@@ -243,7 +239,7 @@ def dfs_order(
 ) -> list[int]:
     """Depth-first post-order from the graph outputs; ``choose(node, producers)`` orders the
     branches of each join (default: ascending node index). Every node appears exactly once."""
-    return dfs_postorder(g, _producers(g), choose)
+    return dfs_postorder(g, sorted_producers(g), choose)
 
 
 def _ancestors(prods: list[list[int]], idx: int) -> set[int]:
@@ -268,7 +264,7 @@ def exact_region_orders(
     keep the best on the whole graph; joins are improved one after another (coordinate
     descent) until ``seconds`` have passed.
     """
-    prods = _producers(g)
+    prods = sorted_producers(g)
     choice: dict[int, list[int]] = {}
 
     def choose(idx: int, ps: list[int]) -> list[int]:
@@ -488,8 +484,6 @@ class ReorderPass(Pass):
         if isinstance(view, str):
             return PassResult(False, {"reason": view})
         g = view.graph
-        if len(g.nodes) != len(model.graph):
-            return PassResult(False, {"reason": "graph view out of sync with the model"})
         if len(g.nodes) < 3:
             return PassResult(False, {"reason": "fewer than 3 nodes: nothing to order"})
         o = self.options

@@ -29,7 +29,12 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from memshrink.runtime.backends import ort_session_options
+from memshrink.runtime.backends import (
+    BackendUnavailable,
+    import_ort,
+    ort_providers,
+    ort_session_options,
+)
 from memshrink.verify.measure import Meter, read_status
 
 EXIT_FAILED = 1
@@ -172,18 +177,6 @@ def _save_outputs(spec: dict[str, Any], outputs: list[Any]) -> None:
 # ---------------------------------------------------------------- ONNX Runtime backends
 
 
-_ORT_PROVIDER = {
-    "cpu": "CPUExecutionProvider",
-    "cuda": "CUDAExecutionProvider",
-    "ort-openvino": "OpenVINOExecutionProvider",
-}
-_ORT_DEFAULT_PROVIDER_OPTIONS: dict[str, dict[str, str]] = {
-    # TF32 off so CUDA outputs are comparable to CPU (GPU.md: 2.5e-3 vs 3.8e-6 on BERT).
-    "cuda": {"use_tf32": "0"},
-    "ort-openvino": {"device_type": "CPU"},
-}
-
-
 def _nvml_probe(device_id: int) -> tuple[Callable[[], int | None], Callable[[], int], str]:
     import pynvml  # nvidia-ml-py
 
@@ -239,18 +232,10 @@ def run_ort(child: Child) -> list[Any]:
     spec = child.spec
     backend = spec["backend"]
     try:
-        import onnxruntime as ort
-    except ImportError as exc:
-        raise Unsupported(f"onnxruntime is not importable by {sys.executable}: {exc}") from exc
-    provider = _ORT_PROVIDER[backend]
-    if provider not in ort.get_available_providers():
-        raise Unsupported(
-            f"{provider} is not available in onnxruntime {ort.__version__} under {sys.executable} "
-            f"(available: {', '.join(ort.get_available_providers())})"
-        )
-    popts = dict(_ORT_DEFAULT_PROVIDER_OPTIONS.get(backend, {}))
-    popts.update({k: str(v) for k, v in (spec.get("provider_options") or {}).items()})
-    providers: list[Any] = [(provider, popts)] if backend != "cpu" else [provider]
+        ort = import_ort()
+        provider, popts, providers = ort_providers(ort, backend, spec.get("provider_options"))
+    except BackendUnavailable as exc:
+        raise Unsupported(str(exc)) from exc
     feeds = _load_feeds(spec)
     child.result["runtime"] = {"name": "onnxruntime", "version": ort.__version__}
     child.result["assumptions"] = {

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import mmap
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import onnx
 
 from memshrink.errors import ModelLoadError
+from memshrink.protowire import LEN, VARINT, Truncated, iter_fields, read_varint
 
 # Field numbers from onnx.proto.
 _MODEL_GRAPH = 7
@@ -44,38 +47,14 @@ class ModelIO:
     index_bounds: dict[str, int] = field(default_factory=dict)
 
 
-def _varint(buf: mmap.mmap | bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-
-
-def _fields(buf: mmap.mmap | bytes, start: int, end: int):  # type: ignore[no-untyped-def]
-    """Yield ``(field, wire_type, value_or_(start, end))`` for one message's bytes."""
-    pos = start
-    while pos < end:
-        key, pos = _varint(buf, pos)
-        fnum, wt = key >> 3, key & 7
-        if wt == 0:
-            val, pos = _varint(buf, pos)
-            yield fnum, wt, val
-        elif wt == 1:
-            pos += 8
-        elif wt == 5:
-            pos += 4
-        elif wt == 2:
-            n, pos = _varint(buf, pos)
-            yield fnum, wt, (pos, pos + n)
-            pos += n
-        else:
-            raise ModelLoadError(f"unsupported protobuf wire type {wt}")
-    if pos != end:
-        raise ModelLoadError("truncated protobuf message")
+def _fields(buf: mmap.mmap, start: int, end: int) -> Iterator[tuple[int, int, Any]]:
+    """Yield ``(field, wire_type, value_or_(start, end))`` for one message's varint and
+    length-delimited fields (the fixed-size ones are skipped)."""
+    for fnum, wt, _, ps, pe in iter_fields(buf, start, end):
+        if wt == VARINT:
+            yield fnum, wt, read_varint(buf, ps, pe)[0]
+        elif wt == LEN:
+            yield fnum, wt, (ps, pe)
 
 
 def _dims_of(vi: onnx.ValueInfoProto) -> list[Dim] | None:
@@ -105,7 +84,7 @@ def _tensor_name_dims(buf: mmap.mmap, start: int, end: int) -> tuple[str, list[i
             s, e = val
             p = s
             while p < e:
-                d, p = _varint(buf, p)
+                d, p = read_varint(buf, p, e)
                 dims.append(d)
     return name, dims
 
@@ -117,6 +96,10 @@ def read_model_io(path: str | os.PathLike) -> ModelIO:
             return _scan(buf)
     except (OSError, ValueError, IndexError) as exc:
         raise ModelLoadError(f"cannot read ONNX model {os.fspath(path)}: {exc}") from exc
+    except Truncated:
+        raise ModelLoadError(
+            f"{os.fspath(path)}: truncated or not an ONNX model (protobuf structure is broken)"
+        ) from None
 
 
 def _scan(buf: mmap.mmap) -> ModelIO:

@@ -37,13 +37,26 @@ from memshrink.transforms.chunking.rules import Range, Refuse
 _ROWWISE = rules.BROADCAST | {"BatchNormalization", "LRN", "Concat", "Identity"}
 
 
-def _strides(region: Region) -> dict[ir.Value, int]:
-    """Cumulative stride of every region value along the chunk axis (entries: 1)."""
+def _strides(region: Region, strict: bool = True) -> dict[ir.Value, int]:
+    """Cumulative stride of every region value along the chunk axis (entries: 1).
+
+    ``strict=False`` leaves out, instead of refusing, the values of a ``Resize`` and of
+    everything it feeds (an FPN's top-down path, which ``chunking.resize`` admits into the
+    exact plan's regions): the ops before it may still end a region (``ends``), as they did
+    when regions stopped at the Resize. Any other op overlapping bands cannot pass still
+    refuses."""
     cum: dict[ir.Value, int] = {v: 1 for v in region.externals}
     for node in region.nodes:
         f = region.facts[node]
         a = region.in_axes[node]
+        if not strict and any(
+            ax is not None and x is not None and x not in cum
+            for x, ax in zip(node.inputs, a, strict=False)
+        ):
+            continue
         ins = [cum[x] for x, ax in zip(node.inputs, a, strict=False) if ax is not None and x]
+        if not strict and node.op_type == "Resize":
+            continue
         if len(set(ins)) != 1:
             raise Refuse(f"{node.op_type} joins rows of different strides")
         s = ins[0]
@@ -202,7 +215,7 @@ def ends(region: Region, max_fraction: float = 0.5) -> list[ir.Value]:
     from memshrink.transforms.chunking.region import cuts
 
     try:
-        cum = _strides(region)
+        cum = _strides(region, strict=False)
     except Refuse:
         return []
     size = {
@@ -215,7 +228,9 @@ def ends(region: Region, max_fraction: float = 0.5) -> list[ir.Value]:
     cs = cuts(region)
     later = set(cs)
     kept = [
-        v for v in cs if not _defers(v, later) and size.get(v, largest) <= largest * max_fraction
+        v
+        for v in cs
+        if v in cum and not _defers(v, later) and size.get(v, largest) <= largest * max_fraction
     ]
     out: list[ir.Value] = []
     for s in sorted({cum[v] for v in kept}):

@@ -26,6 +26,8 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
+from memshrink.transforms.chunking import resize
+
 Range = tuple[int, int]
 Shape = tuple[int, ...]
 
@@ -120,7 +122,7 @@ SUPPORTED = (
     | {
         "ConvTranspose", "BatchNormalization", "LRN", "Softmax", "LogSoftmax", "Hardmax",
         "LayerNormalization", "MatMul", "Gemm", "Transpose", "Concat", "Split", "Slice",
-        "Gather", "Expand", "Pad", "Tile",
+        "Gather", "Expand", "Pad", "Tile", "Resize",
     }
 )  # fmt: skip
 
@@ -496,6 +498,7 @@ _FORWARD: dict[str, Any] = {
     "Expand": _fwd_expand,
     "Pad": _fwd_pad,
     "Tile": _fwd_pad,
+    "Resize": resize.forward,
 }
 
 
@@ -608,6 +611,8 @@ def need(
             i0 = -((-(o0 + w.pb - w.ek + 1)) // w.s)
             i1 = (o1 - 1 + w.pb) // w.s + 1
             res.append((i0, i1))
+        elif op == "Resize":
+            res.append(resize.need(f, a, out_range))
         else:  # row-wise: proportional (identity unless a reshape merges or splits the axis)
             ei, eo = si[a], so[out_axis]
             if (o0 * ei) % eo or (o1 * ei) % eo:
@@ -660,6 +665,8 @@ def emit(
         if (lo, hi) != (0, length):
             e.crop = (lo, hi)
             e.raw_extent = length
+    elif op == "Resize" and a is not None:
+        resize.emit(f, a, out_range, clipped[0], e)  # type: ignore[arg-type]
     elif op == "Reshape" or op == "Expand":
         shape = list(so)
         shape[out_axis] = out_range[1] - out_range[0]
