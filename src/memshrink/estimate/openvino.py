@@ -10,8 +10,9 @@ machine (``docs/estimate.md``, "OpenVINO"):
   3x3, 1x1 and MatMul chains). A Conv followed by BatchNormalization (or a Mul by a constant)
   gets its weights rewritten by the fusion: the fused Constant stays in the compiled graph
   beside its reordered copy (2.0x). ConvTranspose weights are transposed then reordered (2x).
-* **Fixed cost.** ``read_model`` builds an ov.Model (anon per node, more per Conv, per
-  Constant) that lives until ``compile_model`` returns, and touches frontend library pages.
+* **Fixed cost.** ``read_model`` builds an ov.Model (anon per ov op the frontend makes,
+  per Constant, plus the .onnx's structure bytes; ``ov_read.py``) that lives until
+  ``compile_model`` returns, and touches frontend library pages.
   Compilation adds plugin/oneDNN library pages (file-backed, more with more op kinds) and
   anonymous memory: a constant, per Conv/FC primitive, per *distinct* primitive configuration
   (JIT code shared by identical ones) and per Snippets subgraph node. Fitted on hand-built
@@ -41,6 +42,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from memshrink.estimate import ov_read
 from memshrink.estimate.backends import BackendPrediction, Stage
 from memshrink.estimate.disjoint import find_root
 from memshrink.estimate.graph import GraphInfo, ModelView, NodeInfo
@@ -56,13 +58,14 @@ FLOAT = 1  # TensorProto.FLOAT
 # Per-node costs fitted on hand-built sweeps (docs/bench/ov_pernode_bench.py) and five
 # ``--passes all`` outputs (docs/estimate.md, "Per-node costs").
 OV_CALIBRATION: dict[str, float] = {
-    "ov_read": 1.86 * MiB,  # read_model anon: frontend objects (external weights)
-    "ov_read_per_node": 0.0074 * MiB,  # ... per node other than Conv
-    "ov_read_per_conv": 0.029 * MiB,  # ... per Conv (Convolution + bias Add + Reshape ops)
-    "ov_read_per_init": 0.0116 * MiB,  # ... per initializer stored in the .onnx (copied)
+    # read_model anon (``ov_read.py``; fitted on ``ov_read_sweep.py``'s 20 micro-graphs)
+    "ov_read": 1.72 * MiB,  # frontend objects of an empty graph
+    "ov_read_per_op": 0.00356 * MiB,  # ... per ov op the frontend makes (not Constants)
+    "ov_read_per_const": 0.00428 * MiB,  # ... per Constant held in the .onnx or made
+    "ov_read_per_ext_const": 0.00491 * MiB,  # ... per Constant over external data (mmapped)
+    "ov_read_per_proto_byte": 0.847,  # ... per byte of the .onnx's structure (names, metadata)
     "ov_read_lib": 4.8 * MiB,  # read_model: frontend library pages (file-backed) ...
     "ov_read_lib_per_op_type": 0.05 * MiB,  # ... more op translators (CNNs 5.3, GPT-2 5.9)
-    "ov_read_embedded": 9 * MiB,  # read_model of embedded weights: parser state on top of 2x
     "ov_compile_anon": 8 * MiB,  # plugin graph, executor, primitive caches
     # Library pages touched by read + compile (file-backed): a graph with a Conv/FC touches
     # oneDNN's code (``ov_lib``), plus some per distinct op kind (pooling, concat, ...).
@@ -137,6 +140,7 @@ class OvWeights:
     conv_f32: int = 0  # part of conv + conv_fused + deconv stored as float32
     fc: int = 0
     fc_postop: int = 0  # part of ``fc`` whose FC has a fused activation (see ``_fc_postop``)
+    fc_fused: int = 0  # part of ``fc`` rewritten by a Mul-by-constant fusion (``_fc_scaled``)
     fp16: int = 0
     file_bytes: int = 0  # external data files' size (alignment padding included)
     file_alloc: int = 0  # ... their allocated bytes (padding written as holes excluded)
@@ -228,6 +232,8 @@ def weight_rules(view: ModelView) -> OvWeights:
                 w.fc += nb
                 if node.outputs and node.outputs[0] and _fc_postop(g, node.outputs[0]):
                     w.fc_postop += nb
+                if node.outputs and node.outputs[0] and _fc_scaled(g, node.outputs[0]):
+                    w.fc_fused += nb
                 break
     if not view.embedded:
         w.file_bytes, w.file_alloc = _data_file_bytes(view)
@@ -236,6 +242,24 @@ def weight_rules(view: ModelView) -> OvWeights:
 
 VIEWS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten"})
 ACTIVATIONS = SIMPLE - {"Add", "Sub", "Mul", "Div", "Pow", "Sum", "BatchNormalization"}
+
+
+def _fc_scaled(g: GraphInfo, out: str) -> bool:
+    """An FC output scaled by a constant per output channel (or a scalar), through at most its
+    bias Add: ConvNeXt's layer scale ``gamma * (x W + b)``. The plugin folds the scale into the
+    weights and keeps the new Constant beside its packed copy, as for Conv + BN: 2x (measured:
+    8 x MatMul 1024² + bias + Mul, compile anon 77.0 MiB against 45.3 without the Mul)."""
+    nxt = _single_consumer(g, out)
+    if nxt is not None and g.nodes[nxt].op_type == "Add" and any(_const_inputs(g, nxt)):
+        nxt = _single_consumer(g, g.nodes[nxt].outputs[0])
+    if nxt is None or g.nodes[nxt].op_type != "Mul":
+        return False
+    node = g.nodes[nxt]
+    for name, const in zip(node.inputs, _const_inputs(g, nxt), strict=True):
+        if const:
+            shape = g.tensors[name].shape
+            return shape is not None and all(d == 1 for d in shape[:-1])
+    return False
 
 
 def _fc_postop(g: GraphInfo, out: str) -> bool:
@@ -530,22 +554,6 @@ def lib_pages(g: GraphInfo, c: Mapping[str, float]) -> int:
     return int(base + c["ov_lib_per_op_type"] * min(len(types), int(c["ov_lib_op_types"])))
 
 
-def read_anon(g: GraphInfo, c: Mapping[str, float]) -> int:
-    """Anonymous memory of the ``ov.Model`` read_model builds (external weights): per node,
-    more per Conv (the frontend makes Convolution + bias Add + Reshape), per initializer kept
-    inside the .onnx (parsed and copied into its Constant; mapped ones cost no more than their
-    node). Fitted on the sweeps and 16 ``--passes all`` outputs: within ±11 % but DenseNet-121
-    (+14 %, 2 MiB)."""
-    convs = sum(1 for n in g.nodes if n.op_type in ("Conv", "ConvTranspose"))
-    inside = sum(1 for n in g.initializers if not g.tensors[n].external)
-    return int(
-        c["ov_read"]
-        + c["ov_read_per_conv"] * convs
-        + c["ov_read_per_node"] * (len(g.nodes) - convs)
-        + c["ov_read_per_init"] * inside
-    )
-
-
 MHA_ELTWISE = frozenset({"Add", "Mul", "Div"})  # seen inside tokenized MHA (scale, mask)
 
 
@@ -747,14 +755,20 @@ def predict(
     planners["ov_memory_solver"] = greedy_by_size(bufs)[0]
     planners["ov_nonoverlapping_sets"] = nonoverlapping_sets(bufs)
     act = planners["ov_nonoverlapping_sets" if dynamic else "ov_memory_solver"]
-    graph_anon = read_anon(g, c)
+    # Weights stored in the .onnx are not structure (an embedded file's tensors can read as
+    # external to onnx-ir, which maps them: go by how the file stores them).
+    inside = view.weight_bytes if view.embedded else view.weight_bytes - view.external_weight_bytes
+    structure = ov_read.proto_bytes(view.model_path, inside)
+    graph_anon = ov_read.read_anon(g, c, structure)
     lib = lib_pages(g, c)
     n_types = len({n.op_type for n in g.nodes})
     read_lib = int(c["ov_read_lib"] + c["ov_read_lib_per_op_type"] * n_types)
     rd = Stage("read_model", overhead=graph_anon + read_lib)
     if view.embedded:
+        # 2x and nothing more: the graph's own anon is the external model's (the 9 MiB of
+        # "parser state" once added here made every embedded read +5 to +50 % on 2026-11-27:
+        # MobileNetV2 36.6 measured, SqueezeNet 17.8, ResNet-50 204.6, BERT-base 847.7).
         rd.weights_anon = 2 * w.kept
-        rd.overhead += int(c["ov_read_embedded"])
         rd.notes.append("embedded weights: ModelProto on the heap plus a Constant per tensor")
         kept_anon, kept_file = w.kept, 0
     else:
@@ -764,7 +778,8 @@ def predict(
     # Dynamic shapes: Conv primitives, and FCs with a fused activation, are made (and their
     # weights re-laid out) at the first infer, when the input shape is known.
     deferred = conv_copies + int(c["ov_fc"] * w.fc_postop) if dynamic else 0
-    copies = int(c["ov_fc"] * w.fc + 2 * w.fp16) + conv_copies - deferred
+    # A scale folded into an FC's weights: the fused Constant stays beside the packed copy.
+    copies = int(c["ov_fc"] * (w.fc + w.fc_fused) + 2 * w.fp16) + conv_copies - deferred
     lib_shift = int(c["ov_deferred_lib"]) if deferred else 0
     n_kernels, n_configs = conv_configs(g)
     fixed = int(
@@ -805,10 +820,12 @@ def predict(
     # belongs to the ov.Model, which the caller drops after compile_model (as the verifier
     # does): the run stages keep the fused Constant and its copy, 2x (zoo ResNet-50: compile
     # 337 MiB, infer 257; DenseNet-121 infer 156).
-    freed = w.conv_fused if view.embedded else 0
+    # The same for an FC whose scale was folded (Whisper's q_proj: f32 infer 250.7 measured).
+    # External data keeps its mapping: other Constants still point into the file.
+    freed = w.conv_fused + w.fc_fused if view.embedded else 0
     if freed:
         run.weights_anon -= freed
-        run.notes.append("embedded Conv+BN: the original Constants go with the ov.Model")
+        run.notes.append("embedded Conv+BN / FC+scale: the original Constants go with the ov.Model")
     first = Stage("run_1", run.weights_anon, run.weights_file, act, run.overhead)
     assumptions = [
         "OpenVINO CPU plugin, 1 stream (LATENCY hint): Conv/FC + simple-op fusions, "
