@@ -1487,7 +1487,10 @@ def timm_levit_fp16(d: Path) -> Case:
 
 def _detector(case: str, fname: str, model: Any, d: Path, hw: tuple[int, int]) -> Case:
     """Legacy export of a torchvision detector with its postprocess (If around the batched NMS,
-    TopK, NonZero/GatherND: data-dependent output sizes); one image of fixed size."""
+    TopK, NonZero/GatherND: data-dependent output sizes); one image of fixed size. The builders
+    set ``score_thresh=0``: with random weights every score is under the default 0.05, ORT CPU
+    then returns no box, and OpenVINO 2026.4 one box of uninitialized memory (different in every
+    process: the original "differs" from itself)."""
     import torch
 
     p = d / fname
@@ -1502,7 +1505,7 @@ def tv_ssdlite(d: Path) -> Case:
     tv = _torchvision()
     _seed()
     m = tv.models.detection.ssdlite320_mobilenet_v3_large(
-        weights=None, weights_backbone=None, num_classes=5
+        weights=None, weights_backbone=None, num_classes=5, score_thresh=0.0
     )
     return _detector("tv-ssdlite-legacy", "tv_ssdlite.onnx", m, d, (320, 320))
 
@@ -1521,7 +1524,9 @@ def tv_retinanet(d: Path) -> Case:
         returned_layers=[2, 3, 4],
         extra_blocks=LastLevelP6P7(256, 256),
     )
-    m = tv.models.detection.RetinaNet(backbone, num_classes=5, min_size=256, max_size=256)
+    m = tv.models.detection.RetinaNet(
+        backbone, num_classes=5, min_size=256, max_size=256, score_thresh=0.0
+    )
     return _detector("tv-retinanet-legacy", "tv_retinanet.onnx", m, d, (256, 256))
 
 
@@ -1539,7 +1544,12 @@ def tv_fcos(d: Path) -> Case:
 
     anchors = AnchorGenerator(sizes=((16,), (32,), (64,)), aspect_ratios=((1.0,),) * 3)
     m = tv.models.detection.FCOS(
-        backbone, num_classes=5, min_size=256, max_size=256, anchor_generator=anchors
+        backbone,
+        num_classes=5,
+        min_size=256,
+        max_size=256,
+        anchor_generator=anchors,
+        score_thresh=0.0,
     )
     return _detector("tv-fcos-legacy", "tv_fcos.onnx", m, d, (256, 256))
 
