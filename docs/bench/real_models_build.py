@@ -1581,9 +1581,7 @@ def script_if_shapes(d: Path) -> Case:
     _seed()
     m = torch.jit.script(Net())
     p = d / "script_if_shapes.onnx"
-    _legacy(
-        m, (torch.randn(3, 8, 16), torch.tensor(2)), p, ["x", "n"], ["y"], {"x": {0: "batch"}}
-    )
+    _legacy(m, (torch.randn(3, 8, 16), torch.tensor(2)), p, ["x", "n"], ["y"], {"x": {0: "batch"}})
     return Case("script-if-branch-shapes", p, dims={"batch": 3}, int_ranges={"n": (1, 4)})
 
 

@@ -17,10 +17,10 @@ import numpy as np
 
 from memshrink.errors import MemshrinkError, UsageError
 from memshrink.verify.compare import DEFAULT_ATOL, DEFAULT_RTOL, compare_outputs
-from memshrink.verify.precision import reduced_precision, widened_tolerances
 from memshrink.verify.inputs import FeedInfo, load_feeds, make_feeds
 from memshrink.verify.kinds import ModelRef, read_io, resolve_model
 from memshrink.verify.modelinfo import ModelIO
+from memshrink.verify.precision import reduced_precision, widened_tolerances
 from memshrink.verify.report import Budget, Comparison, ProfileReport, VerifyReport
 from memshrink.verify.runner import (
     STATUS_OK,
