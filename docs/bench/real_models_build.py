@@ -1338,6 +1338,9 @@ def _torchvision() -> Any:
             return True
 
         ext._has_ops = _has_ops
+        # imported by name there (and the package's ``roi_align`` is the function, not the
+        # module): make it call the op, which the exporter maps to RoiAlign
+        sys.modules["torchvision.ops.roi_align"]._has_ops = _has_ops
         from torchvision.ops import _register_onnx_ops
 
         _register_onnx_ops._register_custom_op()
@@ -1385,6 +1388,16 @@ def _tv_nms_shim() -> None:
         return torch.stack(keep) if keep else torch.zeros(0, dtype=torch.long)
 
     lib.impl("nms", nms, "CPU")
+    lib.define(
+        "roi_align(Tensor input, Tensor rois, float spatial_scale, SymInt pooled_height, "
+        "SymInt pooled_width, int sampling_ratio, bool aligned) -> Tensor"
+    )
+
+    def roi_align(x: Any, rois: Any, scale: float, ph: int, pw: int, sr: int, al: bool) -> Any:
+        ra = sys.modules["torchvision.ops.roi_align"]  # its pure-torch version, not compiled
+        return ra._roi_align.__wrapped__(x, rois, scale, ph, pw, sr, al)
+
+    lib.impl("roi_align", roi_align, "CPU")
     _TV_LIB.append(lib)
 
 
@@ -1552,6 +1565,45 @@ def tv_fcos(d: Path) -> Case:
         score_thresh=0.0,
     )
     return _detector("tv-fcos-legacy", "tv_fcos.onnx", m, d, (256, 256))
+
+
+@builder("tv-keypointrcnn-legacy")
+def tv_keypointrcnn(d: Path) -> Case:
+    """Keypoint R-CNN (two stages: RPN proposals -> RoiAlign over an FPN -> box and keypoint
+    heads, heatmap argmax postprocess), MobileNet-V3 FPN backbone, 256x256."""
+    tv = _torchvision()
+    from torchvision.models.detection.anchor_utils import AnchorGenerator
+    from torchvision.models.detection.backbone_utils import mobilenet_backbone
+
+    _seed()
+    backbone = mobilenet_backbone(
+        backbone_name="mobilenet_v3_large", weights=None, fpn=True, trainable_layers=0
+    )
+    anchors = AnchorGenerator(sizes=((32,), (64,), (128,)), aspect_ratios=((0.5, 1.0, 2.0),) * 3)
+    m = tv.models.detection.KeypointRCNN(
+        backbone,
+        num_classes=2,
+        num_keypoints=5,
+        min_size=256,
+        max_size=256,
+        rpn_anchor_generator=anchors,
+        box_score_thresh=0.0,
+        rpn_pre_nms_top_n_test=200,
+        rpn_post_nms_top_n_test=50,
+        box_detections_per_img=20,
+    )
+    p = d / "tv_keypointrcnn.onnx"
+    _seed()
+    x = [torch_rand(3, 256, 256)]
+    outs = ["boxes", "labels", "scores", "keypoints", "keypoints_scores"]
+    _legacy(m, (x,), p, ["image"], outs, {})
+    return Case("tv-keypointrcnn-legacy", p)
+
+
+def torch_rand(*shape: int) -> Any:
+    import torch
+
+    return torch.rand(*shape)
 
 
 @builder("script-if-branch-shapes")
