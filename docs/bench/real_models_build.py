@@ -1498,7 +1498,14 @@ def timm_levit_fp16(d: Path) -> Case:
     return Case("timm-levit-fp16-legacy", p, dims={"batch": 2})
 
 
-def _detector(case: str, fname: str, model: Any, d: Path, hw: tuple[int, int]) -> Case:
+def _detector(
+    case: str,
+    fname: str,
+    model: Any,
+    d: Path,
+    hw: tuple[int, int],
+    outs: tuple[str, ...] | list[str] = ("boxes", "scores", "labels"),
+) -> Case:
     """Legacy export of a torchvision detector with its postprocess (If around the batched NMS,
     TopK, NonZero/GatherND: data-dependent output sizes); one image of fixed size. The builders
     set ``score_thresh=0``: with random weights every score is under the default 0.05, ORT CPU
@@ -1509,7 +1516,7 @@ def _detector(case: str, fname: str, model: Any, d: Path, hw: tuple[int, int]) -
     p = d / fname
     _seed()
     x = [torch.rand(3, *hw)]
-    _legacy(model, (x,), p, ["image"], ["boxes", "scores", "labels"], {})
+    _legacy(model, (x,), p, ["image"], list(outs), {})
     return Case(case, p)
 
 
@@ -1592,18 +1599,8 @@ def tv_keypointrcnn(d: Path) -> Case:
         rpn_post_nms_top_n_test=50,
         box_detections_per_img=20,
     )
-    p = d / "tv_keypointrcnn.onnx"
-    _seed()
-    x = [torch_rand(3, 256, 256)]
     outs = ["boxes", "labels", "scores", "keypoints", "keypoints_scores"]
-    _legacy(m, (x,), p, ["image"], outs, {})
-    return Case("tv-keypointrcnn-legacy", p)
-
-
-def torch_rand(*shape: int) -> Any:
-    import torch
-
-    return torch.rand(*shape)
+    return _detector("tv-keypointrcnn-legacy", "tv_keypointrcnn.onnx", m, d, (256, 256), outs)
 
 
 @builder("script-if-branch-shapes")
