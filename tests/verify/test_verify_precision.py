@@ -64,15 +64,19 @@ def test_reduced_precision_reads_openvinos_reported_type() -> None:
 
 
 def test_noise_widens_only_calibratable_outputs_and_never_a_users_tol() -> None:
-    full = {"a": np.zeros((2, 3), np.float32), "b": np.zeros(2, np.float32), "i": np.zeros(2)}
-    low = {"a": np.full((2, 3), 3e-3, np.float32), "b": np.zeros(3, np.float32), "i": full["i"]}
-    assert runtime_noise(full["a"], low["a"]) == pytest.approx(3e-3, rel=1e-6, abs=0)
+    full = {"a": np.ones((2, 3), np.float32), "b": np.zeros(2, np.float32), "i": np.zeros(2)}
+    low = {"a": np.full((2, 3), 1.003, np.float32), "b": np.zeros(3, np.float32), "i": full["i"]}
+    assert runtime_noise(full["a"], low["a"]) == pytest.approx(3e-3, rel=1e-4, abs=0)  # f32 1.003
     assert runtime_noise(full["b"], low["b"]) is None  # shapes differ
     assert runtime_noise(np.array([np.nan]), np.array([0.0])) is None
+    # boxes that NMS picked differently: an error of 62 % of the range is no rounding
+    boxes = np.array([[10.0, 20.0, 200.0, 256.0]], np.float32)
+    assert runtime_noise(boxes, boxes - [[0, 0, 160, 0]]) is None
+    assert runtime_noise(boxes, boxes + 1.0) == pytest.approx(1.0, rel=1e-6, abs=0)
     tols, note = widened_tolerances(["a", "b", "i"], full, low, 1e-5, 1e-5, {"i": (0.0, 0.0)})
-    assert tols["a"] == pytest.approx((6e-3, 1e-5), rel=1e-6, abs=0)
+    assert tols["a"] == pytest.approx((6e-3, 1e-5), rel=1e-4, abs=0)
     assert "b" not in tols and tols["i"] == (0.0, 0.0)
-    assert "a 2 x 0.003" in note and "not calibrated" in note and "b" in note
+    assert "a 2 x 0.003" in note and "kept strict" in note and "b" in note
     tols, note = widened_tolerances(["a"], None, low, 1e-5, 1e-5, None)
     assert tols == {} and "no cpu run" in note
 

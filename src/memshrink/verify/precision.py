@@ -17,6 +17,12 @@ up to 2e apart (measured on the test's chunked MLP: 7.4e-3 apart with e = 7.2e-3
 less than the runtime's noise is still caught there. Without a ``cpu`` reference, or where the
 two originals differ in shape or hold non-finite values, nothing is widened and the comparison
 says why. A user's ``--tol`` for an output always wins.
+
+Rounding, not a different answer: the error calibrates only when it is at most 1/8 of the
+output's largest magnitude (``MAX_NOISE_FRACTION``: bf16 keeps 8 bits, this allows 5 bits of
+error growth through the network). Measured: DeiT 1.1 %, EfficientFormer 0.55 %, the test's MLP
+0.4 %; a Keypoint R-CNN's boxes 62 % (the bf16 scores pick other boxes in NMS/TopK: a discrete
+choice, which no tolerance derived from it would make meaningful), so those stay strict.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from collections.abc import Mapping
 import numpy as np
 
 REDUCED = ("bf16", "bfloat16", "f16", "float16")
+MAX_NOISE_FRACTION = 1 / 8
 
 
 def reduced_precision(assumptions: Mapping[str, object] | None) -> str | None:
@@ -38,7 +45,8 @@ def reduced_precision(assumptions: Mapping[str, object] | None) -> str | None:
 
 
 def runtime_noise(ref: np.ndarray | None, out: np.ndarray | None) -> float | None:
-    """max |out - ref| of a float output, or None where it cannot calibrate anything."""
+    """max |out - ref| of a float output, or None where it cannot calibrate anything: other
+    shape or dtype, non-finite values, or an error beyond rounding (``MAX_NOISE_FRACTION``)."""
     if ref is None or out is None or ref.shape != out.shape or ref.size == 0:
         return None
     if not (np.issubdtype(ref.dtype, np.floating) and np.issubdtype(out.dtype, np.floating)):
@@ -46,7 +54,10 @@ def runtime_noise(ref: np.ndarray | None, out: np.ndarray | None) -> float | Non
     a, b = ref.astype(np.float64), out.astype(np.float64)
     if not (np.isfinite(a).all() and np.isfinite(b).all()):
         return None
-    return float(np.max(np.abs(a - b)))
+    noise = float(np.max(np.abs(a - b)))
+    if noise > MAX_NOISE_FRACTION * float(np.max(np.abs(a))):
+        return None  # not rounding: the backend chose differently (see the module docstring)
+    return noise
 
 
 def widened_tolerances(
@@ -80,5 +91,7 @@ def widened_tolerances(
         else "no output needed a wider atol"
     )
     if kept:
-        note += f"; not calibrated (shape/dtype/non-finite): {', '.join(kept)}"
+        note += (
+            f"; kept strict (other shape/dtype, non-finite, or beyond rounding): {', '.join(kept)}"
+        )
     return out, note
