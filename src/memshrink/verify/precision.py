@@ -13,15 +13,16 @@ to twice the runtime's own error on it, measured here: e = max |original@backend
 original@cpu| (ONNX Runtime CPU computes in the model's precision). Why twice: a rewrite that is
 exact in f32 gives, on that backend, another reduced-precision result of the same computation;
 each of the two lies within about e of the f32 value, possibly on opposite sides, so they may be
-up to 2e apart (measured on the test's chunked MLP: 7.4e-3 apart with e = 7.2e-3). The strict check stays on ``cpu``, so a rewrite that is wrong by
-less than the runtime's noise is still caught there. Without a ``cpu`` reference, or where the
+up to 2e apart (measured on the test's chunked MLP: 7.4e-3 apart with e = 7.2e-3). The strict
+check stays on ``cpu``, so a rewrite that is wrong by less than the runtime's noise is still
+caught there. Without a ``cpu`` reference, or where the
 two originals differ in shape or hold non-finite values, nothing is widened and the comparison
 says why. A user's ``--tol`` for an output always wins.
 
 Rounding, not a different answer: the error calibrates only when it is at most 1/8 of the
 output's largest magnitude (``MAX_NOISE_FRACTION``: bf16 keeps 8 bits, this allows 5 bits of
 error growth through the network). Measured: DeiT 1.1 %, EfficientFormer 0.55 %, the test's MLP
-0.4 %; a Keypoint R-CNN's boxes 62 % (the bf16 scores pick other boxes in NMS/TopK: a discrete
+0.3 %; a Keypoint R-CNN's boxes 62 % (the bf16 scores pick other boxes in NMS/TopK: a discrete
 choice, which no tolerance derived from it would make meaningful), so those stay strict.
 """
 
