@@ -86,6 +86,10 @@ OV_CALIBRATION: dict[str, float] = {
     # blocks at 64x112x112 55.4 vs 55.3; measured 2026-11-27, docs/estimate.md).
     "ov_conv_copy_lowp": 0.5,
     "ov_fc": 1.0,  # x MatMul/Gemm constant B bytes: packed copy
+    # bf16 / f16 inference: an FC weight read by several FCs (batch chunks) is converted for each
+    # reader, its f32 size per extra reader (2048x2048 weight, 512 rows split 1 / 2 / 4 ways:
+    # compile 74.7 / 91.2 / 123.3 MiB at bf16, 69.1 / 69.7 / 69.7 at f32; 2026-11-27).
+    "ov_fc_shared_lowp": 1.0,
     "ov_infer": 1 * MiB,  # infer request, output tensors' bookkeeping
     # Dynamic shapes: library pages first touched when the deferred Conv/FC primitives are
     # made at the first infer instead of at compile (4 x FC+Relu chain: infer 1 file +6.3 MiB,
@@ -141,6 +145,7 @@ class OvWeights:
     fc: int = 0
     fc_postop: int = 0  # part of ``fc`` whose FC has a fused activation (see ``_fc_postop``)
     fc_fused: int = 0  # part of ``fc`` rewritten by a Mul-by-constant fusion (``_fc_scaled``)
+    fc_shared: int = 0  # bytes of a weight times its FC readers beyond the first
     fp16: int = 0
     file_bytes: int = 0  # external data files' size (alignment padding included)
     file_alloc: int = 0  # ... their allocated bytes (padding written as holes excluded)
@@ -229,6 +234,12 @@ def weight_rules(view: ModelView) -> OvWeights:
                 w.deconv += nb
                 break
             if op in ("MatMul", "Gemm") and node.inputs[1] == name:
+                readers = sum(
+                    1
+                    for k in set(t.consumers)
+                    if g.nodes[k].op_type in ("MatMul", "Gemm") and g.nodes[k].inputs[1:2] == [name]
+                )
+                w.fc_shared += nb * (readers - 1)
                 w.fc += nb
                 if node.outputs and node.outputs[0] and _fc_postop(g, node.outputs[0]):
                     w.fc_postop += nb
@@ -780,6 +791,8 @@ def predict(
     deferred = conv_copies + int(c["ov_fc"] * w.fc_postop) if dynamic else 0
     # A scale folded into an FC's weights: the fused Constant stays beside the packed copy.
     copies = int(c["ov_fc"] * (w.fc + w.fc_fused) + 2 * w.fp16) + conv_copies - deferred
+    if precision != "f32":
+        copies += int(c["ov_fc_shared_lowp"] * w.fc_shared)
     lib_shift = int(c["ov_deferred_lib"]) if deferred else 0
     n_kernels, n_configs = conv_configs(g)
     fixed = int(
