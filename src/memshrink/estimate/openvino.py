@@ -662,10 +662,12 @@ def ov_buffers(
             merge(bi, be, max(bi.size, be.size))
     half = precision != "f32"
     if half:
+        tail = precision_tail(g)
         for b in bufs:
             floats = [g.tensors[t].elem_type == FLOAT for t in b.tensors if t in g.tensors]
             if b.size and not b.is_output and floats and all(floats):
-                b.size //= 2
+                if not any(t in tail for t in b.tensors):
+                    b.size //= 2
     for name in g.inputs:  # NCHW inputs of a Conv are reordered to the blocked/NHWC layout
         t = g.tensors[name]
         steps = [pos[c] for c in t.consumers if c in pos]
@@ -673,6 +675,40 @@ def ov_buffers(
             size = (t.nbytes or 0) // (2 if half and t.elem_type == FLOAT else 1)
             bufs.append(Buffer(len(bufs), size, 0, max(steps), [name + "/reorder"]))
     return [b for b in bufs if b.tensors or b.transient]
+
+
+# Plugin node types at which ``Graph::EnforceInferencePrecision`` stops its walk back from the
+# outputs (Convolution, FullyConnected, MatMul, Interpolate, RNN cells/sequences, ROIPooling),
+# by the ONNX ops that become them.
+LOWP_ANCHORS = frozenset(
+    {"Conv", "ConvTranspose", "MatMul", "Gemm", "Resize", "LSTM", "GRU", "RNN", "MaxRoiPool"}
+)
+
+
+def precision_tail(g: GraphInfo) -> set[str]:
+    """Tensors the CPU plugin keeps in f32 under a bf16 inference precision: everything made
+    between the last Conv/FC/MatMul/Interpolate of each path and the graph's outputs.
+
+    ``EnforceInferencePrecision`` walks back from every output through all parents and stops
+    at those node types; the nodes it passed keep f32 "to maintain accuracy" (a ReduceMean
+    head, a LayerNorm, an activation after the last Conv). It runs before the fusions, so a
+    Conv whose fused activation is in the tail writes f32 (runtime model of 6 x Conv+Relu ->
+    ReduceMean: the last Convolution's output precision is f32, the five before bf16).
+    """
+    tail: set[str] = set()
+    stack = [name for name in g.outputs if name in g.tensors]
+    seen: set[int] = set()
+    while stack:
+        t = g.tensors[stack.pop()]
+        if t.producer is None or t.producer in seen:
+            continue
+        node = g.nodes[t.producer]
+        if node.op_type in LOWP_ANCHORS:
+            continue
+        seen.add(t.producer)
+        tail.update(o for o in node.outputs if o)
+        stack.extend(i for i in node.inputs if i in g.tensors and g.tensors[i].kind == "activation")
+    return tail
 
 
 def _feeds_conv(g: GraphInfo, name: str) -> bool:
@@ -703,6 +739,25 @@ def is_dynamic(view: ModelView, opts: Mapping[str, Any] | None = None) -> bool:
 
 
 PRECISION_KEYS = ("INFERENCE_PRECISION_HINT", "inference_precision_hint", "inference_precision")
+# estimator-only: "0" leaves out the plugin's input tensors and the caller's output copies
+# (``io_bytes``); the ORT OpenVINO EP predicts its own I/O on top of the native rules
+NATIVE_IO = "memshrink.ov_native_io"
+
+
+def io_bytes(g: GraphInfo) -> tuple[int, int]:
+    """(graph input bytes, graph output bytes) at the model's own dtypes.
+
+    Inputs: the infer request's input tensors are allocated with the compiled graph
+    (static shapes: at ``compile_model``; ``request.infer(numpy)`` copies the feed into them):
+    1 x [1,64,448,448] f32 into a ReduceMean, compile +46 MiB over the same graph's other
+    costs; also under Conv and Relu graphs (+47, +48). Outputs: the verifier copies every
+    output out of the request (``.data.copy()``) and holds the copies until the next run's are
+    made: run 1 one copy, later runs two (Relu on 49 MiB in and out: infer 1 +99 MiB = the
+    output edge and its copy, infer 2 and 3 +49 more at the peak, freed after). Measured
+    2026-11-27, the verifier's child, bf16 and f32 alike."""
+    ins = sum(g.tensors[n].nbytes or 0 for n in g.inputs if n in g.tensors)
+    outs = sum(g.tensors[n].nbytes or 0 for n in g.outputs if n in g.tensors)
+    return ins, outs
 
 
 def inference_precision(opts: Mapping[str, Any] | None) -> tuple[str, str]:
@@ -810,6 +865,16 @@ def predict(
         run.weights_anon -= freed
         run.notes.append("embedded Conv+BN: the original Constants go with the ov.Model")
     first = Stage("run_1", run.weights_anon, run.weights_file, act, run.overhead)
+    if str(opts.get(NATIVE_IO, "1")).strip().lower() not in ("0", "false", "no", "off"):
+        ins, outs = io_bytes(g)
+        hold = str(opts.get("memshrink.hold_outputs", "1")).strip().lower()
+        held = 2 * outs if hold not in ("0", "false", "no", "off") else outs
+        if not dynamic:  # the input tensors are made with the static graph
+            cm.activations += ins
+        first.activations += ins + outs
+        run.activations += ins + held
+        first.notes.append("input tensors of the infer request; one copy of each output")
+        run.notes.append("input tensors; the previous run's output copies beside the new ones")
     assumptions = [
         "OpenVINO CPU plugin, 1 stream (LATENCY hint): Conv/FC + simple-op fusions, "
         "Conv+Sum in place, MemorySolver greedy by size",
