@@ -83,6 +83,12 @@ OV_CALIBRATION: dict[str, float] = {
     # blocks at 64x112x112 55.4 vs 55.3; measured 2026-11-27, docs/estimate.md).
     "ov_conv_copy_lowp": 0.5,
     "ov_fc": 1.0,  # x MatMul/Gemm constant B bytes: packed copy
+    # Dynamic shapes at bf16 / f16: every FC (bias-only or with a fused activation) converts
+    # its weights at compile_model (half the f32 bytes) and packs them again at the first
+    # infer (the other half): 4 x MatMul 2048^2 + bias (64 MiB), seq symbolic: compile 131.3 /
+    # infer 1 170.1 MiB at bf16 against 159.9 / 165.7 at f32; with Relu 131.7 / 170.8 against
+    # 96.4 / 171.4 (measured 2026-11-27). Static shapes pack 1x at compile at either precision.
+    "ov_fc_dynamic_lowp_compile": 0.5,
     "ov_infer": 1 * MiB,  # infer request, output tensors' bookkeeping
     # Dynamic shapes: library pages first touched when the deferred Conv/FC primitives are
     # made at the first infer instead of at compile (4 x FC+Relu chain: infer 1 file +6.3 MiB,
@@ -668,6 +674,8 @@ def ov_buffers(
             if b.size and not b.is_output and floats and all(floats):
                 if not any(t in tail for t in b.tensors):
                     b.size //= 2
+    for name, step, size in output_reorders(g, pos, half):
+        bufs.append(Buffer(len(bufs), size, step, step, [name + "/before_reorder"]))
     for name in g.inputs:  # NCHW inputs of a Conv are reordered to the blocked/NHWC layout
         t = g.tensors[name]
         steps = [pos[c] for c in t.consumers if c in pos]
@@ -709,6 +717,53 @@ def precision_tail(g: GraphInfo) -> set[str]:
         tail.update(o for o in node.outputs if o)
         stack.extend(i for i in node.inputs if i in g.tensors and g.tensors[i].kind == "activation")
     return tail
+
+
+# Ops that write their output in their input's layout (channels-last / blocked after a Conv).
+KEEPS_LAYOUT = SIMPLE | {"Resize", "MaxPool", "AveragePool", "Concat", "Upsample"}
+
+
+def output_reorders(
+    g: GraphInfo, pos: Mapping[int, int], half: bool
+) -> list[tuple[str, int, int]]:
+    """(output, its producer's step, bytes) of each graph output the plugin writes through a
+    layout Reorder: a 4-D/5-D output made in a Conv's channels-last or blocked layout (by the
+    Conv, or by ops that keep its layout: pooling, Resize, element-wise, Concat) is computed
+    into an edge of its own and reordered to the planar output. The edge is in the inference
+    precision unless its producer is in the f32 tail (``precision_tail``). DeepLab's
+    ``Interpolate`` -> 21x800x800 output: runtime model ``Interpolate`` (acdb) ->
+    ``Reorder`` (abcd) -> ``Output``; infer +51 MiB at f32, about half at bf16."""
+    tail = precision_tail(g) if half else set()
+    out: list[tuple[str, int, int]] = []
+    for name in g.outputs:
+        t = g.tensors.get(name)
+        if t is None or t.producer is None or not t.shape or len(t.shape) not in (4, 5):
+            continue
+        if t.elem_type != FLOAT or t.producer not in pos:
+            continue
+        cur: str | None = name
+        for _ in range(32):  # back through layout-keeping ops to the Conv that set the layout
+            ct = g.tensors.get(cur) if cur else None
+            node = g.nodes[ct.producer] if ct is not None and ct.producer is not None else None
+            if node is None or node.op_type in ("Conv", "ConvTranspose"):
+                break
+            if node.op_type not in KEEPS_LAYOUT:
+                node = None
+                break
+            acts = [i for i in node.inputs if i in g.tensors and g.tensors[i].kind == "activation"]
+            cur = acts[0] if acts else None
+        if node is None:
+            continue
+        size = t.nbytes or 0
+        if half and name not in _tail_made(g, t.producer, tail):
+            size //= 2
+        out.append((name, pos[t.producer], size))
+    return out
+
+
+def _tail_made(g: GraphInfo, producer: int, tail: set[str]) -> set[str]:
+    """The producer's outputs that stay f32: those it makes inside the precision tail."""
+    return {o for o in g.nodes[producer].outputs if o in tail}
 
 
 def _feeds_conv(g: GraphInfo, name: str) -> bool:
@@ -819,6 +874,9 @@ def predict(
     # Dynamic shapes: Conv primitives, and FCs with a fused activation, are made (and their
     # weights re-laid out) at the first infer, when the input shape is known.
     deferred = conv_copies + int(c["ov_fc"] * w.fc_postop) if dynamic else 0
+    if dynamic and precision != "f32":
+        lowp = c["ov_fc_dynamic_lowp_compile"]
+        deferred = conv_copies + int(c["ov_fc"] * (1.0 - lowp) * w.fc)
     copies = int(c["ov_fc"] * w.fc + 2 * w.fp16) + conv_copies - deferred
     lib_shift = int(c["ov_deferred_lib"]) if deferred else 0
     n_kernels, n_configs = conv_configs(g)
@@ -855,6 +913,9 @@ def predict(
         run.notes.append(
             "dynamic shapes: Conv weights, and FC weights with a fused activation, "
             "re-laid out at the first infer"
+            if precision == "f32"
+            else "dynamic shapes, low precision: Conv weights re-laid out, and every FC's "
+            "weights packed again (half their f32 bytes), at the first infer"
         )
     # Embedded weights: a Conv+BN/Mul fusion makes a new Constant; the original heap Constant
     # belongs to the ov.Model, which the caller drops after compile_model (as the verifier
