@@ -15,7 +15,13 @@ from estimate.test_estimate_openvino import _conv_chain, _save
 from memshrink.estimate import estimate
 from memshrink.estimate.graph import build_view
 from memshrink.estimate.host import normalize_precision, ov_default_precision
-from memshrink.estimate.openvino import inference_precision, ov_buffers
+from memshrink.estimate.openvino import (
+    inference_precision,
+    io_bytes,
+    output_reorders,
+    ov_buffers,
+    precision_tail,
+)
 from memshrink.estimate.schedule import schedule
 
 ov = pytest.importorskip("openvino")
@@ -65,12 +71,15 @@ def test_bf16_halves_conv_copies_and_inner_activations() -> None:
     saved = f32.stage_peaks()["compile_model"] - bf16.stage_peaks()["compile_model"]
     assert saved == pytest.approx(4 * 2.25 * MiB / 2, abs=0.01 * MiB)
     order = schedule(view.graph, "openvino")
-    full = {b.tensors[0]: b.size for b in ov_buffers(view.graph, order) if b.tensors}
-    half = {b.tensors[0]: b.size for b in ov_buffers(view.graph, order, precision="bf16")}
+    full = {t: b.size for b in ov_buffers(view.graph, order) for t in b.tensors}
+    half = {t: b.size for b in ov_buffers(view.graph, order, precision="bf16") for t in b.tensors}
     assert half["x/reorder"] * 2 == full["x/reorder"]
-    inner = [t for t in full if t not in ("x/reorder", "y") and full[t]]
+    tail = precision_tail(view.graph)
+    assert tail == {"r3", "y"}  # the last Conv's Relu and the ReduceMean head
+    inner = [t for t in full if t not in ("x/reorder", "y", "r3", "c3") and full[t]]
     assert inner and all(half[t] * 2 == full[t] for t in inner)
     assert half.get("y") == full.get("y")  # the output is converted back to f32
+    assert half["c3"] == full["c3"]  # the last Conv writes its fused Relu's f32 output
 
 
 def test_the_ort_openvino_ep_stays_f32() -> None:

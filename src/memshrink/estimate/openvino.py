@@ -83,12 +83,16 @@ OV_CALIBRATION: dict[str, float] = {
     # blocks at 64x112x112 55.4 vs 55.3; measured 2026-11-27, docs/estimate.md).
     "ov_conv_copy_lowp": 0.5,
     "ov_fc": 1.0,  # x MatMul/Gemm constant B bytes: packed copy
-    # Dynamic shapes at bf16 / f16: every FC (bias-only or with a fused activation) converts
-    # its weights at compile_model (half the f32 bytes) and packs them again at the first
-    # infer (the other half): 4 x MatMul 2048^2 + bias (64 MiB), seq symbolic: compile 131.3 /
-    # infer 1 170.1 MiB at bf16 against 159.9 / 165.7 at f32; with Relu 131.7 / 170.8 against
-    # 96.4 / 171.4 (measured 2026-11-27). Static shapes pack 1x at compile at either precision.
-    "ov_fc_dynamic_lowp_compile": 0.5,
+    # Dynamic shapes at bf16 / f16: every FC (bias-only or with a fused activation) packs its
+    # weights at the first infer in the low precision (half the f32 bytes); a weight in
+    # ONNX MatMul's [K, N] order is also transposed into a low-precision Constant at
+    # compile_model (the other half), one already [N, K] is not: 4 x MatMul 2048^2 + bias
+    # (64 MiB, [K, N]), seq symbolic: compile 131.3 / infer 1 170.1 MiB at bf16 against
+    # 159.9 / 165.7 at f32, with Relu 131.7 / 170.8 against 96.4 / 171.4; MatMul(x,
+    # Transpose(W)) with W 32768x768 (96 MiB, a tied LM head): compile 129.7 / infer 1 215.0
+    # against 224.4 / 257.6 (measured 2026-11-27). Static shapes pack 1x at compile.
+    "ov_fc_dynamic_lowp_compile": 0.5,  # x [K, N] FC weight bytes at compile
+    "ov_fc_dynamic_lowp_infer": 0.5,  # x every FC weight's bytes at the first infer
     "ov_infer": 1 * MiB,  # infer request, output tensors' bookkeeping
     # Dynamic shapes: library pages first touched when the deferred Conv/FC primitives are
     # made at the first infer instead of at compile (4 x FC+Relu chain: infer 1 file +6.3 MiB,
@@ -143,6 +147,7 @@ class OvWeights:
     conv_f32: int = 0  # part of conv + conv_fused + deconv stored as float32
     fc: int = 0
     fc_postop: int = 0  # part of ``fc`` whose FC has a fused activation (see ``_fc_postop``)
+    fc_nk: int = 0  # part of ``fc`` given as [N, K] (``Transpose(W)``, Gemm transB): ``_fc_nk``
     fp16: int = 0
     file_bytes: int = 0  # external data files' size (alignment padding included)
     file_alloc: int = 0  # ... their allocated bytes (padding written as holes excluded)
@@ -234,10 +239,28 @@ def weight_rules(view: ModelView) -> OvWeights:
                 w.fc += nb
                 if node.outputs and node.outputs[0] and _fc_postop(g, node.outputs[0]):
                     w.fc_postop += nb
+                if _fc_nk(g, node, name):
+                    w.fc_nk += nb
                 break
     if not view.embedded:
         w.file_bytes, w.file_alloc = _data_file_bytes(view)
     return w
+
+
+def _fc_nk(g: GraphInfo, node: NodeInfo, name: str) -> bool:
+    """Is this FC's constant weight already in the plugin's [N, K] order: Gemm ``transB=1``,
+    or MatMul of a ``Transpose`` of a weight (a tied LM head), which the plugin folds into the
+    FullyConnected instead of transposing the weight at compile."""
+    if node.op_type == "Gemm":
+        return bool(node.attrs.get("transB", 0))
+    for c in g.folded:
+        prev = g.nodes[c]
+        if prev.op_type == "Transpose" and name in prev.outputs:
+            t = g.tensors.get(name)
+            perm = list(prev.attrs.get("perm", []) or [])
+            rank = len(t.shape) if t is not None and t.shape else 2
+            return not perm or perm[-2:] == [rank - 1, rank - 2]
+    return False
 
 
 VIEWS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten"})
@@ -874,10 +897,13 @@ def predict(
     # Dynamic shapes: Conv primitives, and FCs with a fused activation, are made (and their
     # weights re-laid out) at the first infer, when the input shape is known.
     deferred = conv_copies + int(c["ov_fc"] * w.fc_postop) if dynamic else 0
+    fc_total = c["ov_fc"] * w.fc
     if dynamic and precision != "f32":
-        lowp = c["ov_fc_dynamic_lowp_compile"]
-        deferred = conv_copies + int(c["ov_fc"] * (1.0 - lowp) * w.fc)
-    copies = int(c["ov_fc"] * w.fc + 2 * w.fp16) + conv_copies - deferred
+        fc_total = (
+            c["ov_fc_dynamic_lowp_compile"] * (w.fc - w.fc_nk) + c["ov_fc_dynamic_lowp_infer"] * w.fc
+        )
+        deferred = conv_copies + int(c["ov_fc_dynamic_lowp_infer"] * w.fc)
+    copies = int(fc_total + 2 * w.fp16) + conv_copies - deferred
     lib_shift = int(c["ov_deferred_lib"]) if deferred else 0
     n_kernels, n_configs = conv_configs(g)
     fixed = int(
