@@ -258,6 +258,10 @@ def test_dynamic_bf16_fc_weights_split_between_compile_and_infer() -> None:
         assert comp["f32"] == 16 * MiB  # f32: packed at compile (no post-op)
         assert comp["bf16"] == at_compile
         assert run["bf16"] == at_compile + 8 * MiB  # + the bf16 pack at infer 1
+        static = estimate(
+            model, backend="openvino", dims=dims, session_options={**HINT["bf16"], "reshape": 1}
+        ).prediction
+        assert static.stages[1].weights_anon - w.kept == at_compile + 8 * MiB  # all at compile
 
 
 @pytest.mark.slow

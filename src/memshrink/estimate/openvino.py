@@ -79,20 +79,21 @@ OV_CALIBRATION: dict[str, float] = {
     # Inference precision bf16 / f16 (the plugin's default on AVX512-BF16 / AMX hosts): the
     # re-laid-out Conv copy is stored in the low precision, half its f32 bytes (6 x 512x512x3x3
     # convs: compile 148.6 -> 121.1 MiB, with BN 203.2 -> 176.0, ResNet-50 infer 254 -> 202;
-    # FC packing and activations unchanged: 6 x 2048x2048 MatMuls 234 vs 239, three ResNet
-    # blocks at 64x112x112 55.4 vs 55.3; measured 2026-11-27, docs/estimate.md).
+    # measured 2026-11-27, docs/estimate.md). FC weights: ``ov_fc_lowp_*`` below.
     "ov_conv_copy_lowp": 0.5,
     "ov_fc": 1.0,  # x MatMul/Gemm constant B bytes: packed copy
-    # Dynamic shapes at bf16 / f16: every FC (bias-only or with a fused activation) packs its
-    # weights at the first infer in the low precision (half the f32 bytes); a weight in
-    # ONNX MatMul's [K, N] order is also transposed into a low-precision Constant at
-    # compile_model (the other half), one already [N, K] is not: 4 x MatMul 2048^2 + bias
-    # (64 MiB, [K, N]), seq symbolic: compile 131.3 / infer 1 170.1 MiB at bf16 against
-    # 159.9 / 165.7 at f32, with Relu 131.7 / 170.8 against 96.4 / 171.4; MatMul(x,
-    # Transpose(W)) with W 32768x768 (96 MiB, a tied LM head): compile 129.7 / infer 1 215.0
-    # against 224.4 / 257.6 (measured 2026-11-27). Static shapes pack 1x at compile.
-    "ov_fc_dynamic_lowp_compile": 0.5,  # x [K, N] FC weight bytes at compile
-    "ov_fc_dynamic_lowp_infer": 0.5,  # x every FC weight's bytes at the first infer
+    # FC weights at bf16 / f16: packed in the low precision (half the f32 bytes), and a
+    # weight in ONNX MatMul's [K, N] order is first transposed into a low-precision Constant
+    # (another half, kept); one already [N, K] (Gemm transB=1, MatMul of Transpose(W)) is not.
+    # Static shapes: both at compile (zoo VGG-19 / AlexNet, Gemm transB=1: compile 870.5 /
+    # 395.6 MiB, predicted 1106 / 508 at 1x; 4 x MatMul 2048^2 [K, N]: 167.0 vs 160.9 at
+    # f32). Dynamic shapes: the transposed Constant at compile, the pack at the first infer,
+    # with or without a fused activation (4 x MatMul 2048^2 + bias, 64 MiB: compile 131.3 /
+    # infer 1 170.1 at bf16 against 159.9 / 165.7 at f32; with Relu 131.7 / 170.8 against
+    # 96.4 / 171.4; MatMul(x, Transpose(W)), W 32768x768, 96 MiB, a tied LM head: 129.7 /
+    # 215.0 against 224.4 / 257.6). Measured 2026-11-27, the verifier's child.
+    "ov_fc_lowp_transposed": 0.5,  # x [K, N] FC weight bytes
+    "ov_fc_lowp_packed": 0.5,  # x every FC weight's bytes
     "ov_infer": 1 * MiB,  # infer request, output tensors' bookkeeping
     # Dynamic shapes: library pages first touched when the deferred Conv/FC primitives are
     # made at the first infer instead of at compile (4 x FC+Relu chain: infer 1 file +6.3 MiB,
@@ -898,11 +899,10 @@ def predict(
     # weights re-laid out) at the first infer, when the input shape is known.
     deferred = conv_copies + int(c["ov_fc"] * w.fc_postop) if dynamic else 0
     fc_total = c["ov_fc"] * w.fc
-    if dynamic and precision != "f32":
-        fc_total = (
-            c["ov_fc_dynamic_lowp_compile"] * (w.fc - w.fc_nk) + c["ov_fc_dynamic_lowp_infer"] * w.fc
-        )
-        deferred = conv_copies + int(c["ov_fc_dynamic_lowp_infer"] * w.fc)
+    if precision != "f32":  # bf16 / f16: see ``ov_fc_lowp_transposed``
+        fc_total = c["ov_fc_lowp_transposed"] * (w.fc - w.fc_nk) + c["ov_fc_lowp_packed"] * w.fc
+        if dynamic:
+            deferred = conv_copies + int(c["ov_fc_lowp_packed"] * w.fc)
     copies = int(fc_total + 2 * w.fp16) + conv_copies - deferred
     lib_shift = int(c["ov_deferred_lib"]) if deferred else 0
     n_kernels, n_configs = conv_configs(g)
