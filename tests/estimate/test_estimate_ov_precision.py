@@ -304,3 +304,39 @@ def test_io_tensors_measured(tmp_path: Path) -> None:
     for stage, ref in (("run_1", "infer1"), ("steady_state", "infer3")):
         grow_pred = pred[stage] - pred["compile_model"]
         assert grow_pred == pytest.approx(meas[ref] - meas["compile"], abs=3 * MiB)
+
+
+def _shared_fc(readers: int, transposed: bool) -> onnx.ModelProto:
+    """One 1024x1024 weight read by ``readers`` MatMuls on batch chunks (as ``chunk`` writes)."""
+    w = np.random.default_rng(0).standard_normal((1024, 1024)).astype(np.float32)
+    nodes = [helper.make_node("Split", ["x"], [f"x{i}" for i in range(readers)], axis=0,
+                              num_outputs=readers)]  # fmt: skip
+    b = "w"
+    if transposed:
+        nodes.append(helper.make_node("Transpose", ["w"], ["wt"], perm=[1, 0]))
+        b = "wt"
+    nodes += [helper.make_node("MatMul", [f"x{i}", b], [f"m{i}"]) for i in range(readers)]
+    nodes.append(helper.make_node("Concat", [f"m{i}" for i in range(readers)], ["y"], axis=0))
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [readers, 64, 1024])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [readers, 64, 1024])],
+        [numpy_helper.from_array(w, "w")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def test_bf16_kn_weight_shared_by_chunks_is_packed_per_reader() -> None:
+    # [K, N] weight read by 4 FCs: at bf16 each FC transposes and packs its own copy (1x per
+    # reader); [N, K] and f32: one shared packed copy. 4 MiB weight.
+    def compile_weights(model: onnx.ModelProto, p: str) -> int:
+        e = estimate(model, backend="openvino", session_options=HINT[p]).prediction
+        return e.stages[1].weights_anon - weight_rules(build_view(model)).kept
+
+    kn, nk = _shared_fc(4, False), _shared_fc(4, True)
+    assert weight_rules(build_view(kn)).fc_kn_shared == 3 * 4 * MiB
+    assert weight_rules(build_view(nk)).fc_kn_shared == 0
+    assert compile_weights(kn, "bf16") == 4 * 4 * MiB
+    assert compile_weights(nk, "bf16") == 2 * MiB
+    assert compile_weights(kn, "f32") == compile_weights(nk, "f32") == 4 * MiB
