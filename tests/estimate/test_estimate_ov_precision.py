@@ -116,14 +116,27 @@ def test_bf16_host_measured_conv_copies(tmp_path: Path) -> None:
     assert pred["compile_model"] == pytest.approx(meas["compile"], rel=0.05)
 
 
-def _relu(shape: list[int]) -> onnx.ModelProto:
+def _model(
+    nodes: list[onnx.NodeProto],
+    x_shape: list[int | str],
+    y: str = "y",
+    y_shape: list[int] | None = None,
+    inits: list[onnx.TensorProto] | None = None,
+    opset: int = 17,
+) -> onnx.ModelProto:
+    """A one-input (``x``, float32), one-output graph around ``nodes``."""
     graph = helper.make_graph(
-        [helper.make_node("Relu", ["x"], ["y"])],
+        nodes,
         "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+        [helper.make_tensor_value_info(y, TensorProto.FLOAT, y_shape)],
+        inits or [],
     )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _relu(shape: list[int]) -> onnx.ModelProto:
+    return _model([helper.make_node("Relu", ["x"], ["y"])], list(shape), y_shape=shape)
 
 
 def test_input_tensors_at_compile_and_output_copies_at_infer() -> None:
@@ -132,9 +145,7 @@ def test_input_tensors_at_compile_and_output_copies_at_infer() -> None:
     ins, outs = io_bytes(build_view(model).graph)
     assert ins == outs == 16 * MiB
     with_io = estimate(model, backend="openvino", session_options=f32).stage_peaks()
-    bare = estimate(
-        model, backend="openvino", session_options={**f32, NATIVE_IO: 0}
-    ).stage_peaks()
+    bare = estimate(model, backend="openvino", session_options={**f32, NATIVE_IO: 0}).stage_peaks()
     assert with_io["compile_model"] - bare["compile_model"] == ins  # static: made at compile
     assert with_io["run_1"] - bare["run_1"] == ins + outs  # one copy of the output
     assert with_io["steady_state"] - bare["steady_state"] == ins + 2 * outs  # old + new copy
@@ -167,14 +178,7 @@ def _conv_then(head: str) -> onnx.ModelProto:
             helper.make_node("Flatten", ["c"], ["f"]),
             helper.make_node("Gemm", ["f", "fc"], ["y"], transB=1),
         ]
-    graph = helper.make_graph(
-        nodes,
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 32, 32])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, out)],
-        inits,
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return _model(nodes, [1, 8, 32, 32], y_shape=out, inits=inits)
 
 
 @pytest.mark.parametrize("head", ["resize", "gemm"])
@@ -224,14 +228,7 @@ def _fc(n: int, transposed: bool) -> onnx.ModelProto:
             b = f"t{i}"
         nodes.append(helper.make_node("MatMul", [cur, b], [f"m{i}"]))
         cur = f"m{i}"
-    graph = helper.make_graph(
-        nodes,
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "S", 1024])],
-        [helper.make_tensor_value_info(cur, TensorProto.FLOAT, None)],
-        inits,
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return _model(nodes, ["B", "S", 1024], y=cur, inits=inits)
 
 
 def test_dynamic_bf16_fc_weights_split_between_compile_and_infer() -> None:
@@ -317,14 +314,9 @@ def _shared_fc(readers: int, transposed: bool) -> onnx.ModelProto:
         b = "wt"
     nodes += [helper.make_node("MatMul", [f"x{i}", b], [f"m{i}"]) for i in range(readers)]
     nodes.append(helper.make_node("Concat", [f"m{i}" for i in range(readers)], ["y"], axis=0))
-    graph = helper.make_graph(
-        nodes,
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [readers, 64, 1024])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [readers, 64, 1024])],
-        [numpy_helper.from_array(w, "w")],
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    shape = [readers, 64, 1024]
+    inits = [numpy_helper.from_array(w, "w")]
+    return _model(nodes, list(shape), y_shape=shape, inits=inits, opset=18)
 
 
 def test_bf16_kn_weight_shared_by_chunks_is_packed_per_reader() -> None:

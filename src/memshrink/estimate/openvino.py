@@ -709,9 +709,9 @@ def ov_buffers(
         tail = precision_tail(g)
         for b in bufs:
             floats = [g.tensors[t].elem_type == FLOAT for t in b.tensors if t in g.tensors]
-            if b.size and not b.is_output and floats and all(floats):
-                if not any(t in tail for t in b.tensors):
-                    b.size //= 2
+            in_tail = any(t in tail for t in b.tensors)
+            if b.size and not b.is_output and floats and all(floats) and not in_tail:
+                b.size //= 2
     for name, step, size in output_reorders(g, pos, half):
         bufs.append(Buffer(len(bufs), size, step, step, [name + "/before_reorder"]))
     for name in g.inputs:  # NCHW inputs of a Conv are reordered to the blocked/NHWC layout
@@ -761,9 +761,7 @@ def precision_tail(g: GraphInfo) -> set[str]:
 KEEPS_LAYOUT = SIMPLE | {"Resize", "MaxPool", "AveragePool", "Concat", "Upsample"}
 
 
-def output_reorders(
-    g: GraphInfo, pos: Mapping[int, int], half: bool
-) -> list[tuple[str, int, int]]:
+def output_reorders(g: GraphInfo, pos: Mapping[int, int], half: bool) -> list[tuple[str, int, int]]:
     """(output, its producer's step, bytes) of each graph output the plugin writes through a
     layout Reorder: a 4-D/5-D output made in a Conv's channels-last or blocked layout (by the
     Conv, or by ops that keep its layout: pooling, Resize, element-wise, Concat) is computed
