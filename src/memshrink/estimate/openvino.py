@@ -82,14 +82,25 @@ OV_CALIBRATION: dict[str, float] = {
     # Inference precision bf16 / f16 (the plugin's default on AVX512-BF16 / AMX hosts): the
     # re-laid-out Conv copy is stored in the low precision, half its f32 bytes (6 x 512x512x3x3
     # convs: compile 148.6 -> 121.1 MiB, with BN 203.2 -> 176.0, ResNet-50 infer 254 -> 202;
-    # FC packing and activations unchanged: 6 x 2048x2048 MatMuls 234 vs 239, three ResNet
-    # blocks at 64x112x112 55.4 vs 55.3; measured 2026-11-27, docs/estimate.md).
+    # measured 2026-11-27, docs/estimate.md). FC weights: ``ov_fc_lowp_*`` below.
     "ov_conv_copy_lowp": 0.5,
     "ov_fc": 1.0,  # x MatMul/Gemm constant B bytes: packed copy
-    # bf16 / f16 inference: an FC weight read by several FCs (batch chunks) is converted for each
-    # reader, its f32 size per extra reader (2048x2048 weight, 512 rows split 1 / 2 / 4 ways:
-    # compile 74.7 / 91.2 / 123.3 MiB at bf16, 69.1 / 69.7 / 69.7 at f32; 2026-11-27).
-    "ov_fc_shared_lowp": 1.0,
+    # FC weights at bf16 / f16: packed in the low precision (half the f32 bytes), and a
+    # weight in ONNX MatMul's [K, N] order is first transposed into a low-precision Constant
+    # (another half, kept); one already [N, K] (Gemm transB=1, MatMul of Transpose(W)) is not.
+    # Static shapes: both at compile (zoo VGG-19 / AlexNet, Gemm transB=1: compile 870.5 /
+    # 395.6 MiB, predicted 1106 / 508 at 1x; 4 x MatMul 2048^2 [K, N]: 167.0 vs 160.9 at
+    # f32). Dynamic shapes: the transposed Constant at compile, the pack at the first infer,
+    # with or without a fused activation (4 x MatMul 2048^2 + bias, 64 MiB: compile 131.3 /
+    # infer 1 170.1 at bf16 against 159.9 / 165.7 at f32; with Relu 131.7 / 170.8 against
+    # 96.4 / 171.4; MatMul(x, Transpose(W)), W 32768x768, 96 MiB, a tied LM head: 129.7 /
+    # 215.0 against 224.4 / 257.6). Measured 2026-11-27, the verifier's child.
+    # A [K, N] weight read by several FCs (batch or sequence chunks sharing weights) is
+    # transposed, and then packed, once per FC at bf16; at f32, and for an [N, K] weight,
+    # the packed copy is shared (16 MiB [K, N] weight read by 4 FCs, static: compile 122.4 MiB
+    # at bf16 against 73.7 for one FC; 68.6 / 67.9 at f32; [N, K] read by 4: 65.9).
+    "ov_fc_lowp_transposed": 0.5,  # x [K, N] FC weight bytes, per FC reading it
+    "ov_fc_lowp_packed": 0.5,  # x every FC weight's bytes (and again per extra [K, N] reader)
     "ov_infer": 1 * MiB,  # infer request, output tensors' bookkeeping
     # Dynamic shapes: library pages first touched when the deferred Conv/FC primitives are
     # made at the first infer instead of at compile (4 x FC+Relu chain: infer 1 file +6.3 MiB,
@@ -145,7 +156,8 @@ class OvWeights:
     fc: int = 0
     fc_postop: int = 0  # part of ``fc`` whose FC has a fused activation (see ``_fc_postop``)
     fc_fused: int = 0  # part of ``fc`` rewritten by a Mul-by-constant fusion (``_fc_scaled``)
-    fc_shared: int = 0  # bytes of a weight times its FC readers beyond the first
+    fc_nk: int = 0  # part of ``fc`` given as [N, K] (``Transpose(W)``, Gemm transB): ``_fc_nk``
+    fc_kn_shared: int = 0  # [K, N] FC weight bytes x (FC readers - 1): batch/sequence chunks
     fp16: int = 0
     file_bytes: int = 0  # external data files' size (alignment padding included)
     file_alloc: int = 0  # ... their allocated bytes (padding written as holes excluded)
@@ -234,21 +246,42 @@ def weight_rules(view: ModelView) -> OvWeights:
                 w.deconv += nb
                 break
             if op in ("MatMul", "Gemm") and node.inputs[1] == name:
-                readers = sum(
-                    1
-                    for k in set(t.consumers)
-                    if g.nodes[k].op_type in ("MatMul", "Gemm") and g.nodes[k].inputs[1:2] == [name]
-                )
-                w.fc_shared += nb * (readers - 1)
                 w.fc += nb
                 if node.outputs and node.outputs[0] and _fc_postop(g, node.outputs[0]):
                     w.fc_postop += nb
                 if node.outputs and node.outputs[0] and _fc_scaled(g, node.outputs[0]):
                     w.fc_fused += nb
+                if _fc_nk(g, node, name):
+                    w.fc_nk += nb
+                else:
+                    readers = sum(
+                        1
+                        for k in set(t.consumers)
+                        if g.nodes[k].op_type in ("MatMul", "Gemm")
+                        and len(g.nodes[k].inputs) > 1
+                        and g.nodes[k].inputs[1] == name
+                    )
+                    w.fc_kn_shared += nb * max(0, readers - 1)
                 break
     if not view.embedded:
         w.file_bytes, w.file_alloc = _data_file_bytes(view)
     return w
+
+
+def _fc_nk(g: GraphInfo, node: NodeInfo, name: str) -> bool:
+    """Is this FC's constant weight already in the plugin's [N, K] order: Gemm ``transB=1``,
+    or MatMul of a ``Transpose`` of a weight (a tied LM head), which the plugin folds into the
+    FullyConnected instead of transposing the weight at compile."""
+    if node.op_type == "Gemm":
+        return bool(node.attrs.get("transB", 0))
+    for c in g.folded:
+        prev = g.nodes[c]
+        if prev.op_type == "Transpose" and name in prev.outputs:
+            t = g.tensors.get(name)
+            perm = list(prev.attrs.get("perm", []) or [])
+            rank = len(t.shape) if t is not None and t.shape else 2
+            return not perm or perm[-2:] == [rank - 1, rank - 2]
+    return False
 
 
 VIEWS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten"})
@@ -681,10 +714,14 @@ def ov_buffers(
             merge(bi, be, max(bi.size, be.size))
     half = precision != "f32"
     if half:
+        tail = precision_tail(g)
         for b in bufs:
             floats = [g.tensors[t].elem_type == FLOAT for t in b.tensors if t in g.tensors]
-            if b.size and not b.is_output and floats and all(floats):
+            in_tail = any(t in tail for t in b.tensors)
+            if b.size and not b.is_output and floats and all(floats) and not in_tail:
                 b.size //= 2
+    for name, step, size in output_reorders(g, pos, half):
+        bufs.append(Buffer(len(bufs), size, step, step, [name + "/before_reorder"]))
     for name in g.inputs:  # NCHW inputs of a Conv are reordered to the blocked/NHWC layout
         t = g.tensors[name]
         steps = [pos[c] for c in t.consumers if c in pos]
@@ -692,6 +729,85 @@ def ov_buffers(
             size = (t.nbytes or 0) // (2 if half and t.elem_type == FLOAT else 1)
             bufs.append(Buffer(len(bufs), size, 0, max(steps), [name + "/reorder"]))
     return [b for b in bufs if b.tensors or b.transient]
+
+
+# Plugin node types at which ``Graph::EnforceInferencePrecision`` stops its walk back from the
+# outputs (Convolution, FullyConnected, MatMul, Interpolate, RNN cells/sequences, ROIPooling),
+# by the ONNX ops that become them.
+LOWP_ANCHORS = frozenset(
+    {"Conv", "ConvTranspose", "MatMul", "Gemm", "Resize", "LSTM", "GRU", "RNN", "MaxRoiPool"}
+)
+
+
+def precision_tail(g: GraphInfo) -> set[str]:
+    """Tensors the CPU plugin keeps in f32 under a bf16 inference precision: everything made
+    between the last Conv/FC/MatMul/Interpolate of each path and the graph's outputs.
+
+    ``EnforceInferencePrecision`` walks back from every output through all parents and stops
+    at those node types; the nodes it passed keep f32 "to maintain accuracy" (a ReduceMean
+    head, a LayerNorm, an activation after the last Conv). It runs before the fusions, so a
+    Conv whose fused activation is in the tail writes f32 (runtime model of 6 x Conv+Relu ->
+    ReduceMean: the last Convolution's output precision is f32, the five before bf16).
+    """
+    tail: set[str] = set()
+    stack = [name for name in g.outputs if name in g.tensors]
+    seen: set[int] = set()
+    while stack:
+        t = g.tensors[stack.pop()]
+        if t.producer is None or t.producer in seen:
+            continue
+        node = g.nodes[t.producer]
+        if node.op_type in LOWP_ANCHORS:
+            continue
+        seen.add(t.producer)
+        tail.update(o for o in node.outputs if o)
+        stack.extend(i for i in node.inputs if i in g.tensors and g.tensors[i].kind == "activation")
+    return tail
+
+
+# Ops that write their output in their input's layout (channels-last / blocked after a Conv).
+KEEPS_LAYOUT = SIMPLE | {"Resize", "MaxPool", "AveragePool", "Concat", "Upsample"}
+
+
+def output_reorders(g: GraphInfo, pos: Mapping[int, int], half: bool) -> list[tuple[str, int, int]]:
+    """(output, its producer's step, bytes) of each graph output the plugin writes through a
+    layout Reorder: a 4-D/5-D output made in a Conv's channels-last or blocked layout (by the
+    Conv, or by ops that keep its layout: pooling, Resize, element-wise, Concat) is computed
+    into an edge of its own and reordered to the planar output. The edge is in the inference
+    precision unless its producer is in the f32 tail (``precision_tail``). DeepLab's
+    ``Interpolate`` -> 21x800x800 output: runtime model ``Interpolate`` (acdb) ->
+    ``Reorder`` (abcd) -> ``Output``; infer +51 MiB at f32, about half at bf16."""
+    tail = precision_tail(g) if half else set()
+    out: list[tuple[str, int, int]] = []
+    for name in g.outputs:
+        t = g.tensors.get(name)
+        if t is None or t.producer is None or not t.shape or len(t.shape) not in (4, 5):
+            continue
+        if t.elem_type != FLOAT or t.producer not in pos:
+            continue
+        cur: str | None = name
+        for _ in range(32):  # back through layout-keeping ops to the Conv that set the layout
+            ct = g.tensors.get(cur) if cur else None
+            node = g.nodes[ct.producer] if ct is not None and ct.producer is not None else None
+            if node is None or node.op_type in ("Conv", "ConvTranspose"):
+                break
+            if node.op_type not in KEEPS_LAYOUT:
+                node = None
+                break
+            acts = [i for i in node.inputs if i in g.tensors and g.tensors[i].kind == "activation"]
+            cur = acts[0] if acts else None
+        if node is None:
+            continue
+        size = t.nbytes or 0
+        if half and name not in _tail_made(g, t.producer, tail):
+            size //= 2
+        out.append((name, pos[t.producer], size))
+    return out
+
+
+def _tail_made(g: GraphInfo, producer: int, tail: set[str]) -> set[str]:
+    """The producer's outputs that stay f32: those it makes inside the precision tail."""
+    return {o for o in g.nodes[producer].outputs if o in tail}
 
 
 def _feeds_conv(g: GraphInfo, name: str) -> bool:
@@ -722,6 +838,25 @@ def is_dynamic(view: ModelView, opts: Mapping[str, Any] | None = None) -> bool:
 
 
 PRECISION_KEYS = ("INFERENCE_PRECISION_HINT", "inference_precision_hint", "inference_precision")
+# estimator-only: "0" leaves out the plugin's input tensors and the caller's output copies
+# (``io_bytes``); the ORT OpenVINO EP predicts its own I/O on top of the native rules
+NATIVE_IO = "memshrink.ov_native_io"
+
+
+def io_bytes(g: GraphInfo) -> tuple[int, int]:
+    """(graph input bytes, graph output bytes) at the model's own dtypes.
+
+    Inputs: the infer request's input tensors are allocated with the compiled graph
+    (static shapes: at ``compile_model``; ``request.infer(numpy)`` copies the feed into them):
+    1 x [1,64,448,448] f32 into a ReduceMean, compile +46 MiB over the same graph's other
+    costs; also under Conv and Relu graphs (+47, +48). Outputs: the verifier copies every
+    output out of the request (``.data.copy()``) and holds the copies until the next run's are
+    made: run 1 one copy, later runs two (Relu on 49 MiB in and out: infer 1 +99 MiB = the
+    output edge and its copy, infer 2 and 3 +49 more at the peak, freed after). Measured
+    2026-11-27, the verifier's child, bf16 and f32 alike."""
+    ins = sum(g.tensors[n].nbytes or 0 for n in g.inputs if n in g.tensors)
+    outs = sum(g.tensors[n].nbytes or 0 for n in g.outputs if n in g.tensors)
+    return ins, outs
 
 
 def inference_precision(opts: Mapping[str, Any] | None) -> tuple[str, str]:
@@ -789,10 +924,15 @@ def predict(
     # Dynamic shapes: Conv primitives, and FCs with a fused activation, are made (and their
     # weights re-laid out) at the first infer, when the input shape is known.
     deferred = conv_copies + int(c["ov_fc"] * w.fc_postop) if dynamic else 0
+    fc_total = c["ov_fc"] * w.fc
+    if precision != "f32":  # bf16 / f16: see ``ov_fc_lowp_transposed``
+        kn = w.fc - w.fc_nk + w.fc_kn_shared
+        packed = c["ov_fc_lowp_packed"] * (w.fc + w.fc_kn_shared)
+        fc_total = c["ov_fc_lowp_transposed"] * kn + packed
+        if dynamic:
+            deferred = conv_copies + int(packed)
     # A scale folded into an FC's weights: the fused Constant stays beside the packed copy.
-    copies = int(c["ov_fc"] * (w.fc + w.fc_fused) + 2 * w.fp16) + conv_copies - deferred
-    if precision != "f32":
-        copies += int(c["ov_fc_shared_lowp"] * w.fc_shared)
+    copies = int(fc_total + c["ov_fc"] * w.fc_fused + 2 * w.fp16) + conv_copies - deferred
     lib_shift = int(c["ov_deferred_lib"]) if deferred else 0
     n_kernels, n_configs = conv_configs(g)
     fixed = int(
@@ -828,6 +968,9 @@ def predict(
         run.notes.append(
             "dynamic shapes: Conv weights, and FC weights with a fused activation, "
             "re-laid out at the first infer"
+            if precision == "f32"
+            else "dynamic shapes, low precision: Conv weights re-laid out, and every FC's "
+            "weights packed again (half their f32 bytes), at the first infer"
         )
     # Embedded weights: a Conv+BN/Mul fusion makes a new Constant; the original heap Constant
     # belongs to the ov.Model, which the caller drops after compile_model (as the verifier
@@ -840,6 +983,16 @@ def predict(
         run.weights_anon -= freed
         run.notes.append("embedded Conv+BN / FC+scale: the original Constants go with the ov.Model")
     first = Stage("run_1", run.weights_anon, run.weights_file, act, run.overhead)
+    if str(opts.get(NATIVE_IO, "1")).strip().lower() not in ("0", "false", "no", "off"):
+        ins, outs = io_bytes(g)
+        hold = str(opts.get("memshrink.hold_outputs", "1")).strip().lower()
+        held = 2 * outs if hold not in ("0", "false", "no", "off") else outs
+        if not dynamic:  # the input tensors are made with the static graph
+            cm.activations += ins
+        first.activations += ins + outs
+        run.activations += ins + held
+        first.notes.append("input tensors of the infer request; one copy of each output")
+        run.notes.append("input tensors; the previous run's output copies beside the new ones")
     assumptions = [
         "OpenVINO CPU plugin, 1 stream (LATENCY hint): Conv/FC + simple-op fusions, "
         "Conv+Sum in place, MemorySolver greedy by size",
