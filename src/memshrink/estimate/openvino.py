@@ -1000,7 +1000,8 @@ def predict(
         f"{n_kernels} ({n_configs} distinct)",
         f"inference precision {precision} ({precision_from}): "
         + (
-            "Conv weight copies in it, half their f32 bytes"
+            "Conv/FC weight copies and the float activations before the graph's f32 tail in it, "
+            "half their f32 bytes; a [K, N] FC weight also transposed once per FC reading it"
             if precision != "f32"
             else "as the model"
         ),
