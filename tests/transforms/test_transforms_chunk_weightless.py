@@ -79,13 +79,17 @@ def bert_like(batch: int = 4, seq: int = 64, heads: int = 4, dim: int = 8) -> on
     h = heads * dim
     n0, i0 = _layer(0, "x", batch, seq, heads, dim)
     n1, i1 = _layer(1, "l0_y", batch, seq, heads, dim)
-    inits = i0 + i1 + [
-        _const("heads", np.asarray([batch, seq, heads, dim], np.int64)),
-        _const("flat", np.asarray([batch, seq, h], np.int64)),
-        _const("scale", np.asarray(np.sqrt(dim), np.float32)),
-        _const("gamma", np.ones(h, np.float32)),
-        _const("beta", np.zeros(h, np.float32)),
-    ]
+    inits = (
+        i0
+        + i1
+        + [
+            _const("heads", np.asarray([batch, seq, heads, dim], np.int64)),
+            _const("flat", np.asarray([batch, seq, h], np.int64)),
+            _const("scale", np.asarray(np.sqrt(dim), np.float32)),
+            _const("gamma", np.ones(h, np.float32)),
+            _const("beta", np.zeros(h, np.float32)),
+        ]
+    )
     vi = helper.make_tensor_value_info
     g = helper.make_graph(
         n0 + n1, "g",
@@ -139,7 +143,9 @@ def test_weightless_chunks_match_and_share_no_weight(tmp_path: Path, count: int)
     assert st.outputs == ["l0_of", "l1_of"] and st.extra_flops == 0.0
     assert st.nodes_before == 26
     # every weight (2-D initializer) is read by one node, as in the original
-    two_d = {k for k, v in model.graph.initializers.items() if v.shape is not None and len(v.shape) == 2}
+    two_d = {
+        k for k, v in model.graph.initializers.items() if v.shape is not None and len(v.shape) == 2
+    }
     assert two_d and all(c == 1 for k, c in _readers(model).items() if k in two_d)
     softmaxes = [n for n in model.graph if n.op_type == "Softmax"]
     assert len(softmaxes) == 2 * count

@@ -51,9 +51,9 @@ def weighted(node: ir.Node, graph: ir.Graph) -> bool:
         a, b = node.inputs
         for x, y in ((a, b), (b, a)):
             p = None if x is None else x.producer()
-            if p is not None and p.op_type in WEIGHTED_OPS and weighted(p, graph):
-                if _constant(y, graph):
-                    return True
+            fc = p is not None and p.op_type in WEIGHTED_OPS and weighted(p, graph)
+            if fc and _constant(y, graph):
+                return True
     return False
 
 
