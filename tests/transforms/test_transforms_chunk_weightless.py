@@ -184,3 +184,16 @@ def test_the_pass_offers_weightless_candidates(tmp_path: Path) -> None:
     # x4 equal chunks quarter the scores (the largest tensors): predicted 5.7 -> 2.2 MiB here
     best = min(c["predicted_activations"] for c in wl if "predicted_activations" in c)
     assert best < 0.5 * res.stats["predicted_activations_before"]
+
+
+def test_a_graph_without_cores_gets_one_refusal(tmp_path: Path) -> None:
+    """A CNN has no weight-free MatMul/Softmax: one refused row, no trial per K."""
+    from transforms.test_transforms_chunk import cnn
+
+    src = tmp_path / "cnn.onnx"
+    onnx.save_model(cnn(), src)
+    p = ChunkPass()
+    p.options.modes = "batch"
+    res = p.run(load(src), PassContext())
+    wl = [c for c in res.stats["candidates"] if c.get("weightless")]
+    assert wl == [{"mode": "batch", "weightless": True, "refused": "no weightless core"}]

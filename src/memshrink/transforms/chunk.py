@@ -332,6 +332,22 @@ def _cone_ends(
     ]
 
 
+def _has_cores(
+    model: ir.Model, shapes: dict[str, tuple[int, ...] | None], candidates: list[dict[str, Any]]
+) -> bool:
+    """Whether the batch region has a weightless core (``chunking.weightless``); if not, one
+    refused candidate says so, instead of a refused trial per K (a CNN has none)."""
+    trial = clone_with_meta(model)
+    specialize(trial, shapes)
+    entries = entries_for(trial, shapes, "batch", 0)
+    found = bool(entries) and bool(
+        cores.cores(discover_best(trial.graph, shapes, _opset(trial), entries, "w"), trial.graph)
+    )
+    if not found:
+        candidates.append({"mode": "batch", "weightless": True, "refused": "no weightless core"})
+    return found
+
+
 @register
 class ChunkPass(Pass):
     name = "chunk"
@@ -593,7 +609,8 @@ class ChunkPass(Pass):
             for count, stagger, distinct, trim, cut, end in grid6:
                 self._try(model, context, shapes, candidates, seen, mode, count, stagger,
                           distinct, trim, cut, end)  # fmt: skip
-            if mode == "batch" and o.weightless:  # weight-free cores only (attention)
+            # weight-free cores only (attention between the projections)
+            if mode == "batch" and o.weightless and _has_cores(model, shapes, candidates):
                 for count in chunk_counts(mode, extent, o.max_chunks, o.min_rows):
                     for stagger in STAGGERS[mode]:
                         self._try(model, context, shapes, candidates, seen, mode, count,
