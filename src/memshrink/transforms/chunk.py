@@ -24,6 +24,7 @@ import onnx_ir as ir
 from memshrink.manager import Pass, PassContext, PassResult
 from memshrink.transforms import register
 from memshrink.transforms.chunking import cone as cones
+from memshrink.transforms.chunking import weightless as cores
 from memshrink.transforms.chunking.channel_choice import choose_channels
 from memshrink.transforms.chunking.channels import find_blocks
 from memshrink.transforms.chunking.choice import Chooser, rank
@@ -170,6 +171,7 @@ def apply(
     overlap: bool = False,
     inner: tuple[str, int] | None = None,
     cone: str = "",
+    weightless: bool = False,
 ) -> tuple[Region, RewriteStats]:
     """Find the region of ``mode`` in ``model`` and rewrite it in ``count`` chunks (in place).
 
@@ -184,7 +186,9 @@ def apply(
     count) then splits every overlapping band again, from its input to its copy of that value,
     into ``count`` sub-bands (``chunking.nested``). ``cone`` (a value's name) replaces the
     region grown from the graph inputs by that value's cone, entered at the interior tensors
-    it reads (``chunking.cone``; exact bands only).
+    it reads (``chunking.cone``; exact bands only). ``weightless`` (batch mode) chunks only the
+    batch region's weight-free cores (attention: Q, K, V outputs to the output projection's
+    input), one rewrite per core, so no weight gets a second reader (``chunking.weightless``).
     """
     spec = specialize(model, shapes)
     if cone:
@@ -202,6 +206,10 @@ def apply(
         region = discover_best(
             model.graph, shapes, _opset(model), entries, f"{mode}{count}", min_extent=floor
         )
+    if weightless:
+        if mode != "batch" or end or cut or trim or overlap or distinct:
+            raise Refuse("weightless cores are batch chunks of the whole region only")
+        return region, _apply_cores(model.graph, region, count, stagger, seen, spec)
     if end:  # end the region at this value (a block boundary, ``region.cuts``)
         v = next((x for x in boundaries(region) if x.name == end), None)
         if v is None:
@@ -244,13 +252,39 @@ class Duplicate(Refuse):
     """A candidate whose rewrite equals one already tried."""
 
 
+def _apply_cores(
+    graph: ir.Graph, batch: Region, count: int, stagger: int, seen: set[tuple] | None,
+    spec: dict[str, int],
+) -> RewriteStats:  # fmt: skip
+    """Rewrite every weightless core of ``batch`` in ``count`` chunks; their stats summed."""
+    found = cores.cores(batch, graph)
+    if not found:
+        raise Refuse("no weightless core (weight-free MatMul/Softmax between weighted nodes)")
+    if seen is not None:
+        key = ("weightless", count, stagger, tuple(len(r.nodes) for r in found))
+        if key in seen:
+            raise Duplicate(str(key))
+        seen.add(key)
+    total = RewriteStats(count, 0, 0, 0, 0, 0, specialized=spec)
+    for r in found:
+        st = rewrite(graph, r, count, stagger)
+        total.nodes_before += st.nodes_before
+        total.nodes_after += st.nodes_after
+        total.flops_before += st.flops_before
+        total.flops_after += st.flops_after
+        total.shape_classes = max(total.shape_classes, st.shape_classes)
+        total.halo_rows.update(st.halo_rows)
+        total.outputs += st.outputs
+    return total
+
+
 def _trial(model: ir.Model, shapes: dict[str, tuple[int, ...] | None], c: dict[str, Any],
            axis: int) -> ir.Model:  # fmt: skip
     """A clone of ``model`` with candidate ``c`` applied (for the backend guard)."""
     trial = clone_with_meta(model)
     apply(trial, shapes, c["mode"], c["chunks"], axis, c["stagger"], c["trim"], c["distinct"],
           c.get("cut", 0), end=c.get("end", ""), overlap=c.get("overlap", False),
-          inner=_inner(c), cone=c.get("cone", ""))  # fmt: skip
+          inner=_inner(c), cone=c.get("cone", ""), weightless=c.get("weightless", False))  # fmt: skip
     return trial
 
 
@@ -296,6 +330,22 @@ def _cone_ends(
         (v.name or "", shapes[v.name or ""][axis])  # type: ignore[index]
         for v in cones.ends(trial.graph, shapes, axis)
     ]
+
+
+def _has_cores(
+    model: ir.Model, shapes: dict[str, tuple[int, ...] | None], candidates: list[dict[str, Any]]
+) -> bool:
+    """Whether the batch region has a weightless core (``chunking.weightless``); if not, one
+    refused candidate says so, instead of a refused trial per K (a CNN has none)."""
+    trial = clone_with_meta(model)
+    specialize(trial, shapes)
+    entries = entries_for(trial, shapes, "batch", 0)
+    found = bool(entries) and bool(
+        cores.cores(discover_best(trial.graph, shapes, _opset(trial), entries, "w"), trial.graph)
+    )
+    if not found:
+        candidates.append({"mode": "batch", "weightless": True, "refused": "no weightless core"})
+    return found
 
 
 @register
@@ -348,6 +398,11 @@ class ChunkPass(Pass):
         # of 0.44x, but for +53 % FLOPs (not 13 %), OpenVINO +24 MiB, and a prediction 20 %
         # low (the glibc-hole credit of run 1's arena regions; docs/chunk.md)
         nested: bool = False
+        # also try batch chunks of the weight-free cores only (attention between its
+        # projections, ``chunking.weightless``): no weight read by two nodes, so OpenVINO at
+        # bf16 converts no FC weight twice. BERT b4x512: ORT CPU 0.47x (with channels x4)
+        # where the batch splits raise OpenVINO's predicted peak by 24-94 % (docs/chunk.md)
+        weightless: bool = True
 
     def run(self, model: ir.Model, context: PassContext) -> PassResult:
         o = self.options
@@ -391,8 +446,9 @@ class ChunkPass(Pass):
         row_modes = [m for m in modes if m != "channels"]
         stats, applied, after = self._rows(model, context, row_modes, base, shapes)
         # the shapes the IR declares suffice to find blocks: no estimate when there is none
+        # (a weightless-core split declares only its new values: the rest keep the estimate's)
         blocks = "channels" in modes and bool(
-            find_blocks(model.graph, _ir_shapes(model) if applied else shapes)
+            find_blocks(model.graph, {**shapes, **_ir_shapes(model)} if applied else shapes)
         )
         if "channels" in modes and not blocks:
             stats["channels"] = {"reason": "no expand -> per-channel ops -> reduce block"}
@@ -460,6 +516,7 @@ class ChunkPass(Pass):
         end: str = "",
         inner: tuple[str, int] | None = None,
         cone: str = "",
+        weightless: bool = False,
     ) -> None:
         """Rewrite one candidate layout on a clone and predict it; appended to ``candidates``
         (with ``refused`` when it cannot apply or costs over ``max_extra_flops``)."""
@@ -470,6 +527,7 @@ class ChunkPass(Pass):
             + (f", overlapping bands ending at {end}" if end else "")
             + (f", sub-bands x{inner[1]} to {inner[0]}" if inner else "")
             + (f", the cone of {cone}" if cone else "")
+            + (", weightless cores" if weightless else "")
             + ")"
         )
         cand: dict[str, Any] = {
@@ -482,11 +540,13 @@ class ChunkPass(Pass):
             cand["inner"] = list(inner)
         if cone:
             cand["cone"] = cone
+        if weightless:
+            cand["weightless"] = True
         trial = clone_with_meta(model)
         try:
             region, st = apply(
                 trial, shapes, mode, count, o.spatial_axis, stagger, trim, distinct, cut,
-                seen, end=end, overlap=bool(end), inner=inner, cone=cone,
+                seen, end=end, overlap=bool(end), inner=inner, cone=cone, weightless=weightless,
             )  # fmt: skip
             cand.update(
                 extra_flops=round(st.extra_flops, 4),
@@ -549,6 +609,12 @@ class ChunkPass(Pass):
             for count, stagger, distinct, trim, cut, end in grid6:
                 self._try(model, context, shapes, candidates, seen, mode, count, stagger,
                           distinct, trim, cut, end)  # fmt: skip
+            # weight-free cores only (attention between the projections)
+            if mode == "batch" and o.weightless and _has_cores(model, shapes, candidates):
+                for count in chunk_counts(mode, extent, o.max_chunks, o.min_rows):
+                    for stagger in STAGGERS[mode]:
+                        self._try(model, context, shapes, candidates, seen, mode, count,
+                                  stagger, 0, 0, 0, weightless=True)  # fmt: skip
             if mode == "spatial":  # regions entered at interior tensors (``chunking.cone``)
                 for name, ext in _cone_ends(model, shapes, o.spatial_axis):
                     for count in chunk_counts(mode, ext, o.max_chunks, o.min_rows):
@@ -606,6 +672,7 @@ class ChunkPass(Pass):
             model, shapes, pick["mode"], pick["chunks"], o.spatial_axis, pick["stagger"],
             pick["trim"], pick["distinct"], pick.get("cut", 0), end=pick.get("end", ""),
             overlap=pick.get("overlap", False), inner=_inner(pick), cone=pick.get("cone", ""),
+            weightless=pick.get("weightless", False),
         )  # fmt: skip
         stats.update(
             mode=pick["mode"],
@@ -631,4 +698,6 @@ class ChunkPass(Pass):
             stats["inner"] = pick["inner"]
         if pick.get("cone"):
             stats["cone"] = pick["cone"]
+        if pick.get("weightless"):
+            stats["weightless"] = True
         return stats, True, pick["predicted_activations"]

@@ -253,4 +253,6 @@ def _label(c: dict[str, Any]) -> str:
     for k in ("stagger", "distinct", "trim", "cut", "min_bytes"):
         if c.get(k):
             parts.append(f"{k} {c[k]}")
+    if c.get("weightless"):
+        parts.append("weightless cores")
     return " ".join(parts)

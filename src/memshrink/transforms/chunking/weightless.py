@@ -1,0 +1,122 @@
+"""Weightless cores: chunk only the weight-free part of a layer, leave its weighted nodes whole.
+
+Why: a batch chunk copies every node of its region, so K MatMuls read each Linear weight. On a
+host where OpenVINO computes in bf16 its CPU plugin converts an FC weight once *per MatMul that
+reads it* (``docs/estimate.md``, "OpenVINO on a bf16 host"): BERT b4×512 split ×4 would hold
+3 extra bf16/f32 copies of every weight, and the chunk pass's OpenVINO guard refuses the split.
+But a transformer's activation peak is its attention scores (4×12×512×512 f32, 48 MiB), made
+and consumed between weighted nodes: Q, K, V projections → Reshape/Transpose → MatMul(Q, Kᵀ)
+→ scale/mask → Softmax → MatMul(·, V) → Transpose/Reshape → output projection. Chunking only
+that stretch along the batch lowers ORT CPU's peak while no weight gets a second reader.
+
+A *core* ends at a value ``E`` read by a weighted node (the output projection's input). Its
+nodes are ``E``'s cone (``chunking.cone.cone_nodes``: nodes whose outputs are read only inside
+it) less every weighted node (a MatMul/Gemm/Conv reading a constant, and a constant bias
+``Add`` after one: OpenVINO fuses it into the FC) and less every cone node upstream of one.
+The entries are then the projections' outputs (read whole, sliced per chunk) and whatever
+the batch region slices (the attention mask). Each core node must be in the batch region
+(``region.discover_best``), whose rules proved it row-independent along the batch; its axes
+are that region's. Only ``E`` may leave the core, so it is convex. One rewrite per core
+(a BERT layer each): the chunks run the same kernels on fewer rows.
+"""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+
+from memshrink.transforms.chunking.cone import cone_nodes
+from memshrink.transforms.chunking.region import Region, _close
+from memshrink.transforms.chunking.rules import Refuse
+
+#: ops whose constant input is a weight the runtime prepacks or converts per node
+WEIGHTED_OPS = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "FusedMatMul"})
+#: ops that reduce a core's whole-batch tensors (a core without one saves nothing)
+CORE_OPS = frozenset({"MatMul", "Softmax"})
+
+
+def _constant(v: ir.Value | None, graph: ir.Graph) -> bool:
+    if v is None:
+        return False
+    if v.const_value is not None or (v.name is not None and v.name in graph.initializers):
+        return True
+    p = v.producer()
+    return p is not None and p.op_type == "Constant"
+
+
+def weighted(node: ir.Node, graph: ir.Graph) -> bool:
+    """A weighted node, or the constant bias ``Add`` right after one (an FC with bias)."""
+    if node.op_type in WEIGHTED_OPS:
+        return any(_constant(x, graph) for x in node.inputs)
+    if node.op_type == "Add" and len(node.inputs) == 2:
+        a, b = node.inputs
+        for x, y in ((a, b), (b, a)):
+            p = None if x is None else x.producer()
+            fc = p is not None and p.op_type in WEIGHTED_OPS and weighted(p, graph)
+            if fc and _constant(y, graph):
+                return True
+    return False
+
+
+def core_nodes(end: ir.Value, graph: ir.Graph) -> list[ir.Node]:
+    """``end``'s cone less its weighted nodes and everything upstream of them (file order)."""
+    nodes = cone_nodes(end)
+    heavy = [n for n in nodes if weighted(n, graph)]
+    drop: set[ir.Node] = set(heavy)
+    inside = set(nodes)
+    stack = list(heavy)
+    while stack:  # the cone nodes upstream of a weighted node run whole, before the core
+        n = stack.pop()
+        for x in n.inputs:
+            p = None if x is None else x.producer()
+            if p is not None and p in inside and p not in drop:
+                drop.add(p)
+                stack.append(p)
+    return [n for n in nodes if n not in drop]
+
+
+def region(batch: Region, graph: ir.Graph, end: ir.Value, label: str) -> Region:
+    """The core ending at ``end`` as a region with ``batch``'s axes; ``Refuse`` when a core
+    node is outside the batch region, the core leaks another value, or it has no MatMul or
+    Softmax between activations (nothing to gain)."""
+    nodes = core_nodes(end, graph)
+    if not nodes:
+        raise Refuse(f"the cone of {end.name} is weighted nodes only")
+    inside = set(batch.nodes)
+    out = [n for n in nodes if n not in inside]
+    if out:
+        raise Refuse(f"{out[0].op_type} {out[0].name} in the core of {end.name} is not "
+                     "row-independent along the batch")  # fmt: skip
+    if not any(n.op_type in CORE_OPS for n in nodes):
+        raise Refuse(f"the core of {end.name} has no MatMul or Softmax")
+    r = _close(label, nodes, batch.axes, batch.in_axes, batch.out_axis, batch.facts, {})
+    if list(r.outputs) != [end]:
+        raise Refuse(f"the core of {end.name} has other outputs")
+    return r
+
+
+def ends(batch: Region, graph: ir.Graph) -> list[ir.Value]:
+    """Values of the batch region read by a weighted node whose core holds an activation
+    MatMul or Softmax (an attention output), in file order."""
+    out: list[ir.Value] = []
+    for n in batch.nodes:
+        if weighted(n, graph):
+            continue
+        for v in n.outputs:
+            if v.is_graph_output() or v in out:
+                continue
+            if not any(weighted(u.node, graph) for u in v.uses()):
+                continue
+            if any(m.op_type in CORE_OPS for m in core_nodes(v, graph)):
+                out.append(v)
+    return out
+
+
+def cores(batch: Region, graph: ir.Graph) -> list[Region]:
+    """Every core of the batch region that can be chunked (``region``), in file order."""
+    out: list[Region] = []
+    for i, v in enumerate(ends(batch, graph)):
+        try:
+            out.append(region(batch, graph, v, f"{batch.label}w{i}"))
+        except Refuse:
+            continue
+    return out
