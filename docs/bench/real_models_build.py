@@ -1309,6 +1309,360 @@ def big(d: Path) -> Case:
     return Case("big-mlp-embedded", p, dims={"batch": 2})
 
 
+# --------------------------------------------------------------- session 7: timm, torchvision
+# timm and torchvision are not memshrink's dependencies. On a CPU torch install them off to the
+# side (pip's torchvision wheel is the CUDA build, and pip would replace the CPU torch):
+#   pip install --no-deps --target DIR timm torchvision==0.28.0   # 0.28 pairs with torch 2.13
+# then run with PYTHONPATH=DIR. Without its C++ ops (the CUDA build on a CPU torch) torchvision
+# does not even import: ``_torchvision()`` defines ``torchvision::nms`` in Python first, enough
+# for the detectors' postprocess to run and trace (the ONNX export maps it to
+# NonMaxSuppression either way).
+
+
+def _torchvision() -> Any:
+    import importlib.util
+
+    import torch
+
+    spec = importlib.util.find_spec("torchvision")
+    if spec is None or spec.origin is None:
+        raise RuntimeError("torchvision is not importable (see the comment above)")
+    if not hasattr(torch.ops.torchvision, "nms") and not _tv_ops_load(spec.origin):
+        _tv_nms_shim()
+    import torchvision
+    import torchvision.extension as ext
+
+    if not ext._has_ops():
+
+        def _has_ops() -> bool:  # a def, not a lambda: torch.jit.script compiles it
+            return True
+
+        ext._has_ops = _has_ops
+        # imported by name there (and the package's ``roi_align`` is the function, not the
+        # module): make it call the op, which the exporter maps to RoiAlign
+        sys.modules["torchvision.ops.roi_align"]._has_ops = _has_ops
+        from torchvision.ops import _register_onnx_ops
+
+        _register_onnx_ops._register_custom_op()
+    return torchvision
+
+
+def _tv_ops_load(origin: str) -> bool:
+    import torch
+
+    so = next(Path(origin).parent.glob("_C*.so"), None)
+    try:
+        torch.ops.load_library(str(so))
+    except (OSError, RuntimeError, TypeError):
+        return False
+    return True
+
+
+_TV_LIB: list[Any] = []
+
+
+def _tv_nms_shim() -> None:
+    """Greedy NMS in Python, registered as ``torchvision::nms`` (and a ``qnms`` schema, which
+    torchvision's import registers a fake kernel for)."""
+    import torch
+
+    lib = torch.library.Library("torchvision", "DEF")
+    lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+    lib.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+
+    def nms(dets: Any, scores: Any, thr: float) -> Any:
+        order = torch.argsort(scores, descending=True)
+        x1, y1, x2, y2 = dets.unbind(1)
+        area = (x2 - x1) * (y2 - y1)
+        gone = torch.zeros(len(order), dtype=torch.bool)
+        keep = []
+        for k in range(len(order)):
+            if gone[k]:
+                continue
+            i, rest = order[k], order[k + 1 :]
+            w = (torch.minimum(x2[i], x2[rest]) - torch.maximum(x1[i], x1[rest])).clamp(min=0)
+            h = (torch.minimum(y2[i], y2[rest]) - torch.maximum(y1[i], y1[rest])).clamp(min=0)
+            inter = w * h
+            gone[k + 1 :] |= inter / (area[i] + area[rest] - inter) > thr
+            keep.append(i)
+        return torch.stack(keep) if keep else torch.zeros(0, dtype=torch.long)
+
+    lib.impl("nms", nms, "CPU")
+    lib.define(
+        "roi_align(Tensor input, Tensor rois, float spatial_scale, SymInt pooled_height, "
+        "SymInt pooled_width, int sampling_ratio, bool aligned) -> Tensor"
+    )
+
+    def roi_align(x: Any, rois: Any, scale: float, ph: int, pw: int, sr: int, al: bool) -> Any:
+        ra = sys.modules["torchvision.ops.roi_align"]  # its pure-torch version, not compiled
+        return ra._roi_align.__wrapped__(x, rois, scale, ph, pw, sr, al)
+
+    lib.impl("roi_align", roi_align, "CPU")
+    _TV_LIB.append(lib)
+
+
+def _timm(name: str, **kw: Any) -> Any:
+    _torchvision()  # timm imports torchvision
+    import timm
+
+    _seed()
+    return timm.create_model(name, pretrained=False, **kw).eval()
+
+
+def _img_legacy(case: str, fname: str, model: Any, d: Path, hw: int, dyn_hw: bool) -> Case:
+    import torch
+
+    p = d / fname
+    axes = {0: "batch", 2: "h", 3: "w"} if dyn_hw else {0: "batch"}
+    _legacy(model, (torch.randn(2, 3, hw, hw),), p, ["x"], ["y"], {"x": axes, "y": {0: "batch"}})
+    dims = {"batch": 2, "h": hw, "w": hw} if dyn_hw else {"batch": 2}
+    return Case(case, p, dims=dims)
+
+
+def _img_dynamo(case: str, fname: str, model: Any, d: Path, hw: int) -> Case:
+    import torch
+
+    p = d / fname
+    b = torch.export.Dim("batch", min=1, max=64)
+    _dynamo(model, (torch.randn(2, 3, hw, hw),), p, ["x"], ["y"], ({0: b},))
+    return Case(case, p, dims={"batch": 2})
+
+
+@builder("timm-efficientnet-b0-legacy")
+def timm_effnet(d: Path) -> Case:
+    """Depthwise conv, squeeze-excite (GlobalAveragePool -> Conv -> Sigmoid -> Mul), SiLU."""
+    m = _timm("efficientnet_b0", num_classes=10)
+    return _img_legacy("timm-efficientnet-b0-legacy", "timm_effnet.onnx", m, d, 96, True)
+
+
+@builder("timm-regnety-legacy")
+def timm_regnet(d: Path) -> Case:
+    """Grouped convolutions (group width 8) and SE blocks."""
+    m = _timm("regnety_002", num_classes=10)
+    return _img_legacy("timm-regnety-legacy", "timm_regnety.onnx", m, d, 64, False)
+
+
+@builder("timm-mobilevit-dynamo")
+def timm_mobilevit(d: Path) -> Case:
+    """Conv + transformer hybrid: unfold/fold of patches as Reshape/Transpose chains."""
+    m = _timm("mobilevit_xxs", num_classes=10)
+    return _img_dynamo("timm-mobilevit-dynamo", "timm_mobilevit.onnx", m, d, 128)
+
+
+@builder("timm-convnextv2-dynamo")
+def timm_convnextv2(d: Path) -> Case:
+    """ConvNeXt-V2: global response norm (ReduceL2 / mean over spatial), LayerNorm channels-last."""
+    m = _timm("convnextv2_atto", num_classes=10)
+    return _img_dynamo("timm-convnextv2-dynamo", "timm_convnextv2.onnx", m, d, 64)
+
+
+@builder("timm-efficientformer-legacy")
+def timm_efficientformer(d: Path) -> Case:
+    """EfficientFormer: pooling token mixers, then attention with a learned bias table
+    (Gather of an initializer by a constant index)."""
+    m = _timm("efficientformer_l1", num_classes=10)
+    return _img_legacy("timm-efficientformer-legacy", "timm_efficientformer.onnx", m, d, 224, False)
+
+
+@builder("timm-swinv2-legacy")
+def timm_swinv2(d: Path) -> Case:
+    """Swin-V2, shrunk: shifted windows (Roll as Slice+Concat), cosine attention with a
+    log-spaced continuous position bias MLP, window partition Reshape/Transpose chains."""
+    m = _timm(
+        "swinv2_tiny_window8_256",
+        num_classes=10,
+        embed_dim=32,
+        depths=(2, 2, 2, 2),
+        num_heads=(1, 2, 4, 8),
+    )
+    return _img_legacy("timm-swinv2-legacy", "timm_swinv2.onnx", m, d, 256, False)
+
+
+@builder("timm-deit-distilled-dynamo")
+def timm_deit(d: Path) -> Case:
+    """DeiT with a distillation token: two heads averaged in eval, class + dist tokens."""
+    m = _timm("deit_tiny_distilled_patch16_224", num_classes=10, depth=4)
+    return _img_dynamo("timm-deit-distilled-dynamo", "timm_deit.onnx", m, d, 224)
+
+
+@builder("timm-levit-fp16-legacy")
+def timm_levit_fp16(d: Path) -> Case:
+    """A model exported at fp16 by torch itself (``.half()``): fp16 weights and activations,
+    Cast-free, attention biases gathered from an fp16 table."""
+    import torch
+
+    m = _timm("levit_128s", num_classes=10).half()
+    p = d / "timm_levit_fp16.onnx"
+    x = torch.randn(2, 3, 224, 224).half()
+    _legacy(m, (x,), p, ["x"], ["y"], {"x": {0: "batch"}, "y": {0: "batch"}})
+    return Case("timm-levit-fp16-legacy", p, dims={"batch": 2})
+
+
+def _detector(
+    case: str,
+    fname: str,
+    model: Any,
+    d: Path,
+    hw: tuple[int, int],
+    outs: tuple[str, ...] | list[str] = ("boxes", "scores", "labels"),
+) -> Case:
+    """Legacy export of a torchvision detector with its postprocess (If around the batched NMS,
+    TopK, NonZero/GatherND: data-dependent output sizes); one image of fixed size. The builders
+    set ``score_thresh=0``: with random weights every score is under the default 0.05, ORT CPU
+    then returns no box, and OpenVINO 2026.4 one box of uninitialized memory (different in every
+    process: the original "differs" from itself)."""
+    import torch
+
+    p = d / fname
+    _seed()
+    x = [torch.rand(3, *hw)]
+    _legacy(model, (x,), p, ["image"], list(outs), {})
+    return Case(case, p)
+
+
+@builder("tv-ssdlite-legacy")
+def tv_ssdlite(d: Path) -> Case:
+    tv = _torchvision()
+    _seed()
+    m = tv.models.detection.ssdlite320_mobilenet_v3_large(
+        weights=None, weights_backbone=None, num_classes=5, score_thresh=0.0
+    )
+    return _detector("tv-ssdlite-legacy", "tv_ssdlite.onnx", m, d, (320, 320))
+
+
+@builder("tv-retinanet-legacy")
+def tv_retinanet(d: Path) -> Case:
+    """RetinaNet, ResNet-18 FPN backbone (a ResNet-50 one takes minutes to export here)."""
+    tv = _torchvision()
+    from torchvision.models.detection.backbone_utils import _resnet_fpn_extractor
+    from torchvision.ops.feature_pyramid_network import LastLevelP6P7
+
+    _seed()
+    backbone = _resnet_fpn_extractor(
+        tv.models.resnet18(weights=None),
+        5,
+        returned_layers=[2, 3, 4],
+        extra_blocks=LastLevelP6P7(256, 256),
+    )
+    m = tv.models.detection.RetinaNet(
+        backbone, num_classes=5, min_size=256, max_size=256, score_thresh=0.0
+    )
+    return _detector("tv-retinanet-legacy", "tv_retinanet.onnx", m, d, (256, 256))
+
+
+@builder("tv-fcos-legacy")
+def tv_fcos(d: Path) -> Case:
+    """FCOS (anchor-free, centerness branch), MobileNet-V3 FPN backbone."""
+    tv = _torchvision()
+    from torchvision.models.detection.backbone_utils import mobilenet_backbone
+
+    _seed()
+    backbone = mobilenet_backbone(
+        backbone_name="mobilenet_v3_large", weights=None, fpn=True, trainable_layers=0
+    )
+    from torchvision.models.detection.anchor_utils import AnchorGenerator
+
+    anchors = AnchorGenerator(sizes=((16,), (32,), (64,)), aspect_ratios=((1.0,),) * 3)
+    m = tv.models.detection.FCOS(
+        backbone,
+        num_classes=5,
+        min_size=256,
+        max_size=256,
+        anchor_generator=anchors,
+        score_thresh=0.0,
+    )
+    return _detector("tv-fcos-legacy", "tv_fcos.onnx", m, d, (256, 256))
+
+
+@builder("tv-keypointrcnn-legacy")
+def tv_keypointrcnn(d: Path) -> Case:
+    """Keypoint R-CNN (two stages: RPN proposals -> RoiAlign over an FPN -> box and keypoint
+    heads, heatmap argmax postprocess), MobileNet-V3 FPN backbone, 256x256."""
+    tv = _torchvision()
+    from torchvision.models.detection.anchor_utils import AnchorGenerator
+    from torchvision.models.detection.backbone_utils import mobilenet_backbone
+
+    _seed()
+    backbone = mobilenet_backbone(
+        backbone_name="mobilenet_v3_large", weights=None, fpn=True, trainable_layers=0
+    )
+    anchors = AnchorGenerator(sizes=((32,), (64,), (128,)), aspect_ratios=((0.5, 1.0, 2.0),) * 3)
+    m = tv.models.detection.KeypointRCNN(
+        backbone,
+        num_classes=2,
+        num_keypoints=5,
+        min_size=256,
+        max_size=256,
+        rpn_anchor_generator=anchors,
+        box_score_thresh=0.0,
+        rpn_pre_nms_top_n_test=200,
+        rpn_post_nms_top_n_test=50,
+        box_detections_per_img=20,
+    )
+    outs = ["boxes", "labels", "scores", "keypoints", "keypoints_scores"]
+    return _detector("tv-keypointrcnn-legacy", "tv_keypointrcnn.onnx", m, d, (256, 256), outs)
+
+
+@builder("script-if-branch-shapes")
+def script_if_shapes(d: Path) -> Case:
+    """A scripted If whose branches give different shapes (a pooled half-size tensor or the
+    full one), then a Loop that grows a tensor by concatenation each trip (a loop-carried value
+    whose shape changes)."""
+    import torch
+    from torch import nn
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(16, 16)
+
+        def forward(self, x: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+            if bool(x.mean() > 0):
+                h = torch.nn.functional.avg_pool1d(x, 2)
+                h = torch.cat([h, h], dim=-1)
+            else:
+                h = x * 2.0
+            acc = self.lin(h)
+            for _ in range(int(n)):
+                acc = torch.cat([acc, torch.relu(self.lin(h))], dim=0)
+            return acc
+
+    _seed()
+    m = torch.jit.script(Net())
+    p = d / "script_if_shapes.onnx"
+    _legacy(m, (torch.randn(3, 8, 16), torch.tensor(2)), p, ["x", "n"], ["y"], {"x": {0: "batch"}})
+    return Case("script-if-branch-shapes", p, dims={"batch": 3}, int_ranges={"n": (1, 4)})
+
+
+@builder("dynamo-torch-cond")
+def dynamo_cond(d: Path) -> Case:
+    """``torch.cond`` through the dynamo exporter: an If whose branches are local functions
+    (onnxscript) that read the outer weights."""
+    import torch
+    from torch import nn
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = nn.Linear(64, 64)
+            self.b = nn.Linear(64, 64)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            def yes(x: torch.Tensor) -> torch.Tensor:
+                return torch.relu(self.a(x)) + 1.0
+
+            def no(x: torch.Tensor) -> torch.Tensor:
+                return torch.tanh(self.b(x)) - 1.0
+
+            return torch.cond(x.sum() > 0, yes, no, (x,))
+
+    _seed()
+    p = d / "dynamo_cond.onnx"
+    b = torch.export.Dim("batch", min=1, max=256)
+    _dynamo(Net(), (torch.randn(4, 64),), p, ["x"], ["y"], ({0: b},))
+    return Case("dynamo-torch-cond", p, dims={"batch": 8})
+
+
 def build_all(folder: Path, only: list[str] | None = None) -> tuple[list[Case], dict[str, str]]:
     """Build every model (or those named); returns the cases and {builder: error} for failures."""
     folder.mkdir(parents=True, exist_ok=True)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -122,7 +124,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             progress(f"writing weights {format_bytes(done)} / {format_bytes(total)}")
 
     info = save_model(model, dst, progress=save_progress, fsync=args.fsync)
-    _copy_sidecar(src, dst)
+    _copy_sidecar(src, dst, _declared_inputs(model))
     report.seconds = time.perf_counter() - t0
     out_bytes = weight_bytes(model)
     result: dict[str, Any] = {
@@ -229,16 +231,41 @@ def _other_backends(
     return "\n".join(lines) or None
 
 
-def _copy_sidecar(src: Path, dst: Path) -> None:
-    """Carry ``IN.onnx.json`` (how to feed the model) to the output: the inputs are unchanged."""
+def _declared_inputs(model: Any) -> dict[str, tuple[Any, ...] | None]:
+    """Each graph input's declared dims (ints, or names for symbolic ones; None: no shape)."""
+    return {
+        v.name: None
+        if v.shape is None
+        else tuple(d if isinstance(d, int) else str(d) for d in v.shape)
+        for v in model.graph.inputs
+    }
+
+
+def _copy_sidecar(src: Path, dst: Path, declared: Mapping[str, tuple[Any, ...] | None]) -> None:
+    """Carry ``IN.onnx.json`` (how to feed the model) to the output. Where a pass bound an
+    input's dims (``chunk`` specializes symbolic dims to the ``--dim`` bindings), the sidecar
+    takes the output's static shape: a stale one would feed the rewritten model a shape it no
+    longer accepts (``verify`` reads the sidecar). A sidecar that is not valid JSON is copied as
+    it is (``load_sidecar`` reports it where it is used)."""
     from memshrink.bindings import sidecar_path
 
     side = sidecar_path(src)
-    if side.is_file() and dst.exists():  # a file, or a partition folder
-        target = sidecar_path(dst)
-        tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-        tmp.write_bytes(side.read_bytes())
-        os.replace(tmp, target)
+    if not (side.is_file() and dst.exists()):  # a file, or a partition folder
+        return
+    raw = side.read_bytes()
+    try:
+        data = json.loads(raw)
+        for spec in data.get("inputs", []):
+            dims = declared.get(spec.get("name"))
+            if dims and all(isinstance(d, int) for d in dims) and list(dims) != spec.get("shape"):
+                spec["shape"] = list(dims)
+        raw = (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
+    except (ValueError, AttributeError, TypeError):
+        pass
+    target = sidecar_path(dst)
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    tmp.write_bytes(raw)
+    os.replace(tmp, target)
 
 
 def _stat_text(key: str, value: Any) -> str:

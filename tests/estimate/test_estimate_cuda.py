@@ -483,9 +483,9 @@ def test_first_run_host_per_kernel_family_on_a_gpu(tmp_path: Path) -> None:
     # Lazy module loading: four binary ops cost what one Add costs (one module), a MatMul adds
     # cuBLAS on top; the family rule predicts each first run within 10 % (H200: 106.6 / 106.7
     # / 207.0 MiB of host, run 1 minus session creation).
-    py = _cuda_python()
+    py = cuda_python()
     if py is None:
-        pytest.skip("no onnxruntime-gpu with CUDAExecutionProvider and nvidia-ml-py (no GPU here)")
+        pytest.skip(NO_CUDA)
     from memshrink.verify import profile
 
     meas: dict[str, float] = {}

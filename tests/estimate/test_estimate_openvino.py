@@ -96,15 +96,21 @@ def test_conv_weights_one_copy_and_bn_fusion_two(tmp_path: Path) -> None:
     # BatchNormalization after each conv the fused Constant is kept beside its copy.
     plain = _save(_conv_chain(6, 512, 14), tmp_path / "plain.onnx")
     fused = _save(_conv_chain(6, 512, 14, bn=True), tmp_path / "bn.onnx")
+    # The BN fusion's extra Constant: compile within 5 %, the difference within 3 MiB.
+    d_meas = _fused_copy_at_compile(plain, fused, rel=0.05, atol=3 * MiB)
+    assert d_meas > 40 * MiB  # ~1x the 54 MiB of conv weights, not 0.95x of a factor
+
+
+def _fused_copy_at_compile(plain: str, fused: str, rel: float, atol: int) -> int:
+    """Compile peaks of both within ``rel``, and the measured extra of ``fused`` (a fusion's
+    new Constant beside its packed copy) within ``atol`` of the predicted; returns it."""
     mp, mf = _measure(plain), _measure(fused)
     pp, pf = _predict(plain), _predict(fused)
     for pred, meas in ((pp, mp), (pf, mf)):
-        assert pred["compile_model"] == pytest.approx(meas["compile"]["peak"], rel=0.05)
-    # The BN fusion's extra Constant: measured difference vs predicted, atol 3 MiB.
+        assert pred["compile_model"] == pytest.approx(meas["compile"]["peak"], rel=rel)
     d_meas = mf["compile"]["peak"] - mp["compile"]["peak"]
-    d_pred = pf["compile_model"] - pp["compile_model"]
-    assert d_pred == pytest.approx(d_meas, abs=3 * MiB)
-    assert d_meas > 40 * MiB  # ~1x the 54 MiB of conv weights, not 0.95x of a factor
+    assert pf["compile_model"] - pp["compile_model"] == pytest.approx(d_meas, abs=atol)
+    return d_meas
 
 
 @pytest.mark.slow
@@ -373,3 +379,44 @@ def test_erf_gelu_after_an_fc_is_no_subgraph() -> None:
     g = build_view(model).graph
     assert len(gelu_chains(g)) == 10  # five nodes per GELU
     assert subgraph_count(g, fused_away(g)) == _runtime_subgraphs(model) == 0
+
+
+def _scaled_fc_chain(path: Path, scaled: bool) -> str:
+    """8 x (MatMul 1024² + bias [+ Mul by a per-channel constant]) + residual Add, static."""
+    rng = np.random.default_rng(0)
+    nodes, inits, x = [], [], "x"
+    for i in range(8):
+        w = (rng.standard_normal((1024, 1024)) * 0.02).astype(np.float32)
+        inits += [numpy_helper.from_array(w, f"w{i}"), _vec(f"b{i}", 0.01)]
+        nodes += [
+            helper.make_node("MatMul", [x, f"w{i}"], [f"m{i}"]),
+            helper.make_node("Add", [f"m{i}", f"b{i}"], [f"a{i}"]),
+        ]
+        y = f"a{i}"
+        if scaled:  # ConvNeXt's layer scale
+            inits.append(
+                numpy_helper.from_array(np.linspace(0.5, 1.5, 1024, dtype=np.float32), f"g{i}")
+            )
+            nodes.append(helper.make_node("Mul", [y, f"g{i}"], [f"s{i}"]))
+            y = f"s{i}"
+        nodes.append(helper.make_node("Add", [y, x], [f"r{i}"]))
+        x = f"r{i}"
+    vi = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        nodes, "fc", [vi("x", TensorProto.FLOAT, [4, 196, 1024])], [vi(x, TensorProto.FLOAT, None)],
+        inits,
+    )  # fmt: skip
+    return _save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def _vec(name: str, v: float) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.full((1024,), v, np.float32), name)
+
+
+@pytest.mark.slow
+def test_fc_scale_folded_into_weights_keeps_two_copies(tmp_path: Path) -> None:
+    # The Mul is folded into the FC's weights; the fused Constant stays beside the packed copy.
+    plain = _scaled_fc_chain(tmp_path / "plain.onnx", scaled=False)
+    scaled = _scaled_fc_chain(tmp_path / "scaled.onnx", scaled=True)
+    d_meas = _fused_copy_at_compile(plain, scaled, rel=0.10, atol=4 * MiB)
+    assert d_meas > 24 * MiB  # ~1x the 32 MiB of FC weights

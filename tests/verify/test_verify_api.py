@@ -41,7 +41,10 @@ def test_identical_models_match_on_cpu_and_openvino(models) -> None:  # type: ig
     for c in report.comparisons:
         assert c.status == "match"
         assert c.outputs[0].max_abs == 0.0  # same weights, same backend: bit-identical
-        assert c.outputs[0].atol == 1e-5 and c.outputs[0].rtol == 1e-5
+        assert c.outputs[0].rtol == 1e-5
+        # OpenVINO at bf16 (its default on AVX512-BF16 CPUs) is held to its own error instead
+        widened = c.backend != "cpu" and "computed in bf16" in (c.note or "")
+        assert c.outputs[0].atol == 1e-5 or widened
     for r in report.runs:
         names = [s["name"] for s in r.stages]
         if r.backend == "cpu":
@@ -63,7 +66,10 @@ def test_identical_models_match_on_cpu_and_openvino(models) -> None:  # type: ig
 
 def test_planted_weight_change_is_caught(models) -> None:  # type: ignore[no-untyped-def]
     orig, _, bad = models
-    report = verify(orig, bad, backends=BOTH, dims=DIMS)
+    # f32 on OpenVINO: at bf16 its own error (~5e-2 on this MLP) hides a 1e-2 change there, and
+    # the comparison is widened to it (test_verify_precision.py); cpu always catches it
+    f32 = {"openvino": {"INFERENCE_PRECISION_HINT": "f32"}}
+    report = verify(orig, bad, backends=BOTH, dims=DIMS, provider_options=f32)
     assert report.exit_code == EXIT_MISMATCH and not report.ok
     for c in report.comparisons:
         assert c.status == "mismatch"

@@ -42,7 +42,7 @@ def ov_default_precision(flags: frozenset[str] | None = None, machine: str | Non
     """OpenVINO CPU plugin's default ``INFERENCE_PRECISION_HINT`` on this host: ``bf16``
     where the CPU has native bf16 (``Config``: ``hasHardwareSupport(bf16)``, i.e. oneDNN's
     ``avx512_core_bf16`` or AMX), else ``f32`` (x86-64). Checked against the plugin's own
-    property by ``tests/estimate/test_estimate_host.py``. ARM hosts default to ``f16`` where
+    property by ``tests/estimate/test_estimate_ov_precision.py``. ARM hosts default to ``f16`` where
     the core has fp16 arithmetic (``asimdhp``)."""
     flags = cpu_flags() if flags is None else flags
     machine = (machine or platform.machine()).lower()

@@ -10,8 +10,9 @@ machine (``docs/estimate.md``, "OpenVINO"):
   3x3, 1x1 and MatMul chains). A Conv followed by BatchNormalization (or a Mul by a constant)
   gets its weights rewritten by the fusion: the fused Constant stays in the compiled graph
   beside its reordered copy (2.0x). ConvTranspose weights are transposed then reordered (2x).
-* **Fixed cost.** ``read_model`` builds an ov.Model (anon per node, more per Conv, per
-  Constant) that lives until ``compile_model`` returns, and touches frontend library pages.
+* **Fixed cost.** ``read_model`` builds an ov.Model (anon per ov op the frontend makes,
+  per Constant, plus the .onnx's structure bytes; ``ov_read.py``) that lives until
+  ``compile_model`` returns, and touches frontend library pages.
   Compilation adds plugin/oneDNN library pages (file-backed, more with more op kinds) and
   anonymous memory: a constant, per Conv/FC primitive, per *distinct* primitive configuration
   (JIT code shared by identical ones) and per Snippets subgraph node. Fitted on hand-built
@@ -41,6 +42,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from memshrink.estimate import ov_read
 from memshrink.estimate.backends import BackendPrediction, Stage
 from memshrink.estimate.disjoint import find_root
 from memshrink.estimate.graph import GraphInfo, ModelView, NodeInfo
@@ -56,13 +58,14 @@ FLOAT = 1  # TensorProto.FLOAT
 # Per-node costs fitted on hand-built sweeps (docs/bench/ov_pernode_bench.py) and five
 # ``--passes all`` outputs (docs/estimate.md, "Per-node costs").
 OV_CALIBRATION: dict[str, float] = {
-    "ov_read": 1.86 * MiB,  # read_model anon: frontend objects (external weights)
-    "ov_read_per_node": 0.0074 * MiB,  # ... per node other than Conv
-    "ov_read_per_conv": 0.029 * MiB,  # ... per Conv (Convolution + bias Add + Reshape ops)
-    "ov_read_per_init": 0.0116 * MiB,  # ... per initializer stored in the .onnx (copied)
+    # read_model anon (``ov_read.py``; fitted on ``ov_read_sweep.py``'s 20 micro-graphs)
+    "ov_read": 1.72 * MiB,  # frontend objects of an empty graph
+    "ov_read_per_op": 0.00356 * MiB,  # ... per ov op the frontend makes (not Constants)
+    "ov_read_per_const": 0.00428 * MiB,  # ... per Constant held in the .onnx or made
+    "ov_read_per_ext_const": 0.00491 * MiB,  # ... per Constant over external data (mmapped)
+    "ov_read_per_proto_byte": 0.847,  # ... per byte of the .onnx's structure (names, metadata)
     "ov_read_lib": 4.8 * MiB,  # read_model: frontend library pages (file-backed) ...
     "ov_read_lib_per_op_type": 0.05 * MiB,  # ... more op translators (CNNs 5.3, GPT-2 5.9)
-    "ov_read_embedded": 9 * MiB,  # read_model of embedded weights: parser state on top of 2x
     "ov_compile_anon": 8 * MiB,  # plugin graph, executor, primitive caches
     # Library pages touched by read + compile (file-backed): a graph with a Conv/FC touches
     # oneDNN's code (``ov_lib``), plus some per distinct op kind (pooling, concat, ...).
@@ -79,10 +82,25 @@ OV_CALIBRATION: dict[str, float] = {
     # Inference precision bf16 / f16 (the plugin's default on AVX512-BF16 / AMX hosts): the
     # re-laid-out Conv copy is stored in the low precision, half its f32 bytes (6 x 512x512x3x3
     # convs: compile 148.6 -> 121.1 MiB, with BN 203.2 -> 176.0, ResNet-50 infer 254 -> 202;
-    # FC packing and activations unchanged: 6 x 2048x2048 MatMuls 234 vs 239, three ResNet
-    # blocks at 64x112x112 55.4 vs 55.3; measured 2026-11-27, docs/estimate.md).
+    # measured 2026-11-27, docs/estimate.md). FC weights: ``ov_fc_lowp_*`` below.
     "ov_conv_copy_lowp": 0.5,
     "ov_fc": 1.0,  # x MatMul/Gemm constant B bytes: packed copy
+    # FC weights at bf16 / f16: packed in the low precision (half the f32 bytes), and a
+    # weight in ONNX MatMul's [K, N] order is first transposed into a low-precision Constant
+    # (another half, kept); one already [N, K] (Gemm transB=1, MatMul of Transpose(W)) is not.
+    # Static shapes: both at compile (zoo VGG-19 / AlexNet, Gemm transB=1: compile 870.5 /
+    # 395.6 MiB, predicted 1106 / 508 at 1x; 4 x MatMul 2048^2 [K, N]: 167.0 vs 160.9 at
+    # f32). Dynamic shapes: the transposed Constant at compile, the pack at the first infer,
+    # with or without a fused activation (4 x MatMul 2048^2 + bias, 64 MiB: compile 131.3 /
+    # infer 1 170.1 at bf16 against 159.9 / 165.7 at f32; with Relu 131.7 / 170.8 against
+    # 96.4 / 171.4; MatMul(x, Transpose(W)), W 32768x768, 96 MiB, a tied LM head: 129.7 /
+    # 215.0 against 224.4 / 257.6). Measured 2026-11-27, the verifier's child.
+    # A [K, N] weight read by several FCs (batch or sequence chunks sharing weights) is
+    # transposed, and then packed, once per FC at bf16; at f32, and for an [N, K] weight,
+    # the packed copy is shared (16 MiB [K, N] weight read by 4 FCs, static: compile 122.4 MiB
+    # at bf16 against 73.7 for one FC; 68.6 / 67.9 at f32; [N, K] read by 4: 65.9).
+    "ov_fc_lowp_transposed": 0.5,  # x [K, N] FC weight bytes, per FC reading it
+    "ov_fc_lowp_packed": 0.5,  # x every FC weight's bytes (and again per extra [K, N] reader)
     "ov_infer": 1 * MiB,  # infer request, output tensors' bookkeeping
     # Dynamic shapes: library pages first touched when the deferred Conv/FC primitives are
     # made at the first infer instead of at compile (4 x FC+Relu chain: infer 1 file +6.3 MiB,
@@ -137,6 +155,9 @@ class OvWeights:
     conv_f32: int = 0  # part of conv + conv_fused + deconv stored as float32
     fc: int = 0
     fc_postop: int = 0  # part of ``fc`` whose FC has a fused activation (see ``_fc_postop``)
+    fc_fused: int = 0  # part of ``fc`` rewritten by a Mul-by-constant fusion (``_fc_scaled``)
+    fc_nk: int = 0  # part of ``fc`` given as [N, K] (``Transpose(W)``, Gemm transB): ``_fc_nk``
+    fc_kn_shared: int = 0  # [K, N] FC weight bytes x (FC readers - 1): batch/sequence chunks
     fp16: int = 0
     file_bytes: int = 0  # external data files' size (alignment padding included)
     file_alloc: int = 0  # ... their allocated bytes (padding written as holes excluded)
@@ -228,14 +249,61 @@ def weight_rules(view: ModelView) -> OvWeights:
                 w.fc += nb
                 if node.outputs and node.outputs[0] and _fc_postop(g, node.outputs[0]):
                     w.fc_postop += nb
+                if node.outputs and node.outputs[0] and _fc_scaled(g, node.outputs[0]):
+                    w.fc_fused += nb
+                if _fc_nk(g, node, name):
+                    w.fc_nk += nb
+                else:
+                    readers = sum(
+                        1
+                        for k in set(t.consumers)
+                        if g.nodes[k].op_type in ("MatMul", "Gemm")
+                        and len(g.nodes[k].inputs) > 1
+                        and g.nodes[k].inputs[1] == name
+                    )
+                    w.fc_kn_shared += nb * max(0, readers - 1)
                 break
     if not view.embedded:
         w.file_bytes, w.file_alloc = _data_file_bytes(view)
     return w
 
 
+def _fc_nk(g: GraphInfo, node: NodeInfo, name: str) -> bool:
+    """Is this FC's constant weight already in the plugin's [N, K] order: Gemm ``transB=1``,
+    or MatMul of a ``Transpose`` of a weight (a tied LM head), which the plugin folds into the
+    FullyConnected instead of transposing the weight at compile."""
+    if node.op_type == "Gemm":
+        return bool(node.attrs.get("transB", 0))
+    for c in g.folded:
+        prev = g.nodes[c]
+        if prev.op_type == "Transpose" and name in prev.outputs:
+            t = g.tensors.get(name)
+            perm = list(prev.attrs.get("perm", []) or [])
+            rank = len(t.shape) if t is not None and t.shape else 2
+            return not perm or perm[-2:] == [rank - 1, rank - 2]
+    return False
+
+
 VIEWS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten"})
 ACTIVATIONS = SIMPLE - {"Add", "Sub", "Mul", "Div", "Pow", "Sum", "BatchNormalization"}
+
+
+def _fc_scaled(g: GraphInfo, out: str) -> bool:
+    """An FC output scaled by a constant per output channel (or a scalar), through at most its
+    bias Add: ConvNeXt's layer scale ``gamma * (x W + b)``. The plugin folds the scale into the
+    weights and keeps the new Constant beside its packed copy, as for Conv + BN: 2x (measured:
+    8 x MatMul 1024² + bias + Mul, compile anon 77.0 MiB against 45.3 without the Mul)."""
+    nxt = _single_consumer(g, out)
+    if nxt is not None and g.nodes[nxt].op_type == "Add" and any(_const_inputs(g, nxt)):
+        nxt = _single_consumer(g, g.nodes[nxt].outputs[0])
+    if nxt is None or g.nodes[nxt].op_type != "Mul":
+        return False
+    node = g.nodes[nxt]
+    for name, const in zip(node.inputs, _const_inputs(g, nxt), strict=True):
+        if const:
+            shape = g.tensors[name].shape
+            return shape is not None and all(d == 1 for d in shape[:-1])
+    return False
 
 
 def _fc_postop(g: GraphInfo, out: str) -> bool:
@@ -530,22 +598,6 @@ def lib_pages(g: GraphInfo, c: Mapping[str, float]) -> int:
     return int(base + c["ov_lib_per_op_type"] * min(len(types), int(c["ov_lib_op_types"])))
 
 
-def read_anon(g: GraphInfo, c: Mapping[str, float]) -> int:
-    """Anonymous memory of the ``ov.Model`` read_model builds (external weights): per node,
-    more per Conv (the frontend makes Convolution + bias Add + Reshape), per initializer kept
-    inside the .onnx (parsed and copied into its Constant; mapped ones cost no more than their
-    node). Fitted on the sweeps and 16 ``--passes all`` outputs: within ±11 % but DenseNet-121
-    (+14 %, 2 MiB)."""
-    convs = sum(1 for n in g.nodes if n.op_type in ("Conv", "ConvTranspose"))
-    inside = sum(1 for n in g.initializers if not g.tensors[n].external)
-    return int(
-        c["ov_read"]
-        + c["ov_read_per_conv"] * convs
-        + c["ov_read_per_node"] * (len(g.nodes) - convs)
-        + c["ov_read_per_init"] * inside
-    )
-
-
 MHA_ELTWISE = frozenset({"Add", "Mul", "Div"})  # seen inside tokenized MHA (scale, mask)
 
 
@@ -662,10 +714,14 @@ def ov_buffers(
             merge(bi, be, max(bi.size, be.size))
     half = precision != "f32"
     if half:
+        tail = precision_tail(g)
         for b in bufs:
             floats = [g.tensors[t].elem_type == FLOAT for t in b.tensors if t in g.tensors]
-            if b.size and not b.is_output and floats and all(floats):
+            in_tail = any(t in tail for t in b.tensors)
+            if b.size and not b.is_output and floats and all(floats) and not in_tail:
                 b.size //= 2
+    for name, step, size in output_reorders(g, pos, half):
+        bufs.append(Buffer(len(bufs), size, step, step, [name + "/before_reorder"]))
     for name in g.inputs:  # NCHW inputs of a Conv are reordered to the blocked/NHWC layout
         t = g.tensors[name]
         steps = [pos[c] for c in t.consumers if c in pos]
@@ -673,6 +729,85 @@ def ov_buffers(
             size = (t.nbytes or 0) // (2 if half and t.elem_type == FLOAT else 1)
             bufs.append(Buffer(len(bufs), size, 0, max(steps), [name + "/reorder"]))
     return [b for b in bufs if b.tensors or b.transient]
+
+
+# Plugin node types at which ``Graph::EnforceInferencePrecision`` stops its walk back from the
+# outputs (Convolution, FullyConnected, MatMul, Interpolate, RNN cells/sequences, ROIPooling),
+# by the ONNX ops that become them.
+LOWP_ANCHORS = frozenset(
+    {"Conv", "ConvTranspose", "MatMul", "Gemm", "Resize", "LSTM", "GRU", "RNN", "MaxRoiPool"}
+)
+
+
+def precision_tail(g: GraphInfo) -> set[str]:
+    """Tensors the CPU plugin keeps in f32 under a bf16 inference precision: everything made
+    between the last Conv/FC/MatMul/Interpolate of each path and the graph's outputs.
+
+    ``EnforceInferencePrecision`` walks back from every output through all parents and stops
+    at those node types; the nodes it passed keep f32 "to maintain accuracy" (a ReduceMean
+    head, a LayerNorm, an activation after the last Conv). It runs before the fusions, so a
+    Conv whose fused activation is in the tail writes f32 (runtime model of 6 x Conv+Relu ->
+    ReduceMean: the last Convolution's output precision is f32, the five before bf16).
+    """
+    tail: set[str] = set()
+    stack = [name for name in g.outputs if name in g.tensors]
+    seen: set[int] = set()
+    while stack:
+        t = g.tensors[stack.pop()]
+        if t.producer is None or t.producer in seen:
+            continue
+        node = g.nodes[t.producer]
+        if node.op_type in LOWP_ANCHORS:
+            continue
+        seen.add(t.producer)
+        tail.update(o for o in node.outputs if o)
+        stack.extend(i for i in node.inputs if i in g.tensors and g.tensors[i].kind == "activation")
+    return tail
+
+
+# Ops that write their output in their input's layout (channels-last / blocked after a Conv).
+KEEPS_LAYOUT = SIMPLE | {"Resize", "MaxPool", "AveragePool", "Concat", "Upsample"}
+
+
+def output_reorders(g: GraphInfo, pos: Mapping[int, int], half: bool) -> list[tuple[str, int, int]]:
+    """(output, its producer's step, bytes) of each graph output the plugin writes through a
+    layout Reorder: a 4-D/5-D output made in a Conv's channels-last or blocked layout (by the
+    Conv, or by ops that keep its layout: pooling, Resize, element-wise, Concat) is computed
+    into an edge of its own and reordered to the planar output. The edge is in the inference
+    precision unless its producer is in the f32 tail (``precision_tail``). DeepLab's
+    ``Interpolate`` -> 21x800x800 output: runtime model ``Interpolate`` (acdb) ->
+    ``Reorder`` (abcd) -> ``Output``; infer +51 MiB at f32, about half at bf16."""
+    tail = precision_tail(g) if half else set()
+    out: list[tuple[str, int, int]] = []
+    for name in g.outputs:
+        t = g.tensors.get(name)
+        if t is None or t.producer is None or not t.shape or len(t.shape) not in (4, 5):
+            continue
+        if t.elem_type != FLOAT or t.producer not in pos:
+            continue
+        cur: str | None = name
+        for _ in range(32):  # back through layout-keeping ops to the Conv that set the layout
+            ct = g.tensors.get(cur) if cur else None
+            node = g.nodes[ct.producer] if ct is not None and ct.producer is not None else None
+            if node is None or node.op_type in ("Conv", "ConvTranspose"):
+                break
+            if node.op_type not in KEEPS_LAYOUT:
+                node = None
+                break
+            acts = [i for i in node.inputs if i in g.tensors and g.tensors[i].kind == "activation"]
+            cur = acts[0] if acts else None
+        if node is None:
+            continue
+        size = t.nbytes or 0
+        if half and name not in _tail_made(g, t.producer, tail):
+            size //= 2
+        out.append((name, pos[t.producer], size))
+    return out
+
+
+def _tail_made(g: GraphInfo, producer: int, tail: set[str]) -> set[str]:
+    """The producer's outputs that stay f32: those it makes inside the precision tail."""
+    return {o for o in g.nodes[producer].outputs if o in tail}
 
 
 def _feeds_conv(g: GraphInfo, name: str) -> bool:
@@ -703,6 +838,25 @@ def is_dynamic(view: ModelView, opts: Mapping[str, Any] | None = None) -> bool:
 
 
 PRECISION_KEYS = ("INFERENCE_PRECISION_HINT", "inference_precision_hint", "inference_precision")
+# estimator-only: "0" leaves out the plugin's input tensors and the caller's output copies
+# (``io_bytes``); the ORT OpenVINO EP predicts its own I/O on top of the native rules
+NATIVE_IO = "memshrink.ov_native_io"
+
+
+def io_bytes(g: GraphInfo) -> tuple[int, int]:
+    """(graph input bytes, graph output bytes) at the model's own dtypes.
+
+    Inputs: the infer request's input tensors are allocated with the compiled graph
+    (static shapes: at ``compile_model``; ``request.infer(numpy)`` copies the feed into them):
+    1 x [1,64,448,448] f32 into a ReduceMean, compile +46 MiB over the same graph's other
+    costs; also under Conv and Relu graphs (+47, +48). Outputs: the verifier copies every
+    output out of the request (``.data.copy()``) and holds the copies until the next run's are
+    made: run 1 one copy, later runs two (Relu on 49 MiB in and out: infer 1 +99 MiB = the
+    output edge and its copy, infer 2 and 3 +49 more at the peak, freed after). Measured
+    2026-11-27, the verifier's child, bf16 and f32 alike."""
+    ins = sum(g.tensors[n].nbytes or 0 for n in g.inputs if n in g.tensors)
+    outs = sum(g.tensors[n].nbytes or 0 for n in g.outputs if n in g.tensors)
+    return ins, outs
 
 
 def inference_precision(opts: Mapping[str, Any] | None) -> tuple[str, str]:
@@ -747,14 +901,20 @@ def predict(
     planners["ov_memory_solver"] = greedy_by_size(bufs)[0]
     planners["ov_nonoverlapping_sets"] = nonoverlapping_sets(bufs)
     act = planners["ov_nonoverlapping_sets" if dynamic else "ov_memory_solver"]
-    graph_anon = read_anon(g, c)
+    # Weights stored in the .onnx are not structure (an embedded file's tensors can read as
+    # external to onnx-ir, which maps them: go by how the file stores them).
+    inside = view.weight_bytes if view.embedded else view.weight_bytes - view.external_weight_bytes
+    structure = ov_read.proto_bytes(view.model_path, inside)
+    graph_anon = ov_read.read_anon(g, c, structure)
     lib = lib_pages(g, c)
     n_types = len({n.op_type for n in g.nodes})
     read_lib = int(c["ov_read_lib"] + c["ov_read_lib_per_op_type"] * n_types)
     rd = Stage("read_model", overhead=graph_anon + read_lib)
     if view.embedded:
+        # 2x and nothing more: the graph's own anon is the external model's (the 9 MiB of
+        # "parser state" once added here made every embedded read +5 to +50 % on 2026-11-27:
+        # MobileNetV2 36.6 measured, SqueezeNet 17.8, ResNet-50 204.6, BERT-base 847.7).
         rd.weights_anon = 2 * w.kept
-        rd.overhead += int(c["ov_read_embedded"])
         rd.notes.append("embedded weights: ModelProto on the heap plus a Constant per tensor")
         kept_anon, kept_file = w.kept, 0
     else:
@@ -764,7 +924,15 @@ def predict(
     # Dynamic shapes: Conv primitives, and FCs with a fused activation, are made (and their
     # weights re-laid out) at the first infer, when the input shape is known.
     deferred = conv_copies + int(c["ov_fc"] * w.fc_postop) if dynamic else 0
-    copies = int(c["ov_fc"] * w.fc + 2 * w.fp16) + conv_copies - deferred
+    fc_total = c["ov_fc"] * w.fc
+    if precision != "f32":  # bf16 / f16: see ``ov_fc_lowp_transposed``
+        kn = w.fc - w.fc_nk + w.fc_kn_shared
+        packed = c["ov_fc_lowp_packed"] * (w.fc + w.fc_kn_shared)
+        fc_total = c["ov_fc_lowp_transposed"] * kn + packed
+        if dynamic:
+            deferred = conv_copies + int(packed)
+    # A scale folded into an FC's weights: the fused Constant stays beside the packed copy.
+    copies = int(fc_total + c["ov_fc"] * w.fc_fused + 2 * w.fp16) + conv_copies - deferred
     lib_shift = int(c["ov_deferred_lib"]) if deferred else 0
     n_kernels, n_configs = conv_configs(g)
     fixed = int(
@@ -800,16 +968,31 @@ def predict(
         run.notes.append(
             "dynamic shapes: Conv weights, and FC weights with a fused activation, "
             "re-laid out at the first infer"
+            if precision == "f32"
+            else "dynamic shapes, low precision: Conv weights re-laid out, and every FC's "
+            "weights packed again (half their f32 bytes), at the first infer"
         )
     # Embedded weights: a Conv+BN/Mul fusion makes a new Constant; the original heap Constant
     # belongs to the ov.Model, which the caller drops after compile_model (as the verifier
     # does): the run stages keep the fused Constant and its copy, 2x (zoo ResNet-50: compile
     # 337 MiB, infer 257; DenseNet-121 infer 156).
-    freed = w.conv_fused if view.embedded else 0
+    # The same for an FC whose scale was folded (Whisper's q_proj: f32 infer 250.7 measured).
+    # External data keeps its mapping: other Constants still point into the file.
+    freed = w.conv_fused + w.fc_fused if view.embedded else 0
     if freed:
         run.weights_anon -= freed
-        run.notes.append("embedded Conv+BN: the original Constants go with the ov.Model")
+        run.notes.append("embedded Conv+BN / FC+scale: the original Constants go with the ov.Model")
     first = Stage("run_1", run.weights_anon, run.weights_file, act, run.overhead)
+    if str(opts.get(NATIVE_IO, "1")).strip().lower() not in ("0", "false", "no", "off"):
+        ins, outs = io_bytes(g)
+        hold = str(opts.get("memshrink.hold_outputs", "1")).strip().lower()
+        held = 2 * outs if hold not in ("0", "false", "no", "off") else outs
+        if not dynamic:  # the input tensors are made with the static graph
+            cm.activations += ins
+        first.activations += ins + outs
+        run.activations += ins + held
+        first.notes.append("input tensors of the infer request; one copy of each output")
+        run.notes.append("input tensors; the previous run's output copies beside the new ones")
     assumptions = [
         "OpenVINO CPU plugin, 1 stream (LATENCY hint): Conv/FC + simple-op fusions, "
         "Conv+Sum in place, MemorySolver greedy by size",
@@ -817,7 +1000,8 @@ def predict(
         f"{n_kernels} ({n_configs} distinct)",
         f"inference precision {precision} ({precision_from}): "
         + (
-            "Conv weight copies in it, half their f32 bytes"
+            "Conv/FC weight copies and the float activations before the graph's f32 tail in it, "
+            "half their f32 bytes; a [K, N] FC weight also transposed once per FC reading it"
             if precision != "f32"
             else "as the model"
         ),

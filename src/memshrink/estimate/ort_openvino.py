@@ -249,7 +249,9 @@ def predict(
     ov_c = openvino.OV_CALIBRATION
     # The EP compiles for CPU with precision FP32 (its default, which sets OpenVINO's
     # INFERENCE_PRECISION_HINT to f32 whatever the host supports): native rules at f32.
-    native = openvino.predict(view, order, {"INFERENCE_PRECISION_HINT": "f32", **opts}, sched)
+    native = openvino.predict(
+        view, order, {"INFERENCE_PRECISION_HINT": "f32", openvino.NATIVE_IO: 0, **opts}, sched
+    )
     by_name = {s.name: s for s in native.stages}
     g = view.graph
     folded = folded_bytes(view)

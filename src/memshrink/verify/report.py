@@ -239,6 +239,8 @@ class VerifyReport:
                 )
             for oc in c.outputs:
                 lines.append(_output_line(c.backend, oc))
+            if c.outputs and c.note:
+                lines.append(f"  {c.backend:<12} note: {c.note}")
         if self.cross_backend:
             lines += [
                 "",
