@@ -3,14 +3,16 @@
 For each model and each pass (``inplace``, ``reorder``, ``recompute``, and all three), runs the
 pass, saves the result, and measures original and rewritten in separate processes
 (``memshrink.verify``): ORT CPU with default settings, ORT CPU under PRIORITY_BASED, ORT CPU
-with the settings ``memshrink.recommend`` recommends, and OpenVINO CPU. The steady-state run
-peak is the growth of process RSS during run 3 over the state after session creation
-(OpenVINO: infer 3 over after compile). Prints a markdown table and writes it into
-``docs/activation-passes.md`` between the BENCH markers.
+with the settings ``memshrink.recommend`` recommends, and OpenVINO CPU; with ``--ep-python``
+also the ORT OpenVINO EP (it lives in its own venv: that venv's interpreter runs its child).
+The steady-state run peak is the growth of process RSS during run 3 over the state after
+session creation (OpenVINO: infer 3 over after compile). Prints a markdown table and writes
+it into ``docs/activation-passes.md`` between the BENCH markers.
 
     python docs/bench/activation_bench.py                       # the four suite models
     python docs/bench/activation_bench.py multibranch --no-openvino
     python docs/bench/activation_bench.py --tiny                # CI-sized variants
+    python docs/bench/activation_bench.py unet --ep-python .cache/venv-ovep/bin/python
 """
 
 from __future__ import annotations
@@ -52,10 +54,15 @@ def _steady(run: dict[str, Any]) -> int | None:
     return None
 
 
-def _measure(path: Path, backend: str, opts: dict[str, Any] | None) -> int | None:
+def _measure(
+    path: Path, backend: str, opts: dict[str, Any] | None, python: str | None = None
+) -> int | None:
     from memshrink.verify import profile
 
-    rep = profile(str(path), backends=(backend,), runs=3, session_options=opts or None)
+    rep = profile(
+        str(path), backends=(backend,), runs=3, session_options=opts or None,
+        python={backend: python} if python else None,
+    )  # fmt: skip
     return _steady(rep.to_dict()["runs"][0])
 
 
@@ -87,7 +94,9 @@ def _ratio(a: int | None, b: int | None) -> str:
     return "-" if a is None or not b else f"{a / b:.2f}"
 
 
-def run_model(name: str, work: Path, openvino: bool, search_seconds: float) -> list[dict]:
+def run_model(
+    name: str, work: Path, openvino: bool, search_seconds: float, ep_python: str | None = None
+) -> list[dict]:
     import shutil
 
     import models
@@ -109,6 +118,7 @@ def run_model(name: str, work: Path, openvino: bool, search_seconds: float) -> l
     orig["ort_rec"] = _measure(src, "cpu", rec_opts) if rec_opts else orig["ort_default"]
     orig["openvino"] = _measure(src, "openvino", None) if openvino else None
     orig["pred_ov"] = _predict_ov(src) if openvino else None
+    orig["ep"] = _measure(src, "ort-openvino", None, ep_python) if ep_python else None
     orig["rec_opts"] = rec_opts
     rows.append(orig)
     for label, spec in PASSES.items():
@@ -159,6 +169,7 @@ def run_model(name: str, work: Path, openvino: bool, search_seconds: float) -> l
         row["pred_ov"] = _predict_ov(out) if openvino else None
         row["ort_priority"] = _measure(out, "cpu", {"execution_order": "PRIORITY_BASED"})
         row["ort_rec"] = _measure(out, "cpu", rec_opts) if rec_opts else row["ort_default"]
+        row["ep"] = _measure(out, "ort-openvino", None, ep_python) if ep_python else None
         rows.append(row)
     return rows
 
@@ -197,7 +208,22 @@ def table(rows: list[dict]) -> str:
             f"{100 * r.get('extra_flops', 0):.1f} % | {errs or '-'} |"
         )
     recs = [f"{r['model']}: {r.get('rec_opts')}" for r in rows if r["variant"] == "original"]
-    return "\n".join(lines) + "\n\nRecommended ORT options: " + "; ".join(recs) + "\n"
+    text = "\n".join(lines) + "\n\nRecommended ORT options: " + "; ".join(recs) + "\n"
+    return text + ep_table(rows, orig)
+
+
+def ep_table(rows: list[dict], orig: dict[str, dict]) -> str:
+    """The ORT OpenVINO EP's steady state (run 3 over after session creation), where measured."""
+    if not any(r.get("ep") is not None for r in rows):
+        return ""
+    lines = ["\n| model | variant | ORT OpenVINO EP | ×orig |", "|---|---|---|---|"]
+    for r in rows:
+        if r.get("ep") is not None:
+            o = orig.get(r["model"], {}).get("ep")
+            lines.append(
+                f"| {r['model']} | {r['variant']} | {_mib(r['ep'])} | {_ratio(r['ep'], o)} |"
+            )
+    return "\n".join(lines) + "\n"
 
 
 def write_doc(text: str) -> None:
@@ -220,6 +246,10 @@ def main() -> int:
     ap.add_argument("--json", help="also write the raw rows here")
     ap.add_argument("--variants", help="comma list of variants (default: all of them)")
     ap.add_argument("--no-doc", action="store_true", help="do not update the docs page")
+    ap.add_argument(
+        "--ep-python",
+        help="interpreter with onnxruntime-openvino: also measure the ORT OpenVINO EP",
+    )
     args = ap.parse_args()
     names = args.models or (TINY if args.tiny else MODELS)
     if args.variants:
@@ -230,7 +260,11 @@ def main() -> int:
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="memshrink-actbench-") as tmp:
         for name in names:
-            rows.extend(run_model(name, Path(tmp), not args.no_openvino, args.search_seconds))
+            rows.extend(
+                run_model(
+                    name, Path(tmp), not args.no_openvino, args.search_seconds, args.ep_python
+                )
+            )
             if args.json:
                 Path(args.json).write_text(json.dumps(rows, indent=1, default=str))
     text = (

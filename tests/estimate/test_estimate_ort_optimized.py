@@ -460,3 +460,41 @@ def test_nearest_resize_becomes_an_nchwc_upsample_like_ort(tmp_path, ctm, neares
     if nchwc_block_size() > 1:
         assert opt.counts.get("NchwcUpsample", 0) == upsamples
         assert opt.counts.get("NchwcConvSum", 0) == (2 if upsamples else 0)
+
+
+def conv_then_resize(ch: int, mode: str, ctm: str, factor: int) -> onnx.ModelProto:
+    """A 3×3 Conv to ``ch`` channels, then a Resize by ``factor`` (DeepLab's segmentation head:
+    21 classes, bilinear ×16 to the input size)."""
+    sc = numpy_helper.from_array(np.array([1, 1, factor, factor], np.float32), "sc")
+    g = oh.make_graph(
+        [oh.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+         oh.make_node("Resize", ["c", "", "sc"], ["y"], mode=mode,
+                      coordinate_transformation_mode=ctm)],
+        "head",
+        [oh.make_tensor_value_info("x", F, [1, 16, 12, 12])],
+        [oh.make_tensor_value_info("y", F, [1, ch, 12 * factor, 12 * factor])],
+        [_w("w", ch, 16, 3, 3), sc],
+    )  # fmt: skip
+    m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 18)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.mark.parametrize(
+    ("ch", "mode", "ctm", "upsample"),
+    [(21, "linear", "half_pixel", True), (16, "linear", "align_corners", True),
+     (21, "linear", "asymmetric", True), (21, "linear", "pytorch_half_pixel", False),
+     (16, "cubic", "half_pixel", False)],
+)  # fmt: skip
+def test_linear_resize_becomes_an_nchwc_upsample_like_ort(tmp_path, ch, mode, ctm, upsample):
+    """ORT's NCHWc transformer also turns a *linear* Resize by integer factors into an NCHWc
+    Upsample under half_pixel / asymmetric / align_corners, aligned channels or not, with its
+    output padded to the block (deeplab-800: a 32-channel 800² tensor at block 16, +78 MiB the
+    emulation missed); pytorch_half_pixel and cubic stay NCHW. Same nodes in ORT's DEFAULT
+    order and the same output bytes per node as ORT's profiler (exact)."""
+    path = str(tmp_path / "head.onnx")
+    onnx.save(conv_then_resize(ch, mode, ctm, 4), path)
+    _check_against_ort(path, tmp_path)
+    if nchwc_block_size() > 1:
+        opt = optimize(build_view(path).graph)
+        assert opt.counts.get("NchwcUpsample", 0) == (1 if upsample else 0)

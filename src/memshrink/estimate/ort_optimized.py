@@ -51,6 +51,9 @@ MS_DOMAIN = "com.microsoft"
 FLOAT = 1
 CONV_ACTIVATIONS = frozenset({"Relu", "Sigmoid", "Tanh", "LeakyRelu", "Clip", "HardSigmoid"})
 NCHWC_ACTIVATIONS = frozenset({"Relu", "Sigmoid", "Tanh"})
+#: Coordinate modes under which ORT's NCHWc transformer turns a linear Resize by integer
+#: H/W factors into an NCHWc ``Upsample`` (ORT 1.32 dumps; ``pytorch_half_pixel`` stays NCHW).
+LINEAR_UPSAMPLE_MODES = frozenset({"half_pixel", "asymmetric", "align_corners"})
 GEMM_ACTIVATIONS = frozenset(
     {"Relu", "Sigmoid", "Tanh", "LeakyRelu", "HardSigmoid", "Elu", "Selu", "Softplus", "Softsign"}
 )
@@ -775,8 +778,12 @@ class _Rewriter:
         blocked and a following Add fuses into the lateral Conv as its ``Sum`` (checked against
         ORT 1.32's optimized ``fpn-800``: the three top-down Resizes are NCHWc Upsamples, each
         Add a Conv's Sum input). The factors are read from the shapes (the estimator reads no
-        constant values); linear/cubic and other coordinate modes are not emulated (left NCHW,
-        as before)."""
+        constant values). A ``linear`` Resize becomes one too under ``half_pixel``,
+        ``asymmetric`` or ``align_corners`` (not ``pytorch_half_pixel``), channels aligned or
+        not, its output padded to the block: measured with ORT 1.32's dumps over modes, factors
+        2/3/16 and 16/21 channels (``test_linear_resize_becomes_an_nchwc_upsample_like_ort``);
+        ``deeplab-800``'s ×16 bilinear head is one (a 32-channel 800² output at block 16).
+        Cubic and other modes stay NCHW ``Resize``."""
         src = n.inputs[0]
         x, y = self.t(src), self.t(n.outputs[0] if n.outputs else "")
         if src not in args or x is None or y is None or x.shape is None or y.shape is None:
@@ -786,14 +793,17 @@ class _Rewriter:
         if any(a == 0 or b % a for a, b in zip(x.shape[2:], y.shape[2:], strict=True)):
             return
         attr = {k: v.decode() if isinstance(v, bytes) else v for k, v in n.attrs.items()}
-        if (attr.get("mode", "nearest"), attr.get("coordinate_transformation_mode",
-                "half_pixel"), attr.get("nearest_mode", "round_prefer_floor")) != (
-                "nearest", "asymmetric", "floor"):  # fmt: skip
+        mode = attr.get("mode", "nearest")
+        ctm = attr.get("coordinate_transformation_mode", "half_pixel")
+        if mode == "nearest":
+            if (ctm, attr.get("nearest_mode", "round_prefer_floor")) != ("asymmetric", "floor"):
+                return
+        elif mode != "linear" or ctm not in LINEAR_UPSAMPLE_MODES:
             return
         a = args[src]
         del self.nodes[n.idx]
         nn = self.add(n.name + "_nchwc", "Upsample", NCHWC_DOMAIN, [use(src)], list(n.outputs),
-                      {"mode": "nearest"}, n.orig)  # fmt: skip
+                      {"mode": mode}, n.orig)  # fmt: skip
         converted.add(n.idx)
         make_arg(n.outputs[0], nn, a.channels)
         self._bump("NchwcUpsample")
