@@ -8,7 +8,8 @@ rewrites change which activations exist, how big they are and in which order the
   ``ConvMulFusion``, ``ConvAddFusion`` fold a BatchNormalization / Mul / Add of constants into
   the Conv, repeated until nothing matches;
 * level 1, transformer shapes: Transpose -> size-1 Reshape -> Transpose merged, Slices that
-  tile a tensor -> ``Split``, MatMul + bias Add -> Reshape/``Gemm``/Reshape;
+  tile a tensor -> ``Split``, MatMul + bias Add -> Reshape/``Gemm``/Reshape (except an
+  attention block's projections, which the level-2 run of ``MatMulAddFusion`` fuses);
 * level 2, ``GemmActivationFusion`` and ``ConvActivationFusion``: Gemm/Conv + an activation
   become one new ``FusedGemm``/``FusedConv`` node; Add + LayerNormalization ->
   ``SkipLayerNormalization``, MatMul of scalar-scaled inputs -> ``FusedMatMul`` (checked
