@@ -237,8 +237,13 @@ class _Rewriter:
         return changed
 
     def activation_fusions(self) -> None:
-        """Level 2: GemmActivationFusion, then ConvActivationFusion (new FusedGemm/FusedConv)."""
+        """Level 2 in ORT's order: GemmActivationFusion, MatMulAddFusion's second run,
+        ConvActivationFusion (new FusedGemm, Gemm, FusedConv nodes). Traced: BERT b4x512 after
+        ``--passes all`` packs the pooler's FusedGemm before the attention Gemms; ORT's
+        dump: the level-2 MatMulAddFusion runs before SkipLayerNormFusion (the output
+        projection's bias ends in its Gemm)."""
         self._activation_fusion("Gemm", "FusedGemm", GEMM_ACTIVATIONS)
+        self.matmul_add_fusion(preserve_attention=False)
         self._activation_fusion("Conv", "FusedConv", CONV_ACTIVATIONS)
 
     def _activation_fusion(self, op: str, fused: str, acts: frozenset[str]) -> None:
@@ -1034,9 +1039,6 @@ def optimize(g: GraphInfo, *, level: str = "all", block: int | None = None) -> O
         rw.slices_to_split()
         rw.matmul_add_fusion()
     if level in ("extended", "all"):
-        # level 2's MatMulAddFusion runs before SkipLayerNormFusion (ORT's dump: the output
-        # projection's bias Add ends in its Gemm, not in the SkipLayerNormalization)
-        rw.matmul_add_fusion(preserve_attention=False)
         rw.activation_fusions()
         rw.gelu_fusion()
         rw.skip_layer_norm_fusion()
