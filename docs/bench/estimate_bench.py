@@ -41,6 +41,10 @@ SUITE = {
     "resnet50-b16": ("resnet50-b16.onnx", {}),
     "mobilenetv2": ("mobilenetv2.onnx", {}),
     "unet": ("unet.onnx", {}),
+    "gpt2-ext": ("gpt2-ext.onnx", {}),
+    "vit-b16-ext": ("vit-b16-ext.onnx", {}),
+    "multibranch": ("multibranch.onnx", {}),
+    "resnet50-960": ("resnet50-960.onnx", {}),
 }
 
 
@@ -135,6 +139,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--zoo-dir", default="/tmp/estimate_zoo")
     ap.add_argument("--no-zoo", action="store_true")
     ap.add_argument("--json")
+    ap.add_argument(
+        "--file",
+        action="append",
+        default=[],
+        metavar="NAME=PATH[:DIM=N,...]",
+        help="also bench this file (e.g. an `optimize --passes all` output) under NAME",
+    )
     ap.add_argument("--repeat", type=int, default=1, help="fresh processes per model (median)")
     ap.add_argument(
         "--ov-static",
@@ -161,6 +172,11 @@ def main(argv: list[str] | None = None) -> int:
             models.append((f"zoo-{z}", p, {}))
     if a.models:
         models = [m for m in models if m[0] in a.models]
+    for spec in a.file:
+        name, _, rest = spec.partition("=")
+        fpath, _, dimspec = rest.partition(":")
+        fdims = {k: int(v) for k, v in (d.split("=") for d in dimspec.split(",") if d)}
+        models.append((name, Path(fpath), fdims))
     rows = []
     for name, path, dims in models:
         shapes = _shape_args(path, dims)

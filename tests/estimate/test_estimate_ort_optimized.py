@@ -480,6 +480,41 @@ def conv_then_resize(ch: int, mode: str, ctm: str, factor: int) -> onnx.ModelPro
     return m
 
 
+def attention_block(d: int = 16, s: int = 8, pre_ln: bool = False) -> onnx.ModelProto:
+    """LayerNorm -> Q/K/V MatMul + bias -> softmax attention -> output projection + bias ->
+    residual Add -> LayerNorm -> FFN MatMul + bias, static 3-D shapes: the pattern ORT's
+    level-1 MatMulAddFusion leaves for AttentionFusion (``preserve_attention_pattern``), a
+    post-LN block (BERT) whose residual reads the LayerNorm's output; ``pre_ln``: the residual
+    reads the block's input (ViT, GPT-2), which is not the pattern."""
+    nodes = [oh.make_node("LayerNormalization", ["x", "g", "be"], ["ln"], axis=-1)]
+    inits = [_w("g", d), _w("be", d)]
+    for q in "qkv":
+        nodes += [oh.make_node("MatMul", ["ln", f"W{q}"], [f"m{q}"]),
+                  oh.make_node("Add", [f"m{q}", f"b{q}"], [q])]  # fmt: skip
+        inits += [_w(f"W{q}", d, d), _w(f"b{q}", d)]
+    nodes += [
+        oh.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+        oh.make_node("MatMul", ["q", "kt"], ["sc"]),
+        oh.make_node("Softmax", ["sc"], ["p"], axis=-1),
+        oh.make_node("MatMul", ["p", "v"], ["av"]),
+        oh.make_node("MatMul", ["av", "Wo"], ["mo"]),
+        oh.make_node("Add", ["mo", "bo"], ["o"]),
+        oh.make_node("Add", ["x" if pre_ln else "ln", "o"], ["res"]),
+        oh.make_node("LayerNormalization", ["res", "g2", "be2"], ["ln2"], axis=-1),
+        oh.make_node("MatMul", ["ln2", "W1"], ["m1"]),
+        oh.make_node("Add", ["m1", "b1"], ["y"]),
+    ]
+    inits += [_w("Wo", d, d), _w("bo", d), _w("g2", d), _w("be2", d), _w("W1", d, 4 * d),
+              _w("b1", 4 * d)]  # fmt: skip
+    g = oh.make_graph(
+        nodes, "attn", [oh.make_tensor_value_info("x", F, [1, s, d])],
+        [oh.make_tensor_value_info("y", F, [1, s, 4 * d])], inits,
+    )  # fmt: skip
+    m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
 @pytest.mark.parametrize(
     ("ch", "mode", "ctm", "upsample"),
     [(21, "linear", "half_pixel", True), (16, "linear", "align_corners", True),
@@ -498,3 +533,30 @@ def test_linear_resize_becomes_an_nchwc_upsample_like_ort(tmp_path, ch, mode, ct
     if nchwc_block_size() > 1:
         opt = optimize(build_view(path).graph)
         assert opt.counts.get("NchwcUpsample", 0) == (1 if upsample else 0)
+
+
+@pytest.mark.parametrize(
+    ("level", "pre_ln", "gemms"),
+    [("basic", False, 1), ("extended", False, 5), ("basic", True, 5)],
+)
+def test_matmul_add_fusion_preserves_the_attention_pattern_at_level_1(
+    tmp_path, level, pre_ln, gemms
+):
+    """ORT runs MatMulAddFusion at level 1 with ``preserve_attention_pattern`` (the Q/K/V and
+    output projections stay MatMul + Add) and again at level 2 without it: ORT's dump has 1
+    Gemm at basic, 5 at extended, and so does the emulation (exact). The attention Gemms are
+    numbered after the level-1 one, which orders ORT's prepacking (a batch-chunked BERT's
+    creation peak, docs/estimate.md). A pre-LN block is fused whole at level 1 (5 at basic)."""
+    path = str(tmp_path / "attn.onnx")
+    onnx.save(attention_block(pre_ln=pre_ln), path)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, f"ORT_ENABLE_{level.upper()}")
+    so.optimized_model_filepath = str(tmp_path / "ort_opt.onnx")
+    ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    ref = onnx.load(so.optimized_model_filepath).graph
+    g = optimize(build_view(path).graph, level=level).graph
+    assert sum(n.op_type == "Gemm" for n in ref.node) == gemms
+    assert sum(n.op_type == "Gemm" for n in g.nodes) == gemms
+    if not pre_ln:
+        order = [n.inputs[1] for n in g.nodes if n.op_type == "Gemm"]  # B of each, by index
+        assert order[0] == "W1"  # the FFN's Gemm (level 1) comes first

@@ -22,6 +22,7 @@ from onnx import TensorProto, helper, numpy_helper
 from memshrink.estimate.api import estimate
 from memshrink.estimate.backends import CALIBRATION
 from memshrink.estimate.graph import build_view
+from memshrink.estimate.ort_optimized import optimize
 from memshrink.estimate.ort_weights import (
     nchwc_block_size,
     nchwc_filter_shape,
@@ -351,3 +352,74 @@ def test_tiny_model_session_has_no_parse_transient(tmp_path, n):
     measured = stage["peak"] - stage["before"]  # growth over the child's baseline
     assert pred.name == "session_creation"
     assert abs(pred.peak - measured) <= 0.10 * measured, (pred.peak / MiB, measured / MiB)
+
+
+def _chunked_attention(d: int = 1024, s: int = 64) -> onnx.ModelProto:
+    """Two batch chunks of one attention + FFN block sharing every weight (what ``chunk``
+    writes): per chunk LayerNorm -> Q/K/V MatMul + bias -> softmax attention -> output
+    projection + bias -> residual -> LayerNorm -> FFN MatMul + bias; 4 MiB projections, a
+    16 MiB FFN weight."""
+    rng = np.random.default_rng(0)
+
+    def w(name: str, *shape: int) -> onnx.TensorProto:
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.02).astype(np.float32), name)
+
+    inits = [w("g", d), w("be", d), w("g2", d), w("be2", d), w("Wo", d, d), w("bo", d),
+             w("W1", d, 4 * d), w("b1", 4 * d)]  # fmt: skip
+    nodes = [helper.make_node("Split", ["x"], ["x0", "x1"], axis=0, num_outputs=2)]
+    for q in "qkv":
+        inits += [w(f"W{q}", d, d), w(f"b{q}", d)]
+    for c in range(2):
+        p = lambda n, c=c: f"{n}_{c}"  # noqa: E731
+        nodes.append(
+            helper.make_node("LayerNormalization", [f"x{c}", "g", "be"], [p("ln")], axis=-1)
+        )
+        for q in "qkv":
+            nodes += [helper.make_node("MatMul", [p("ln"), f"W{q}"], [p("m" + q)]),
+                      helper.make_node("Add", [p("m" + q), f"b{q}"], [p(q)])]  # fmt: skip
+        nodes += [
+            helper.make_node("Transpose", [p("k")], [p("kt")], perm=[0, 2, 1]),
+            helper.make_node("MatMul", [p("q"), p("kt")], [p("sc")]),
+            helper.make_node("Softmax", [p("sc")], [p("pr")], axis=-1),
+            helper.make_node("MatMul", [p("pr"), p("v")], [p("av")]),
+            helper.make_node("MatMul", [p("av"), "Wo"], [p("mo")]),
+            helper.make_node("Add", [p("mo"), "bo"], [p("o")]),
+            helper.make_node("Add", [p("ln"), p("o")], [p("res")]),
+            helper.make_node("LayerNormalization", [p("res"), "g2", "be2"], [p("ln2")], axis=-1),
+            helper.make_node("MatMul", [p("ln2"), "W1"], [p("m1")]),
+            helper.make_node("Add", [p("m1"), "b1"], [p("y")]),
+        ]
+    nodes.append(helper.make_node("Concat", ["y_0", "y_1"], ["y"], axis=0))
+    g = helper.make_graph(
+        nodes, "chunked", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, s, d])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, s, 4 * d])], inits,
+    )  # fmt: skip
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def test_attention_gemms_pack_after_level_1_in_a_chunked_block(tmp_path):
+    """ORT numbers the attention projections' Gemms after every level-1 node (MatMulAddFusion
+    keeps them for its level-2 run), so it packs the FFN weight for both chunks and releases
+    its source before it packs the projections: the packing transient is +20 MiB over the
+    32 MiB kept (the four 4 MiB sources and a duplicate), where one packing group (every
+    source held until its second chunk) gives +36. Session creation in the verifier's child:
+    61.9 MiB measured twice, 62.0 predicted (78.0 with one group; AVX-512 host, 2026-11-27)."""
+    from memshrink.verify.api import profile
+
+    path = _save(_chunked_attention(), str(tmp_path / "m.onnx"))
+    view = build_view(path)
+    w = ort_cpu_weights(
+        view.graph,
+        split_weights(view.graph),
+        embedded=False,
+        calibration=CALIBRATION,
+        ort_graph=optimize(view.graph).graph,
+    )
+    assert w.classes["prepacked"] == 32 * MiB
+    assert w.creation_anon - w.retained_anon + int(CALIBRATION["ort_session_transient"]) == 20 * MiB
+    pred = estimate(path).prediction.stages[0]
+    run = profile(path, backends="cpu", runs=1).runs[0]
+    stage = next(s for s in run.stages if s["name"] == "session")
+    measured = stage["peak"] - stage["before"]  # growth over the child's baseline
+    # rtol 8 %: half the gap to the one-group order (+26 %)
+    assert abs(pred.peak - measured) <= 0.08 * measured, (pred.peak / MiB, measured / MiB)

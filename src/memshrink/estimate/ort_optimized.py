@@ -8,7 +8,8 @@ rewrites change which activations exist, how big they are and in which order the
   ``ConvMulFusion``, ``ConvAddFusion`` fold a BatchNormalization / Mul / Add of constants into
   the Conv, repeated until nothing matches;
 * level 1, transformer shapes: Transpose -> size-1 Reshape -> Transpose merged, Slices that
-  tile a tensor -> ``Split``, MatMul + bias Add -> Reshape/``Gemm``/Reshape;
+  tile a tensor -> ``Split``, MatMul + bias Add -> Reshape/``Gemm``/Reshape (except an
+  attention block's projections, which the level-2 run of ``MatMulAddFusion`` fuses);
 * level 2, ``GemmActivationFusion`` and ``ConvActivationFusion``: Gemm/Conv + an activation
   become one new ``FusedGemm``/``FusedConv`` node; Add + LayerNormalization ->
   ``SkipLayerNormalization``, MatMul of scalar-scaled inputs -> ``FusedMatMul`` (checked
@@ -239,8 +240,13 @@ class _Rewriter:
         return changed
 
     def activation_fusions(self) -> None:
-        """Level 2: GemmActivationFusion, then ConvActivationFusion (new FusedGemm/FusedConv)."""
+        """Level 2 in ORT's order: GemmActivationFusion, MatMulAddFusion's second run,
+        ConvActivationFusion (new FusedGemm, Gemm, FusedConv nodes). Traced: BERT b4x512 after
+        ``--passes all`` packs the pooler's FusedGemm before the attention Gemms; ORT's
+        dump: the level-2 MatMulAddFusion runs before SkipLayerNormFusion (the output
+        projection's bias ends in its Gemm)."""
         self._activation_fusion("Gemm", "FusedGemm", GEMM_ACTIVATIONS)
+        self.matmul_add_fusion(preserve_attention=False)
         self._activation_fusion("Conv", "FusedConv", CONV_ACTIVATIONS)
 
     def _activation_fusion(self, op: str, fused: str, acts: frozenset[str]) -> None:
@@ -348,11 +354,21 @@ class _Rewriter:
                      {"axis": ax})  # fmt: skip
             self._bump("Slice->Split")
 
-    def matmul_add_fusion(self) -> None:
-        """Level 1, ``MatMulAddFusion``: MatMul(A, B 2-D) whose only reader is an Add of a
+    def matmul_add_fusion(self, *, preserve_attention: bool = True) -> None:
+        """``MatMulAddFusion``: MatMul(A, B 2-D) whose only reader is an Add of a
         bias becomes ``Gemm``; an A of rank > 2 is reshaped to 2-D first and the Gemm's 2-D
-        output reshaped back (new Reshape, Gemm, Reshape nodes). The MatMul's own output is gone."""
+        output reshaped back (new Reshape, Gemm, Reshape nodes). The MatMul's own output is gone.
+
+        ORT registers it twice (``matmul_add_fusion.h``): at level 1 with
+        ``preserve_attention_pattern`` on, which leaves an attention block's four projections
+        (``_attention_pair``) for AttentionFusion, and at level 2 with it off, which fuses
+        what is left. So those Gemms are numbered after every level-1 node, and ORT prepacks
+        their B later (``ort_weights.pack_events``): ORT 1.32's dump of a LayerNorm -> Q/K/V
+        -> O -> LayerNorm -> FFN micro-graph has 1 Gemm at level basic, 5 at extended."""
         cons = self.consumers()
+        prods = self.producers()
+        attn_ln: set[int] = set()  # ORT's AttentionPatternCache
+        attn_add: set[int] = set()
         for idx in self._scan("MatMul"):
             n = self.nodes.get(idx)
             if n is None or n.op_type != "MatMul" or n.domain not in ("", "ai.onnx"):
@@ -384,10 +400,18 @@ class _Rewriter:
                 continue  # only a bias broadcast along the rows is Gemm's C
             if len(a.shape) > 2 and len(bias.shape) != 1:
                 continue  # reshaped to 2-D: only a 1-D bias (N) is accepted
+            if (
+                preserve_attention
+                and len(a.shape) > 2
+                and self._attention_pair(n, add, cons, prods, attn_ln, attn_add)
+            ):
+                continue  # left for the level-2 run
             res = add.outputs[0]
             del self.nodes[n.idx], self.nodes[add.idx]
             self._unread(cons, n)
             self._unread(cons, add)
+            self._unproduce(prods, n)
+            self._unproduce(prods, add)
             first = self.next_idx
             if len(a.shape) == 2:
                 self.add(n.name + "/gemm", "Gemm", "", [n.inputs[0], n.inputs[1], bias.name],
@@ -405,7 +429,44 @@ class _Rewriter:
                 self.add(o2 + "/Reshape", "Reshape", "", [o2], [res])
             for i in range(first, self.next_idx):
                 self._read(cons, self.nodes[i])
+                self._produce(prods, self.nodes[i])
             self._bump("MatMul+Add->Gemm")
+
+    def _attention_pair(
+        self,
+        mm: _Node,
+        add: _Node,
+        cons: dict[str, list[int]],
+        prods: dict[str, int],
+        attn_ln: set[int],
+        attn_add: set[int],
+    ) -> bool:
+        """ORT's ``AttentionPatternCache::IsAttentionPattern``: the MatMul reads a
+        LayerNormalization whose readers are exactly 3 MatMuls (Q, K, V), one Add (the
+        residual) and any number of Shape nodes, and the residual Add's other input comes from
+        an Add (the output projection's bias). That LayerNorm's MatMuls and that bias Add are
+        skipped, also when met later in the scan."""
+        parent = self.nodes.get(prods.get(mm.inputs[0], -1))
+        if parent is None:
+            return False
+        if parent.idx in attn_ln or add.idx in attn_add:
+            return True
+        if parent.op_type != "LayerNormalization":
+            return False
+        readers = [self.nodes[c] for o in parent.outputs if o for c in cons.get(o, [])]
+        adds = [r for r in readers if r.op_type == "Add"]
+        n_mm = sum(r.op_type == "MatMul" for r in readers)
+        n_shape = sum(r.op_type == "Shape" for r in readers)
+        if len(adds) != 1 or n_mm != 3 or n_shape != len(readers) - 4:
+            return False
+        ln_add = adds[0]
+        other = [i for i in ln_add.inputs if i and i != parent.outputs[0]]
+        src = self.nodes.get(prods.get(other[0], -1)) if other else None
+        if src is None or src.op_type != "Add":
+            return False
+        attn_ln.add(parent.idx)
+        attn_add.add(src.idx)
+        return True
 
     def skip_layer_norm_fusion(self) -> None:
         """Level 2, ``SkipLayerNormFusion``: Add(X, skip) read only by a LayerNormalization
