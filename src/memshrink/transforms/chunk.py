@@ -32,7 +32,7 @@ from memshrink.transforms.chunking.layout import distinct_edges
 from memshrink.transforms.chunking.nested import band_end_names, nest
 from memshrink.transforms.chunking.overlap import ends, overlap_plans
 from memshrink.transforms.chunking.partial import prefix
-from memshrink.transforms.chunking.region import Region, discover_best
+from memshrink.transforms.chunking.region import Region, discover_best, output_extent
 from memshrink.transforms.chunking.region import cut as end_at
 from memshrink.transforms.chunking.region import cuts as boundaries
 from memshrink.transforms.chunking.rewrite import RewriteStats, rewrite
@@ -172,6 +172,7 @@ def apply(
     inner: tuple[str, int] | None = None,
     cone: str = "",
     weightless: bool = False,
+    heads: bool = False,
 ) -> tuple[Region, RewriteStats]:
     """Find the region of ``mode`` in ``model`` and rewrite it in ``count`` chunks (in place).
 
@@ -209,7 +210,7 @@ def apply(
     if weightless:
         if mode != "batch" or end or cut or trim or overlap or distinct:
             raise Refuse("weightless cores are batch chunks of the whole region only")
-        return region, _apply_cores(model.graph, region, count, stagger, seen, spec)
+        return region, _apply_cores(model, shapes, region, count, stagger, seen, spec, heads)
     if end:  # end the region at this value (a block boundary, ``region.cuts``)
         v = next((x for x in boundaries(region) if x.name == end), None)
         if v is None:
@@ -253,15 +254,22 @@ class Duplicate(Refuse):
 
 
 def _apply_cores(
-    graph: ir.Graph, batch: Region, count: int, stagger: int, seen: set[tuple] | None,
-    spec: dict[str, int],
+    model: ir.Model, shapes: dict[str, tuple[int, ...] | None], batch: Region, count: int,
+    stagger: int, seen: set[tuple] | None, spec: dict[str, int], heads: bool = False,
 ) -> RewriteStats:  # fmt: skip
-    """Rewrite every weightless core of ``batch`` in ``count`` chunks; their stats summed."""
+    """Rewrite every weightless core of ``batch`` in ``count`` chunks (``heads``: each core's
+    stretch along its attention heads, ``weightless.heads``); their stats summed."""
+    graph = model.graph
     found = cores.cores(batch, graph)
     if not found:
         raise Refuse("no weightless core (weight-free MatMul/Softmax between weighted nodes)")
+    if heads:
+        found = [cores.heads(r, graph, shapes, _opset(model), f"{r.label}h") for r in found]
+        ext = {output_extent(r) for r in found}
+        if len(ext) != 1 or min(ext) % count:
+            raise Refuse(f"heads {sorted(ext)} not divisible by {count}")
     if seen is not None:
-        key = ("weightless", count, stagger, tuple(len(r.nodes) for r in found))
+        key = ("weightless", heads, count, stagger, tuple(len(r.nodes) for r in found))
         if key in seen:
             raise Duplicate(str(key))
         seen.add(key)
@@ -284,7 +292,8 @@ def _trial(model: ir.Model, shapes: dict[str, tuple[int, ...] | None], c: dict[s
     trial = clone_with_meta(model)
     apply(trial, shapes, c["mode"], c["chunks"], axis, c["stagger"], c["trim"], c["distinct"],
           c.get("cut", 0), end=c.get("end", ""), overlap=c.get("overlap", False),
-          inner=_inner(c), cone=c.get("cone", ""), weightless=c.get("weightless", False))  # fmt: skip
+          inner=_inner(c), cone=c.get("cone", ""), weightless=c.get("weightless", False),
+          heads=c.get("heads", False))  # fmt: skip
     return trial
 
 
@@ -346,6 +355,24 @@ def _has_cores(
     if not found:
         candidates.append({"mode": "batch", "weightless": True, "refused": "no weightless core"})
     return found
+
+
+def _heads_extent(model: ir.Model, shapes: dict[str, tuple[int, ...] | None]) -> int:
+    """The heads every weightless core can be cut along (``weightless.heads``), else 0."""
+    trial = clone_with_meta(model)
+    specialize(trial, shapes)
+    entries = entries_for(trial, shapes, "batch", 0)
+    if not entries:
+        return 0
+    batch = discover_best(trial.graph, shapes, _opset(trial), entries, "w")
+    try:
+        ext = {
+            output_extent(cores.heads(r, trial.graph, shapes, _opset(trial), "h"))
+            for r in cores.cores(batch, trial.graph)
+        }
+    except Refuse:
+        return 0
+    return ext.pop() if len(ext) == 1 else 0
 
 
 @register
@@ -517,6 +544,7 @@ class ChunkPass(Pass):
         inner: tuple[str, int] | None = None,
         cone: str = "",
         weightless: bool = False,
+        heads: bool = False,
     ) -> None:
         """Rewrite one candidate layout on a clone and predict it; appended to ``candidates``
         (with ``refused`` when it cannot apply or costs over ``max_extra_flops``)."""
@@ -528,6 +556,7 @@ class ChunkPass(Pass):
             + (f", sub-bands x{inner[1]} to {inner[0]}" if inner else "")
             + (f", the cone of {cone}" if cone else "")
             + (", weightless cores" if weightless else "")
+            + (" along the heads" if heads else "")
             + ")"
         )
         cand: dict[str, Any] = {
@@ -542,11 +571,14 @@ class ChunkPass(Pass):
             cand["cone"] = cone
         if weightless:
             cand["weightless"] = True
+        if heads:
+            cand["heads"] = True
         trial = clone_with_meta(model)
         try:
             region, st = apply(
                 trial, shapes, mode, count, o.spatial_axis, stagger, trim, distinct, cut,
                 seen, end=end, overlap=bool(end), inner=inner, cone=cone, weightless=weightless,
+                heads=heads,
             )  # fmt: skip
             cand.update(
                 extra_flops=round(st.extra_flops, 4),
@@ -615,6 +647,10 @@ class ChunkPass(Pass):
                     for stagger in STAGGERS[mode]:
                         self._try(model, context, shapes, candidates, seen, mode, count,
                                   stagger, 0, 0, 0, weightless=True)  # fmt: skip
+                # the same cores cut along their attention heads (``weightless.heads``)
+                for count in chunk_counts(mode, _heads_extent(model, shapes), o.max_chunks, 1):
+                    self._try(model, context, shapes, candidates, seen, mode, count, 0, 0, 0,
+                              0, weightless=True, heads=True)  # fmt: skip
             if mode == "spatial":  # regions entered at interior tensors (``chunking.cone``)
                 for name, ext in _cone_ends(model, shapes, o.spatial_axis):
                     for count in chunk_counts(mode, ext, o.max_chunks, o.min_rows):
@@ -672,7 +708,7 @@ class ChunkPass(Pass):
             model, shapes, pick["mode"], pick["chunks"], o.spatial_axis, pick["stagger"],
             pick["trim"], pick["distinct"], pick.get("cut", 0), end=pick.get("end", ""),
             overlap=pick.get("overlap", False), inner=_inner(pick), cone=pick.get("cone", ""),
-            weightless=pick.get("weightless", False),
+            weightless=pick.get("weightless", False), heads=pick.get("heads", False),
         )  # fmt: skip
         stats.update(
             mode=pick["mode"],
@@ -700,4 +736,6 @@ class ChunkPass(Pass):
             stats["cone"] = pick["cone"]
         if pick.get("weightless"):
             stats["weightless"] = True
+        if pick.get("heads"):
+            stats["heads"] = True
         return stats, True, pick["predicted_activations"]

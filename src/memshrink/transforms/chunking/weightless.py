@@ -22,11 +22,13 @@ are that region's. Only ``E`` may leave the core, so it is convex. One rewrite p
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import onnx_ir as ir
 
 from memshrink.transforms.chunking.cone import cone_nodes
-from memshrink.transforms.chunking.region import Region, _close
-from memshrink.transforms.chunking.rules import Refuse
+from memshrink.transforms.chunking.region import Region, _close, discover
+from memshrink.transforms.chunking.rules import Refuse, Shape
 
 #: ops whose constant input is a weight the runtime prepacks or converts per node
 WEIGHTED_OPS = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "FusedMatMul"})
@@ -120,3 +122,41 @@ def cores(batch: Region, graph: ir.Graph) -> list[Region]:
         except Refuse:
             continue
     return out
+
+
+def _activation_matmul(core: Region, graph: ir.Graph) -> ir.Node | None:
+    """The core's first MatMul between two activations (attention's Q·Kᵀ), if any."""
+    for n in core.nodes:
+        if n.op_type == "MatMul" and not any(_constant(x, graph) for x in n.inputs):
+            return n
+    return None
+
+
+def heads(core: Region, graph: ir.Graph, shapes: Mapping[str, Shape | None], opset: int,
+          label: str) -> Region:  # fmt: skip
+    """The stretch of ``core`` chunked along its activation MatMul's inner batch axis (the
+    heads of Q·Kᵀ, axis 1 of ``[batch, heads, rows, cols]``) instead of the batch.
+
+    Why: with batch 4 a batch split stops at 4 chunks, one sample each, whose scores
+    (12 heads × 512 × 512 f32, 12 MiB) are still the peak; the heads are as independent as
+    the samples (MatMul broadcasts its leading axes), so the scores can be cut 12 ways. The
+    region is grown from Q and Kᵀ along that axis (``region.discover``: the rules slice V
+    and read the mask whole where it broadcasts), kept inside ``core`` and required to leave
+    one value, so it stays convex; the Reshape/Transpose of Q, K, V and of the output,
+    where the heads are not an axis, run whole between the projections."""
+    mm = _activation_matmul(core, graph)
+    if mm is None:
+        raise Refuse("the core has no MatMul between activations")
+    shape = shapes.get(mm.outputs[0].name or "")
+    if shape is None or len(shape) < 4:
+        raise Refuse("the core's MatMul has no inner batch axis")
+    entries = {x: 1 for x in mm.inputs if x is not None}
+    grown = discover(graph, shapes, opset, entries, label, min_extent=2)
+    inside = set(core.nodes)
+    nodes = [n for n in grown.nodes if n in inside]
+    if mm not in nodes:
+        raise Refuse(f"{mm.name} cannot be chunked along axis 1")
+    r = _close(label, nodes, grown.axes, grown.in_axes, grown.out_axis, grown.facts, {})
+    if len(r.outputs) != 1:
+        raise Refuse(f"the heads stretch of {core.label} leaves {len(r.outputs)} values")
+    return r
