@@ -32,7 +32,7 @@ from memshrink.transforms.chunking.layout import distinct_edges
 from memshrink.transforms.chunking.nested import band_end_names, nest
 from memshrink.transforms.chunking.overlap import ends, overlap_plans
 from memshrink.transforms.chunking.partial import prefix
-from memshrink.transforms.chunking.region import Region, discover_best, output_extent
+from memshrink.transforms.chunking.region import Region, discover_best
 from memshrink.transforms.chunking.region import cut as end_at
 from memshrink.transforms.chunking.region import cuts as boundaries
 from memshrink.transforms.chunking.rewrite import RewriteStats, rewrite
@@ -203,7 +203,8 @@ def apply(
         if not entries:
             raise Refuse(f"no graph input to chunk along the {mode} axis")
         extent = min(shapes[v.name or ""][a] for v, a in entries.items())  # type: ignore[index]
-        floor = max(count, extent // trim if trim else 0)
+        # a heads split cuts the cores along their heads, not the batch: any batch region
+        floor = 2 if heads else max(count, extent // trim if trim else 0)
         region = discover_best(
             model.graph, shapes, _opset(model), entries, f"{mode}{count}", min_extent=floor
         )
@@ -265,9 +266,9 @@ def _apply_cores(
         raise Refuse("no weightless core (weight-free MatMul/Softmax between weighted nodes)")
     if heads:
         found = [cores.heads(r, graph, shapes, _opset(model), f"{r.label}h") for r in found]
-        ext = {output_extent(r) for r in found}
-        if len(ext) != 1 or min(ext) % count:
-            raise Refuse(f"heads {sorted(ext)} not divisible by {count}")
+        ext = {s[r.axes[v]] for r in found for v in r.axes if (s := shapes.get(v.name or ""))}
+        if any(e % count for e in ext):
+            raise Refuse(f"chunk-axis extents {sorted(ext)} not all divisible by {count}")
     if seen is not None:
         key = ("weightless", heads, count, stagger, tuple(len(r.nodes) for r in found))
         if key in seen:
@@ -366,13 +367,13 @@ def _heads_extent(model: ir.Model, shapes: dict[str, tuple[int, ...] | None]) ->
         return 0
     batch = discover_best(trial.graph, shapes, _opset(trial), entries, "w")
     try:
-        ext = {
-            output_extent(cores.heads(r, trial.graph, shapes, _opset(trial), "h"))
-            for r in cores.cores(batch, trial.graph)
-        }
+        found = [cores.heads(r, trial.graph, shapes, _opset(trial), "h")
+                 for r in cores.cores(batch, trial.graph)]  # fmt: skip
     except Refuse:
         return 0
-    return ext.pop() if len(ext) == 1 else 0
+    # the smallest extent along the chunk axis of any value (the heads, not head × dim)
+    ext = [s[r.axes[v]] for r in found for v in r.axes if (s := shapes.get(v.name or ""))]
+    return min(ext) if ext else 0
 
 
 @register

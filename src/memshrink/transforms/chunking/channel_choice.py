@@ -4,7 +4,8 @@ Why a separate step: channel splitting composes with batch/spatial chunking (a b
 BERT still holds a 4×-wide FFN tensor), so it runs on whatever the row modes left, and is kept
 only where the estimator predicts the ORT steady state drops. One slice count for the model
 (``COUNTS``), applied to the blocks whose hidden tensor is at least half the largest one,
-then the best count applied to every block; the choice follows the row modes' rule: the
+then the best count applied to every block, each in both file orders of the slices
+(``channels.ORDERS``); the choice follows the row modes' rule: the
 fewest slices within 3 % of the lowest prediction.
 """
 
@@ -15,7 +16,13 @@ from typing import Any
 
 import onnx_ir as ir
 
-from memshrink.transforms.chunking.channels import Shape, find_blocks, split_channels
+from memshrink.transforms.chunking.channels import (
+    ORDERS,
+    SERIAL,
+    Shape,
+    find_blocks,
+    split_channels,
+)
 from memshrink.transforms.chunking.choice import Chooser, rank
 from memshrink.transforms.saved_layout import clone_with_meta
 
@@ -52,16 +59,18 @@ def choose_channels(
     candidates: list[dict[str, Any]] = []
     seen: set[tuple] = set()
 
-    def trial(count: int, min_bytes: int) -> None:
+    def trial(count: int, min_bytes: int, order: str) -> None:
         if progress:
-            progress(f"chunk: trying channels x{count} (blocks >= {min_bytes} B)")
+            progress(f"chunk: trying channels x{count} (blocks >= {min_bytes} B, {order})")
         clone = clone_with_meta(model)
-        st = split_channels(clone.graph, shapes, count, min_bytes)
-        key = (count, tuple(st.labels))
+        st = split_channels(clone.graph, shapes, count, min_bytes, order=order)
+        key = (count, tuple(st.labels), order)
         if not st.blocks or key in seen:
             return
         seen.add(key)
         cand: dict[str, Any] = {"chunks": count, "min_bytes": min_bytes, "blocks": st.blocks}
+        if order != SERIAL:
+            cand["order"] = order
         try:
             cand["predicted_activations"], peak = predict(clone)
             if base_peak and peak > base_peak:  # slices cost kernels' memory
@@ -74,11 +83,15 @@ def choose_channels(
 
     # Every count on the largest blocks, then the best count on all blocks: the small ones
     # rarely move the peak and each trial costs an estimate of a graph K times larger.
+    # Each in both file orders (``channels.split_block``): which one ORT's DEFAULT order runs
+    # slice by slice depends on its fusions, so the estimator decides.
     for count in (c for c in COUNTS if c <= max_chunks):
-        trial(count, largest // BIG)
+        for order in ORDERS:
+            trial(count, largest // BIG, order)
     scored = [c for c in candidates if "refused" not in c]
     if scored:
-        trial(min(scored, key=lambda c: c["predicted_activations"])["chunks"], 0)
+        best = min(scored, key=lambda c: c["predicted_activations"])
+        trial(best["chunks"], 0, best.get("order", SERIAL))
     stats["candidates"] = candidates
     ok = [c for c in candidates if "refused" not in c]
     if not ok:
@@ -86,7 +99,8 @@ def choose_channels(
             f" ({candidates[0]['refused']})" if candidates else ""
         )
         return stats
-    fewest = lambda c: (c["chunks"], -c["min_bytes"])  # noqa: E731
+    # fewest slices; of one count, the lower prediction (the better file order)
+    fewest = lambda c: (c["chunks"], -c["min_bytes"], c["predicted_activations"])  # noqa: E731
     ranking = rank(ok, budget, fewest, fewest)
     pick = ranking[0]
     if pick["predicted_activations"] > base * (1 - min_gain):
@@ -102,8 +116,10 @@ def choose_channels(
         if chosen is None:
             return stats
         pick = chosen
-    st = split_channels(model.graph, shapes, pick["chunks"], pick["min_bytes"])
+    order = pick.get("order", SERIAL)
+    st = split_channels(model.graph, shapes, pick["chunks"], pick["min_bytes"], order=order)
     stats.update(
+        order=order,
         chunks=pick["chunks"],
         min_bytes=pick["min_bytes"],
         blocks=st.blocks,
@@ -117,5 +133,5 @@ def choose_channels(
 
 def _split(model: ir.Model, shapes: dict[str, Shape | None], c: dict[str, Any]) -> ir.Model:
     clone = clone_with_meta(model)
-    split_channels(clone.graph, shapes, c["chunks"], c["min_bytes"])
+    split_channels(clone.graph, shapes, c["chunks"], c["min_bytes"], order=c.get("order", SERIAL))
     return clone

@@ -327,6 +327,11 @@ def _grow(
     return Block(expand, chain, reduce, c, list(hidden), hidden, const_axes, size)
 
 
+#: File orders of a split block's nodes (``split_block``).
+SERIAL, REVERSED = "serial", "reversed"
+ORDERS = (SERIAL, REVERSED)
+
+
 def _nbytes(shape: Shape | None, v: ir.Value) -> int:
     if not shape:
         return 0
@@ -412,10 +417,17 @@ def split_block(
     shapes: dict[str, Shape | None],
     name: _Namer,
     consts: _Consts,
+    order: str = SERIAL,
 ) -> int:
     """Rewrite ``block`` as ``count`` channel slices whose reduce results are summed; returns
-    the number of nodes written. Slices are written one after another, each followed by the
-    Add that accumulates it, so both ORT orders finish a slice before starting the next."""
+    the number of nodes written. ``order`` is the file order of the new nodes: ``SERIAL``
+    writes the slices one after another, each followed by the Add that accumulates it;
+    ``REVERSED`` writes the last slice first and the Adds after all slices. Why both: ORT's
+    DEFAULT order is a reverse DFS that runs the highest-index producer of a join first, so
+    under ``SERIAL`` it runs every slice before the first Add (BERT b4×512: four 6 MiB
+    partial products alive together); under ``REVERSED`` the running sum is the higher-index
+    input, so each slice is added before the next starts. Which one ORT runs best depends on
+    its fusions' renumbering, so the channel choice predicts both."""
     label = f"channels_{block.label}"
     new: list[ir.Node] = []
 
@@ -440,7 +452,10 @@ def split_block(
     assert red_shape is not None
     acc: ir.Value | None = None
     ex = block.expand
+    parts: list[list[ir.Node]] = []  # each slice's nodes, and the Adds, for ``order``
+    sums: list[ir.Node] = []
     for k, (lo, hi) in enumerate(bounds(block.channels, count)):
+        first = len(new)
         local: dict[ir.Value, ir.Value] = {}
         # expand: output-channel rows lo:hi of the weight (and bias)
         h = ex.outputs[0]
@@ -500,6 +515,7 @@ def split_block(
             name=name(f"{red_out.name}__ch{k}"), shape=ir.Shape(list(red_shape)), type=red_out.type
         )
         add_node(rd.op_type, ins, [part], rd, k, attrs_of(rd))
+        parts.append(new[first:])
         if acc is None:
             acc = part
         else:
@@ -509,8 +525,11 @@ def split_block(
                 type=red_out.type,
             )
             add_node("Add", [acc, part], [s], None, k)
+            sums.append(new[-1])
             acc = s
     assert acc is not None
+    if order == REVERSED:
+        new = [n for p in reversed(parts) for n in p] + sums
     graph.insert_before(ex, new)
     old = [ex, *block.chain, block.reduce]
     read = {v for n in old for v in n.inputs if v is not None}
@@ -548,16 +567,18 @@ def split_channels(
     count: int,
     min_bytes: int = 0,
     min_slice: int = 8,
+    order: str = SERIAL,
 ) -> SplitStats:
     """Split every block whose largest hidden tensor has at least ``min_bytes`` into ``count``
-    channel slices (blocks narrower than ``count * min_slice`` channels are left whole)."""
+    channel slices (blocks narrower than ``count * min_slice`` channels are left whole), the
+    new nodes written in ``order`` (``split_block``)."""
     st = SplitStats()
     name = _Namer(graph)
     consts = _Consts(graph, name)
     for block in find_blocks(graph, shapes):
         if block.hidden_bytes < min_bytes or block.channels < count * min_slice:
             continue
-        st.nodes_added += split_block(graph, block, count, shapes, name, consts)
+        st.nodes_added += split_block(graph, block, count, shapes, name, consts, order)
         st.blocks += 1
         st.hidden_channels.append(block.channels)
         st.labels.append(block.label)

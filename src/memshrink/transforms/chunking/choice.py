@@ -250,7 +250,7 @@ class Chooser:
 
 def _label(c: dict[str, Any]) -> str:
     parts = [f"{c.get('mode', 'channels')} x{c['chunks']}"]
-    for k in ("stagger", "distinct", "trim", "cut", "min_bytes"):
+    for k in ("stagger", "distinct", "trim", "cut", "min_bytes", "order"):
         if c.get(k):
             parts.append(f"{k} {c[k]}")
     if c.get("weightless"):
