@@ -14,6 +14,9 @@ import numpy as np
 import onnx
 import pytest
 from fixtures_onnx import run_ort
+from transforms.test_transforms_chunk_channels import _feeds as ffn_feeds
+from transforms.test_transforms_chunk_channels import ffn
+from transforms.test_transforms_chunk_weightless import _feeds, _readers, bert_like
 
 from memshrink.checks import check_model
 from memshrink.manager import PassContext, PassManager
@@ -23,9 +26,6 @@ from memshrink.transforms.chunking import weightless
 from memshrink.transforms.chunking.channels import REVERSED, SERIAL, split_channels
 from memshrink.transforms.chunking.region import discover_best
 from memshrink.writer import save_model
-from transforms.test_transforms_chunk_channels import _feeds as ffn_feeds
-from transforms.test_transforms_chunk_channels import ffn
-from transforms.test_transforms_chunk_weightless import _feeds, _readers, bert_like
 
 
 def test_heads_stretch_is_the_attention_between_the_head_reshapes(tmp_path: Path) -> None:
@@ -75,9 +75,10 @@ def test_the_pass_offers_heads_candidates_for_the_divisors_of_the_heads(tmp_path
     assert {c["chunks"] for c in hd} == {2, 4}
     assert all("predicted_activations" in c for c in hd)
     # x4 heads quarter the scores as x4 samples do
-    assert min(c["predicted_activations"] for c in hd) < 0.5 * res.stats[
-        "predicted_activations_before"
-    ]
+    assert (
+        min(c["predicted_activations"] for c in hd)
+        < 0.5 * res.stats["predicted_activations_before"]
+    )
 
 
 def _split(proto: onnx.ModelProto, tmp: Path, order: str) -> tuple[Path, int]:
