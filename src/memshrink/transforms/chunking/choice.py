@@ -254,5 +254,5 @@ def _label(c: dict[str, Any]) -> str:
         if c.get(k):
             parts.append(f"{k} {c[k]}")
     if c.get("weightless"):
-        parts.append("weightless cores")
+        parts.append("weightless cores" + (" along the heads" if c.get("heads") else ""))
     return " ".join(parts)
