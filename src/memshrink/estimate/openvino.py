@@ -183,7 +183,9 @@ def _data_file_bytes(view: ModelView) -> tuple[int, int]:
     (``stat``), never read. ``memshrink``'s writer leaves the alignment padding as holes, so
     a file can hold far less than its size (``st_blocks``)."""
     if view.model_path is None:
-        return view.external_weight_bytes, view.external_weight_bytes
+        # not written yet: the bytes the writer will put there (no holes: alloc = size)
+        size = view.external_weight_bytes if view.data_file_bytes is None else view.data_file_bytes
+        return size, size
     try:
         import onnx
 
