@@ -859,6 +859,24 @@ def io_bytes(g: GraphInfo) -> tuple[int, int]:
     return ins, outs
 
 
+# glibc's largest dynamic mmap threshold on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX, 32 MiB): a
+# block under it comes from the heap, whose freed space stays resident
+MMAP_THRESHOLD_MAX = 32 << 20
+
+
+def feed_copies(g: GraphInfo) -> int:
+    """Bytes of one more copy of each graph input under 32 MiB, resident from infer 1 on.
+
+    ``request.infer(numpy)`` holds a copy of a feed beside the request's input tensor; under
+    glibc's mmap threshold it stays on the heap. Measured 2026-11-27 (f32 and bf16 alike, the
+    verifier's child): x -> Relu -> GlobalAveragePool, infer growth over compile minus the
+    rest of the prediction: input 2.3 / 9.2 / 18.4 MiB -> +1.7 / +8.8 / +18.6; 36.8 MiB ->
+    -0.8 (none). Also under a Conv (+8.7 to +10.4), ResNet-50 b16's 9.2 MiB input (+9.1 /
+    +9.3, original and chunked), and the 16 MiB Relu's "one more copy" of ``io_bytes``."""
+    sizes = (g.tensors[n].nbytes or 0 for n in g.inputs if n in g.tensors)
+    return sum(b for b in sizes if b < MMAP_THRESHOLD_MAX)
+
+
 def inference_precision(opts: Mapping[str, Any] | None) -> tuple[str, str]:
     """(``f32``/``bf16``/``f16``, where it comes from): the compile config's
     ``INFERENCE_PRECISION_HINT`` when given (``--session-option``, which the verifier passes
@@ -989,10 +1007,16 @@ def predict(
         held = 2 * outs if hold not in ("0", "false", "no", "off") else outs
         if not dynamic:  # the input tensors are made with the static graph
             cm.activations += ins
-        first.activations += ins + outs
-        run.activations += ins + held
-        first.notes.append("input tensors of the infer request; one copy of each output")
-        run.notes.append("input tensors; the previous run's output copies beside the new ones")
+        feeds = feed_copies(g)
+        first.activations += ins + outs + feeds
+        run.activations += ins + held + feeds
+        first.notes.append(
+            "input tensors of the infer request, a heap copy of each feed under 32 MiB; "
+            "one copy of each output"
+        )
+        run.notes.append(
+            "input tensors and feed copies; the previous run's output copies beside the new ones"
+        )
     assumptions = [
         "OpenVINO CPU plugin, 1 stream (LATENCY hint): Conv/FC + simple-op fusions, "
         "Conv+Sum in place, MemorySolver greedy by size",
