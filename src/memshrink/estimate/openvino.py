@@ -690,6 +690,7 @@ def ov_buffers(
         drop.tensors = []
         drop.size = 0
 
+    over_input: dict[str, str] = {}
     for f in fusions(g):
         be, bi = owner.get(f.edge), owner.get(f.into)
         if be is None or bi is None or be is bi:
@@ -712,6 +713,14 @@ def ov_buffers(
             merge(bo, bi, bo.size)
         else:
             merge(bi, be, max(bi.size, be.size))
+            if (
+                f.other in g.inputs
+                and t_other is not None
+                and not bi.is_output
+                and consumer is not None
+                and pos.get(consumer) == last
+            ):
+                over_input[f.other] = f.into  # the sum goes over the input's reordered copy
     half = precision != "f32"
     if half:
         tail = precision_tail(g)
@@ -727,7 +736,14 @@ def ov_buffers(
         steps = [pos[c] for c in t.consumers if c in pos]
         if t.shape and len(t.shape) == 4 and steps and _feeds_conv(g, name):
             size = (t.nbytes or 0) // (2 if half and t.elem_type == FLOAT else 1)
-            bufs.append(Buffer(len(bufs), size, 0, max(steps), [name + "/reorder"]))
+            end = max(steps)
+            summed = owner.get(over_input[name]) if name in over_input else None
+            if summed is not None and summed.size <= size:
+                # Conv+Sum over a graph input writes into its reordered copy (the request's
+                # tensor is not written): 3 residual blocks at 64x112x112 measure the same
+                # infer growth as the plain chain (10 MiB, 2026-11-27)
+                end, summed.size = max(end, summed.end), 0
+            bufs.append(Buffer(len(bufs), size, 0, end, [name + "/reorder"]))
     return [b for b in bufs if b.tensors or b.transient]
 
 
