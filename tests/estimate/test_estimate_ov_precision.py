@@ -20,8 +20,8 @@ from memshrink.estimate.graph import build_view
 from memshrink.estimate.host import normalize_precision, ov_default_precision
 from memshrink.estimate.openvino import (
     NATIVE_IO,
-    inference_precision,
     feed_copies,
+    inference_precision,
     io_bytes,
     output_reorders,
     ov_buffers,
@@ -387,8 +387,14 @@ def _chunked_stem(batch: int, chunks: int) -> onnx.ModelProto:
     inits = [numpy_helper.from_array(rng.standard_normal((16, 3, 7, 7)).astype(np.float32), "w")]
     for i in range(chunks):
         nodes += [
-            helper.make_node("Conv", [f"x{i}" if chunks > 1 else "x", "w"], [f"c{i}"], kernel_shape=[7, 7],
-                             strides=[2, 2], pads=[3] * 4),  # fmt: skip
+            helper.make_node(
+                "Conv",
+                [f"x{i}" if chunks > 1 else "x", "w"],
+                [f"c{i}"],
+                kernel_shape=[7, 7],
+                strides=[2, 2],
+                pads=[3] * 4,
+            ),  # fmt: skip
             helper.make_node("Relu", [f"c{i}"], [f"r{i}"]),
             helper.make_node("GlobalAveragePool", [f"r{i}"], [f"g{i}"]),
         ]
