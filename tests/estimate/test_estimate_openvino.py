@@ -139,9 +139,10 @@ def test_fusion_rules_on_a_residual_block() -> None:
     assert fs["n1"].other == "x" and fs["n3"].other == "r1"
     bufs = [b for b in ov_buffers(g, schedule(g, "openvino")) if b.size]
     tb = 8 * 8 * 8 * 4
-    # Reordered input (block 0 sums into it in place), r0, r2, block 1's sum written over r1,
-    # and the ReduceMean result: four full tensors and one scalar.
-    assert sorted(b.size for b in bufs) == [4, tb, tb, tb, tb]
+    # Reordered input, which block 0's sum (r1) is written over in place and block 1's sum
+    # (r3) over r1; r0, r2 and the ReduceMean result: three full tensors and one scalar
+    # (measured: this residual chain at 64x112x112 grows as much at infer as the plain one).
+    assert sorted(b.size for b in bufs) == [4, tb, tb, tb]
     w = weight_rules(view)
     assert w.conv_fused == 4 * 8 * 8 * 9 * 4 and w.conv == 0
 
