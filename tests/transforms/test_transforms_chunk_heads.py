@@ -16,26 +16,25 @@ import pytest
 from fixtures_onnx import run_ort
 from transforms.test_transforms_chunk_channels import _feeds as ffn_feeds
 from transforms.test_transforms_chunk_channels import ffn
-from transforms.test_transforms_chunk_weightless import _feeds, _readers, bert_like
+from transforms.test_transforms_chunk_weightless import (
+    _feeds,
+    _readers,
+    bert_batch_region,
+    bert_like,
+)
 
 from memshrink.checks import check_model
 from memshrink.manager import PassContext, PassManager
 from memshrink.model import load
-from memshrink.transforms.chunk import ChunkPass, _predict, _shapes, apply, entries_for
+from memshrink.transforms.chunk import ChunkPass, _predict, _shapes, apply
 from memshrink.transforms.chunking import weightless
 from memshrink.transforms.chunking.channel_choice import ORDER_GAIN
 from memshrink.transforms.chunking.channels import REVERSED, SERIAL, split_channels
-from memshrink.transforms.chunking.region import discover_best
 from memshrink.writer import save_model
 
 
 def test_heads_stretch_is_the_attention_between_the_head_reshapes(tmp_path: Path) -> None:
-    src = tmp_path / "bert.onnx"
-    onnx.save_model(bert_like(), src)
-    model = load(src)
-    _, est = _predict(model, PassContext())
-    shapes = _shapes(est)
-    batch = discover_best(model.graph, shapes, 18, entries_for(model, shapes, "batch", 2), "b")
+    model, shapes, batch = bert_batch_region(tmp_path)
     core = weightless.cores(batch, model.graph)[0]
     r = weightless.heads(core, model.graph, shapes, 18, "h")
     # Q, K, V reshapes/transposes run whole: the heads are an axis only after them

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -115,13 +116,19 @@ def _readers(model: ir.Model) -> Counter[str]:
                    if x is not None and x.name in inits)  # fmt: skip
 
 
-def test_cores_are_the_attention_between_the_projections(tmp_path: Path) -> None:
+def bert_batch_region(tmp_path: Path) -> tuple[ir.Model, dict, Any]:
+    """``bert_like`` saved and loaded, its estimated shapes, and its batch region (2 chunks)."""
     src = tmp_path / "bert.onnx"
     onnx.save_model(bert_like(), src)
     model = load(src)
     _, est = _predict(model, PassContext())
     shapes = _shapes(est)
     batch = discover_best(model.graph, shapes, 18, entries_for(model, shapes, "batch", 2), "b")
+    return model, shapes, batch
+
+
+def test_cores_are_the_attention_between_the_projections(tmp_path: Path) -> None:
+    model, shapes, batch = bert_batch_region(tmp_path)
     assert [v.name for v in weightless.ends(batch, model.graph)] == ["l0_of", "l1_of"]
     cores = weightless.cores(batch, model.graph)
     assert [n.op_type for n in cores[0].nodes] == [
