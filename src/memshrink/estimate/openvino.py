@@ -48,11 +48,11 @@ from memshrink.estimate.disjoint import find_root
 from memshrink.estimate.graph import GraphInfo, ModelView, NodeInfo
 from memshrink.estimate.host import normalize_precision, ov_default_precision
 from memshrink.estimate.lifetimes import Buffer, positions, tensor_buffers
+from memshrink.estimate.ort import HOLD_OUTPUTS, option_flag
 from memshrink.estimate.planners import all_planners, greedy_by_size
-from memshrink.estimate.weights import FP16, split_weights
+from memshrink.estimate.weights import FLOAT, FP16, split_weights
 
 MiB = 1 << 20
-FLOAT = 1  # TensorProto.FLOAT
 
 # Measured once on this machine (OpenVINO 2026.4, 2-core AVX2, docs/estimate.md); never per model.
 # Per-node costs fitted on hand-built sweeps (docs/bench/ov_pernode_bench.py) and five
@@ -850,7 +850,7 @@ def nonoverlapping_sets(bufs: Sequence[Buffer]) -> int:
 def is_dynamic(view: ModelView, opts: Mapping[str, Any] | None = None) -> bool:
     """OpenVINO compiles with dynamic shapes when an input dim is symbolic, unless the caller
     reshapes the model to the bound shapes first (option ``reshape=1``, as ``Model.reshape``)."""
-    if str((opts or {}).get("reshape", "0")).lower() in ("1", "true", "yes"):
+    if option_flag(opts, "reshape", False):
         return False
     return any(not isinstance(d, int) for _, dims in view.declared_inputs for d in dims)
 
@@ -1019,10 +1019,9 @@ def predict(
         run.weights_anon -= freed
         run.notes.append("embedded Conv+BN / FC+scale: the original Constants go with the ov.Model")
     first = Stage("run_1", run.weights_anon, run.weights_file, act, run.overhead)
-    if str(opts.get(NATIVE_IO, "1")).strip().lower() not in ("0", "false", "no", "off"):
+    if option_flag(opts, NATIVE_IO, True):
         ins, outs = io_bytes(g)
-        hold = str(opts.get("memshrink.hold_outputs", "1")).strip().lower()
-        held = 2 * outs if hold not in ("0", "false", "no", "off") else outs
+        held = 2 * outs if option_flag(opts, HOLD_OUTPUTS, True) else outs
         if not dynamic:  # the input tensors are made with the static graph
             cm.activations += ins
         feeds = feed_copies(g)

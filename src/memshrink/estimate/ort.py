@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from memshrink.errors import UsageError
 from memshrink.estimate.graph import GraphInfo, NodeInfo
@@ -613,16 +614,22 @@ GLIBC_MODE = "memshrink.glibc_mode"
 GLIBC_MODES = ("pinned", "consolidated", "partly_pinned")
 
 
+def option_flag(opts: Mapping[str, Any] | None, key: str, default: bool) -> bool:
+    """A boolean session option as users write it (``1``/``true``/``yes``/``on``; absent:
+    ``default``), read the same way by every backend's rules."""
+    v = (opts or {}).get(key)
+    if v is None:
+        return default
+    return str(v).strip().lower() in ("1", "true", "yes", "on")
+
+
 def session_options_rules(opts: Mapping[str, str]) -> dict[str, bool | str]:
     """Normalize the session options that change memory: order, pattern, arena, reuse, and
     the estimator-only ``memshrink.hold_outputs`` (default on: the caller keeps the previous
     run's outputs, as ``memshrink verify`` and an ``out = sess.run(...)`` loop do)."""
 
     def flag(key: str, default: bool) -> bool:
-        v = opts.get(key)
-        if v is None:
-            return default
-        return str(v).strip().lower() in ("1", "true", "yes", "on")
+        return option_flag(opts, key, default)
 
     order = str(opts.get("execution_order", "DEFAULT")).upper()
     mode = str(opts.get(GLIBC_MODE, "")).strip().lower()

@@ -46,10 +46,10 @@ from typing import Any
 from memshrink.estimate.graph import GraphInfo, NodeInfo, TensorInfo
 from memshrink.estimate.ort_weights import nchwc_block_size
 from memshrink.estimate.schedule import reverse_dfs
+from memshrink.estimate.weights import FLOAT
 
 NCHWC_DOMAIN = "com.microsoft.nchwc"
 MS_DOMAIN = "com.microsoft"
-FLOAT = 1
 CONV_ACTIVATIONS = frozenset({"Relu", "Sigmoid", "Tanh", "LeakyRelu", "Clip", "HardSigmoid"})
 NCHWC_ACTIVATIONS = frozenset({"Relu", "Sigmoid", "Tanh"})
 #: Coordinate modes under which ORT's NCHWc transformer turns a linear Resize by integer

@@ -36,11 +36,10 @@ from memshrink.estimate.graph import GraphInfo, NodeInfo
 from memshrink.estimate.host import cpu_flags as host_cpu_flags
 from memshrink.estimate.ort_heap import CreationBlocks
 from memshrink.estimate.schedule import ort_default
-from memshrink.estimate.weights import FP16, ORT_PREPACK, WeightSplit
+from memshrink.estimate.weights import FLOAT, FP16, ORT_PREPACK, WeightSplit
 
 MiB = 1 << 20
 DEFAULT_MMAP_THRESHOLD_MAX = 32 * MiB  # glibc malloc.c, 64-bit
-FLOAT = 1
 
 
 def nchwc_block_size(cpu_flags: set[str] | None = None, machine: str | None = None) -> int:

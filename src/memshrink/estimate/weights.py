@@ -34,7 +34,8 @@ ORT_PREPACK = {
     "Attention": (1,),
     "QAttention": (1,),
 }
-FP16 = 10
+FLOAT = 1  # TensorProto.FLOAT
+FP16 = 10  # TensorProto.FLOAT16
 OV_REORDER = {"Conv", "ConvTranspose", "MatMul", "Gemm", "ConvInteger", "MatMulInteger"}
 
 
