@@ -342,38 +342,27 @@ def _cone_ends(
     ]
 
 
-def _has_cores(
-    model: ir.Model, shapes: dict[str, tuple[int, ...] | None], candidates: list[dict[str, Any]]
-) -> bool:
-    """Whether the batch region has a weightless core (``chunking.weightless``); if not, one
-    refused candidate says so, instead of a refused trial per K (a CNN has none)."""
-    trial = clone_with_meta(model)
-    specialize(trial, shapes)
-    entries = entries_for(trial, shapes, "batch", 0)
-    found = bool(entries) and bool(
-        cores.cores(discover_best(trial.graph, shapes, _opset(trial), entries, "w"), trial.graph)
-    )
-    if not found:
-        candidates.append({"mode": "batch", "weightless": True, "refused": "no weightless core"})
-    return found
-
-
-def _heads_extent(model: ir.Model, shapes: dict[str, tuple[int, ...] | None]) -> int:
-    """The heads every weightless core can be cut along (``weightless.heads``), else 0."""
+def _weightless_layouts(
+    model: ir.Model, shapes: dict[str, tuple[int, ...] | None]
+) -> tuple[bool, int]:
+    """(whether the batch region has a weightless core, the heads every core can be cut
+    along or 0) from one clone and one region discovery (``chunking.weightless``)."""
     trial = clone_with_meta(model)
     specialize(trial, shapes)
     entries = entries_for(trial, shapes, "batch", 0)
     if not entries:
-        return 0
+        return False, 0
     batch = discover_best(trial.graph, shapes, _opset(trial), entries, "w")
+    found = cores.cores(batch, trial.graph)
+    if not found:
+        return False, 0
     try:
-        found = [cores.heads(r, trial.graph, shapes, _opset(trial), "h")
-                 for r in cores.cores(batch, trial.graph)]  # fmt: skip
+        cut = [cores.heads(r, trial.graph, shapes, _opset(trial), "h") for r in found]
     except Refuse:
-        return 0
+        return True, 0
     # the smallest extent along the chunk axis of any value (the heads, not head × dim)
-    ext = [s[r.axes[v]] for r in found for v in r.axes if (s := shapes.get(v.name or ""))]
-    return min(ext) if ext else 0
+    ext = [s[r.axes[v]] for r in cut for v in r.axes if (s := shapes.get(v.name or ""))]
+    return True, min(ext) if ext else 0
 
 
 @register
@@ -645,13 +634,21 @@ class ChunkPass(Pass):
                 self._try(model, context, shapes, candidates, seen, mode, count, stagger,
                           distinct, trim, cut, end)  # fmt: skip
             # weight-free cores only (attention between the projections)
-            if mode == "batch" and o.weightless and _has_cores(model, shapes, candidates):
+            has_cores, heads = (
+                _weightless_layouts(model, shapes) if mode == "batch" and o.weightless
+                else (None, 0)
+            )  # fmt: skip
+            if has_cores is False:  # one refused row, instead of a refused trial per K
+                candidates.append(
+                    {"mode": "batch", "weightless": True, "refused": "no weightless core"}
+                )
+            if has_cores:
                 for count in chunk_counts(mode, extent, o.max_chunks, o.min_rows):
                     for stagger in STAGGERS[mode]:
                         self._try(model, context, shapes, candidates, seen, mode, count,
                                   stagger, 0, 0, 0, weightless=True)  # fmt: skip
                 # the same cores cut along their attention heads (``weightless.heads``)
-                for count in chunk_counts(mode, _heads_extent(model, shapes), o.max_chunks, 1):
+                for count in chunk_counts(mode, heads, o.max_chunks, 1):
                     self._try(model, context, shapes, candidates, seen, mode, count, 0, 0, 0,
                               0, weightless=True, heads=True)  # fmt: skip
             if mode == "spatial":  # regions entered at interior tensors (``chunking.cone``)
