@@ -32,17 +32,16 @@ from collections.abc import Mapping
 
 import numpy as np
 
-REDUCED = ("bf16", "bfloat16", "f16", "float16")
+from memshrink.estimate.host import normalize_precision
+
 MAX_NOISE_FRACTION = 1 / 8
 
 
 def reduced_precision(assumptions: Mapping[str, object] | None) -> str | None:
-    """The reduced inference precision a run reports (``bf16``/``f16``), else None."""
-    text = str((assumptions or {}).get("inference_precision") or "").lower()
-    for name in REDUCED:
-        if f"'{name}'" in text or text == name:
-            return "bf16" if "b" in name else "f16"
-    return None
+    """The reduced inference precision a run reports (``bf16``/``f16``), else None: the
+    estimator's reading of the same property (``host.normalize_precision``)."""
+    precision = normalize_precision((assumptions or {}).get("inference_precision") or "")
+    return None if precision == "f32" else precision
 
 
 def runtime_noise(ref: np.ndarray | None, out: np.ndarray | None) -> float | None:
