@@ -11,6 +11,7 @@ import pytest
 from interpreters import NO_CUDA, cuda_python
 from onnx import TensorProto, helper, numpy_helper
 
+from memshrink.errors import UsageError
 from memshrink.estimate import cuda, estimate
 from memshrink.estimate import ort as ortsim
 from memshrink.estimate.backends import VERIFY_STAGES
@@ -350,6 +351,59 @@ def test_pointwise_convolutions_load_cublas_and_bias_loads_its_module() -> None:
     assert grouped - plain == pytest.approx(c["cuda_host_cudnn_grouped"], abs=1)
 
 
+def _parallel_convs(specs: list[tuple[int, int, int, int]]) -> onnx.ModelProto:
+    """Parallel Convs over x = 1x64x56x56: (out channels, kernel, stride, group) each."""
+    nodes, inits, outs = [], [], []
+    for i, (cout, k, st, grp) in enumerate(specs):
+        inits.append(
+            numpy_helper.from_array(np.zeros((cout, 64 // grp, k, k), np.float32), f"w{i}")
+        )
+        nodes.append(
+            helper.make_node(
+                "Conv", ["x", f"w{i}"], [f"y{i}"], pads=[k // 2] * 4, strides=[st] * 2, group=grp
+            )
+        )
+        outs.append(helper.make_tensor_value_info(f"y{i}", F, None))
+    x = [helper.make_tensor_value_info("x", F, [1, 64, 56, 56])]
+    return helper.make_model(
+        helper.make_graph(nodes, "convs", x, outs, inits),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+
+
+def test_strided_pointwise_convolution_loads_no_cublas() -> None:
+    # Measured alone (H200, cuda_conv_search_grid.json): a stride-2 1x1 Conv 112-151 MiB at six
+    # sizes, a stride-1 one 198-220 (it runs on cuBLAS GEMM kernels, +100).
+    assert "cublas" not in cuda.kernel_families(build_view(_parallel_convs([(64, 1, 2, 1)])).graph)
+    assert "cublas" in cuda.kernel_families(build_view(_parallel_convs([(64, 1, 1, 1)])).graph)
+
+
+def test_exhaustive_search_prices_each_depthwise_pointwise_configuration() -> None:
+    # Measured (H200, cuda_conv_search_*.json): a depthwise 1x1 costs the host +25..+30.5 MiB
+    # with EXHAUSTIVE over HEURISTIC (10 sizes), each further configuration +26 again; grouped
+    # but not depthwise 1x1s (4/8/32 groups) and dense or depthwise 3x3s within 2 MiB.
+    c = cuda.CUDA_CALIBRATION
+    two_dw = build_view(_parallel_convs([(64, 1, 1, 64), (64, 1, 2, 64), (64, 3, 1, 1)])).graph
+    assert cuda.depthwise_pointwise_configs(two_dw) == 2  # stride makes another configuration
+    gap = cuda.host_libraries(two_dw) - cuda.host_libraries(two_dw, "HEURISTIC")
+    assert gap == pytest.approx(2 * c["cuda_host_search_dw1x1"], abs=1)
+    others = build_view(_parallel_convs([(64, 1, 1, 8), (64, 3, 1, 64), (64, 3, 1, 1)])).graph
+    assert cuda.depthwise_pointwise_configs(others) == 0
+    assert cuda.host_libraries(others) == cuda.host_libraries(others, "HEURISTIC")
+
+
+def test_conv_algo_search_option_reaches_the_host_figure() -> None:
+    m = _parallel_convs([(64, 1, 1, 64)])
+    exh = estimate(m, backend="cuda").prediction.details["host"]
+    opt = {cuda.CONV_ALGO_SEARCH: "heuristic"}
+    heur = estimate(m, backend="cuda", session_options=opt).prediction.details["host"]
+    dw = cuda.CUDA_CALIBRATION["cuda_host_search_dw1x1"]
+    assert exh["run_1"] - heur["run_1"] == pytest.approx(dw, abs=1)
+    assert exh["session_creation"] == heur["session_creation"]
+    with pytest.raises(UsageError, match="cuda_conv_algo_search"):
+        estimate(m, backend="cuda", session_options={cuda.CONV_ALGO_SEARCH: "FAST"})
+
+
 def test_device_range_spans_other_weight_orders():
     # BERT b4x512 after `chunk`, four processes of one file: session 442..958 MiB, run 1
     # 516..1044: ORT's weight copy order differs per process. The file order is one draw.
@@ -507,3 +561,29 @@ def test_first_run_host_per_kernel_family_on_a_gpu(tmp_path: Path) -> None:
         assert pred == pytest.approx(meas[name], rel=0.10)
     assert meas["four"] == pytest.approx(meas["add"], abs=3.0)  # one module for the family
     assert meas["mm"] - meas["add"] > 80  # cuBLAS is a family of its own
+
+
+@pytest.mark.cuda
+def test_exhaustive_search_cost_of_a_depthwise_pointwise_conv_on_a_gpu(tmp_path: Path) -> None:
+    # The rule's measurement, repeated: one depthwise 1x1 Conv, host at run 1 with EXHAUSTIVE
+    # minus HEURISTIC is the predicted difference within 30 % (measured 25.0-30.5 MiB, H200).
+    py = cuda_python()
+    if py is None:
+        pytest.skip(NO_CUDA)
+    from memshrink.verify import profile
+
+    path = tmp_path / "dw1x1.onnx"
+    onnx.save_model(_parallel_convs([(64, 1, 1, 64)]), path)
+    host = {}
+    for search in ("EXHAUSTIVE", "HEURISTIC"):
+        popts = {"cuda": {"cudnn_conv_algo_search": search}}
+        run = profile(str(path), backends=("cuda",), runs=1, python={"cuda": py},
+                      provider_options=popts).runs[0]  # fmt: skip
+        assert run.ok, run.error
+        host[search] = next(s["peak"] for s in run.stages if s["name"] == "run1") - (
+            run.baseline_rss or 0
+        )
+    pred = cuda.CUDA_CALIBRATION["cuda_host_search_dw1x1"]
+    meas = host["EXHAUSTIVE"] - host["HEURISTIC"]
+    print("EXHAUSTIVE - HEURISTIC host MiB", meas / MiB, "predicted", pred / MiB)
+    assert abs(meas - pred) <= 0.30 * pred, (meas, pred)

@@ -36,6 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from memshrink.errors import UsageError
 from memshrink.estimate import ort as ortsim
 from memshrink.estimate.graph import GraphInfo, ModelView
 from memshrink.estimate.lifetimes import Buffer, tensor_buffers
@@ -64,6 +65,7 @@ CUDA_CALIBRATION: dict[str, float] = {
     "cuda_host_cudnn_config": 3.7 * MiB,  # ... per further convolution configuration (fit) ...
     "cuda_host_cudnn_grouped": 9.4 * MiB,  # ... per grouped (kernel, stride): other engines ...
     "cuda_host_conv_node": 0.87 * MiB,  # ... and per further Conv node (its cuDNN state)
+    "cuda_host_search_dw1x1": 26 * MiB,  # EXHAUSTIVE search: per depthwise 1x1 configuration
     "cuda_host_cudnn_pool": 20 * MiB,  # cuDNN's pooling kernels (MaxPool 20.0, AveragePool 20.0)
     "cuda_host_family": 2.5 * MiB,  # a kernel family without a measured cost (median)
     "cuda_host_node": 3 * 1024,  # per node: ORT's kernel objects (3.1 KiB measured, 4,000 Adds)
@@ -74,6 +76,10 @@ CUDA_CALIBRATION: dict[str, float] = {
 #: replays besides the file order (0 = none).
 WEIGHT_ORDERS = "memshrink.cuda_weight_orders"
 DEFAULT_WEIGHT_ORDERS = 8
+#: Estimator-only session option: the ``cudnn_conv_algo_search`` provider option the session
+#: will run with (``EXHAUSTIVE``, ORT's default; ``HEURISTIC``; ``DEFAULT``).
+CONV_ALGO_SEARCH = "memshrink.cuda_conv_algo_search"
+CONV_ALGO_SEARCHES = ("EXHAUSTIVE", "HEURISTIC", "DEFAULT")
 GEMM_OPS = frozenset({"MatMul", "Gemm", "Attention", "MultiHeadAttention"})
 INT64 = 7
 SMALL_INT64 = 64 << 10
@@ -402,14 +408,46 @@ def _grouped_geometries(g: GraphInfo, convs: list[Any]) -> set[tuple[Any, ...]]:
 
 
 def _is_pointwise_conv(g: GraphInfo, n: Any) -> bool:
-    """An ungrouped 1x1 (any stride) convolution, which cuDNN runs through GEMM kernels (a
-    grouped 1x1 measured like any grouped convolution: 122 MiB, not 227)."""
+    """An ungrouped 1x1 stride-1 convolution, which cuDNN runs through GEMM kernels (a grouped
+    1x1 measured like any grouped convolution: 122 MiB, not 227; a stride-2 1x1 alone 112-151
+    MiB over six sizes, a stride-1 one 198-220: strided ones load no cuBLAS,
+    ``docs/bench/cuda_conv_search_grid.json``)."""
     if n.op_type not in CONV_OPS or len(n.inputs) < 2 or not n.inputs[1]:
         return False
     if int(n.attrs.get("group", 1)) > 1:
         return False
+    if any(int(st) != 1 for st in n.attrs.get("strides", ())):
+        return False
     w = g.tensors[n.inputs[1]].shape
     return w is not None and len(w) > 2 and all(d == 1 for d in w[2:])
+
+
+def _conv_key(g: GraphInfo, n: Any) -> tuple[Any, ...]:
+    """A convolution configuration: op, weight shape, attributes other than the padding."""
+    w = g.tensors[n.inputs[1]].shape if len(n.inputs) > 1 and n.inputs[1] else None
+    return (n.op_type, w, tuple(sorted((k, repr(v)) for k, v in n.attrs.items() if k != "pads")))
+
+
+def depthwise_pointwise_configs(g: GraphInfo) -> int:
+    """Distinct depthwise 1x1 convolution configurations (one input channel per group, one
+    output channel per group, 1x1 kernel): the ones cuDNN's EXHAUSTIVE search pays for.
+
+    Measured (H200, ``docs/bench/cuda_conv_search.py``): a depthwise 1x1 alone costs the host
+    25.0-30.5 MiB more with EXHAUSTIVE than with HEURISTIC at every size tried (10 processes:
+    32-512 channels, 14-224 pixels, strides 1 and 2), and each further such configuration in
+    one process +26 again; grouped 1x1s that are not depthwise (4, 8 or 32 groups) +0.9-1.6,
+    every dense and depthwise kxk of ResNet-50, MobileNetV2 and U-Net within a few MiB."""
+    seen = set()
+    for n in g.nodes:
+        if n.op_type != "Conv" or n.index in g.folded or len(n.inputs) < 2 or not n.inputs[1]:
+            continue
+        w = g.tensors[n.inputs[1]].shape
+        grp = int(n.attrs.get("group", 1))
+        if w is None or len(w) < 3:
+            continue
+        if grp > 1 and w[0] == grp and w[1] == 1 and all(d == 1 for d in w[2:]):
+            seen.add(_conv_key(g, n))
+    return len(seen)
 
 
 def family_host(families: Mapping[str, int]) -> float:
@@ -430,16 +468,10 @@ def conv_configs(g: GraphInfo) -> int:
     shapes and one weight shape cost the host what 64 of one shape cost (+4 %), and U-Net's
     spatial chunks (per-band pads, 19 -> 47 configurations counted with pads) added 34 MiB,
     what their extra nodes cost; so chunks of a convolution add nodes, not configurations."""
-    seen = set()
-    for n in g.nodes:
-        if n.op_type in CONV_OPS:
-            w = g.tensors[n.inputs[1]].shape if len(n.inputs) > 1 and n.inputs[1] else None
-            attrs = tuple(sorted((k, repr(v)) for k, v in n.attrs.items() if k != "pads"))
-            seen.add((n.op_type, w, attrs))
-    return len(seen)
+    return len({_conv_key(g, n) for n in g.nodes if n.op_type in CONV_OPS})
 
 
-def host_libraries(g: GraphInfo) -> int:
+def host_libraries(g: GraphInfo, search: str = "EXHAUSTIVE") -> int:
     """Host bytes a first run adds for CUDA libraries and kernel modules (over session creation).
 
     Per kernel family, once (``kernel_families``): lazy CUDA module loading loads a family's
@@ -450,7 +482,10 @@ def host_libraries(g: GraphInfo) -> int:
     configuration and per Conv *node*: each ORT Conv kernel keeps its own cuDNN state (measured
     0.87 MiB a node, the same with ``cudnn_conv_algo_search=HEURISTIC``, so not the algorithm
     search). Why it matters: ``chunk`` repeats every Conv once per chunk (ResNet-50 b16: 53 ->
-    848 nodes, host 715 -> 1376 MiB measured)."""
+    848 nodes, host 715 -> 1376 MiB measured). ``search`` (``cudnn_conv_algo_search``):
+    EXHAUSTIVE adds ``cuda_host_search_dw1x1`` per depthwise 1x1 configuration
+    (``depthwise_pointwise_configs``); the other terms were measured with EXHAUSTIVE, and
+    HEURISTIC matched them on ResNet-50 and MobileNetV2 (within 4 MiB)."""
     c = CUDA_CALIBRATION
     fams = kernel_families(g)
     if not fams:
@@ -471,11 +506,14 @@ def host_libraries(g: GraphInfo) -> int:
             if any(len(n.inputs) > 2 and n.inputs[2] for n in convs):
                 libs += c["cuda_host_conv_bias"]
             libs += c["cuda_host_cudnn_grouped"] * len(_grouped_geometries(g, convs))
+            if search.upper() == "EXHAUSTIVE":
+                libs += c["cuda_host_search_dw1x1"] * depthwise_pointwise_configs(g)
     return int(libs)
 
 
-def host_stages(view: ModelView) -> dict[str, int]:
-    """Host RSS peak per stage over the child's baseline (bytes)."""
+def host_stages(view: ModelView, search: str = "EXHAUSTIVE") -> dict[str, int]:
+    """Host RSS peak per stage over the child's baseline (bytes); ``search`` is the session's
+    ``cudnn_conv_algo_search`` (``host_libraries``)."""
     g = view.graph
     c = CUDA_CALIBRATION
     sizes = device_weights(g)
@@ -498,7 +536,7 @@ def host_stages(view: ModelView) -> dict[str, int]:
     kernels = c["cuda_host_node"] * (len(g.nodes) - len(g.folded))
     session = int(c["cuda_host_session"] + kernels + staged)
     retained = c["cuda_host_embedded_retained"] * stored if view.embedded else 0
-    run = int(c["cuda_host_session"] + kernels + host_libraries(g) + retained)
+    run = int(c["cuda_host_session"] + kernels + host_libraries(g, search) + retained)
     return {"session_creation": session, "run_1": run, "steady_state": run}
 
 
@@ -533,7 +571,12 @@ def predict(
         if samples > 0
         else {}
     )
-    host = host_stages(view)
+    search = str(opts.get(CONV_ALGO_SEARCH, "EXHAUSTIVE")).upper()
+    if search not in CONV_ALGO_SEARCHES:
+        raise UsageError(
+            f"{CONV_ALGO_SEARCH}={search!r}: expected one of {', '.join(CONV_ALGO_SEARCHES)}"
+        )
+    host = host_stages(view, search)
     for st in stages:
         if st.name in spread:
             lo, hi = spread[st.name]
@@ -561,8 +604,8 @@ def predict(
         "weights_on_device": dev.weights,
     }
     assumptions = [
-        "ORT CUDA EP, default provider options (arena kNextPowerOfTwo, no gpu_mem_limit, "
-        "cuDNN EXHAUSTIVE search), lazy CUDA module loading",
+        "ORT CUDA EP, default provider options (arena kNextPowerOfTwo, no gpu_mem_limit), "
+        f"cudnn_conv_algo_search={search} ({CONV_ALGO_SEARCH}), lazy CUDA module loading",
         "device figures: NVML per-process memory over an empty CUDA session measured in its own "
         "process (the verifier's method); absolute NVML figures in details['device_absolute']",
         "calibrated on one H200 with onnxruntime-gpu 1.31.1; other GPUs/drivers change the "
