@@ -26,7 +26,9 @@ Rules, from ``onnxruntime/core`` (1.31) and ORT's own arena log on an H200 (``do
   constant-folded results, computed on the CPU), then what a first run loads lazily: each
   kernel family's CUDA module once (all binary element-wise ops are one ~105 MiB module),
   cuBLAS per distinct GEMM shape, cuDNN per convolution configuration, and the cuDNN state of
-  every Conv node (``host_libraries``).
+  every Conv node (``host_libraries``); with cuDNN's EXHAUSTIVE algorithm search (ORT's
+  default; ``memshrink.cuda_conv_algo_search`` says otherwise) the engines it tries for each
+  depthwise 1x1 configuration, the one geometry where the search measurably costs more.
 """
 
 from __future__ import annotations
