@@ -3,6 +3,7 @@
     python docs/bench/cuda_conv_search.py configs MODEL.onnx ... --out cfgs.json   # anywhere
     python docs/bench/cuda_conv_search.py grid --out cfgs.json                      # anywhere
     python docs/bench/cuda_conv_search.py measure cfgs.json --out rows.json [--fresh]  # GPU
+    python docs/bench/cuda_conv_search.py pernode cfgs.json --out rows.json SET ...    # GPU
 
 ``configs``: a model's distinct convolutions (op, input shape, weight shape, attributes,
 bias) in graph order, the first node of each. ``grid``: single convolutions over kernel,
@@ -18,6 +19,12 @@ configuration adds to the ones before it: the model's first run, decomposed. The
 repeats the first configuration (a control: a new session of a known configuration).
 ``--fresh``: one process per (configuration, algo search) instead, host only (several at once;
 NVML's per-process figure needs the GPU to itself): what one convolution costs on its own.
+
+``pernode``: per set, two models made of its distinct convolutions side by side (one graph
+input each): each once, and each repeated as often as the model has such nodes; the verifier's
+child measures both (host run 1 minus session creation, EXHAUSTIVE). The difference, less the
+repeated nodes' outputs (copied to the host and held by the child), over the repeated nodes is
+the per-Conv-node cost in that model's context.
 
 Why: ``cudnn_conv_algo_search=EXHAUSTIVE`` (ORT's default) runs
 ``cudnnFindConvolutionForwardAlgorithmEx`` on each new input shape: every applicable
@@ -128,6 +135,67 @@ def single_conv_model(cfg: dict[str, Any]) -> Any:
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
     g = helper.make_graph([node], "conv", [x], [y], inits)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def side_by_side_model(cfgs: list[dict[str, Any]], repeat: bool) -> Any:
+    """Each configuration's Conv over its own graph input, once or ``nodes`` times."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes, inits, ins, outs = [], [], [], []
+    for i, c in enumerate(cfgs):
+        ins.append(helper.make_tensor_value_info(f"x{i}", TensorProto.FLOAT, c["x"]))
+        inits.append(numpy_helper.from_array(np.zeros(c["w"], np.float32), f"w{i}"))
+        b = []
+        if c["bias"]:
+            inits.append(numpy_helper.from_array(np.zeros(c["w"][0], np.float32), f"b{i}"))
+            b = [f"b{i}"]
+        for r in range(c["nodes"] if repeat else 1):
+            nodes.append(
+                helper.make_node(c["op"], [f"x{i}", f"w{i}", *b], [f"y{i}_{r}"], **c["attrs"])
+            )
+            outs.append(helper.make_tensor_value_info(f"y{i}_{r}", TensorProto.FLOAT, None))
+    g = helper.make_graph(nodes, "side_by_side", ins, outs, inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def _out_bytes(c: dict[str, Any]) -> int:
+    x, w, a = c["x"], c["w"], c["attrs"]
+    s, p = a.get("strides", [1, 1]), a.get("pads", [0] * 4)
+    hw = [(x[2 + j] + p[j] + p[j + 2] - w[2 + j]) // s[j] + 1 for j in range(2)]
+    return int(x[0] * w[0] * hw[0] * hw[1] * 4)
+
+
+def cmd_pernode(args: argparse.Namespace) -> int:
+    import onnx
+
+    from memshrink.verify.api import profile
+
+    sets = json.loads(Path(args.cfgs).read_text())
+    work = Path(tempfile.mkdtemp(prefix="convpernode-"))
+    res: dict[str, Any] = {}
+    for tag in args.sets:
+        fig = {}
+        for rep in (False, True):
+            p = work / f"{tag}.{int(rep)}.onnx"
+            onnx.save(side_by_side_model(sets[tag], rep), str(p))
+            run = profile(str(p), backends="cuda", runs=1).runs[0]
+            st = {s["name"]: s for s in run.stages}
+            fig[rep] = (st["run1"]["peak"] - st["session"]["peak"]) / MiB
+        extra = sum(c["nodes"] - 1 for c in sets[tag])
+        outs = sum(_out_bytes(c) * (c["nodes"] - 1) for c in sets[tag]) / MiB
+        res[tag] = {
+            "run1_minus_session_once": round(fig[False], 1),
+            "run1_minus_session_repeated": round(fig[True], 1),
+            "repeated_nodes": extra,
+            "their_outputs_mib": round(outs, 1),
+            "per_node_mib": round((fig[True] - fig[False] - outs) / max(extra, 1), 2),
+        }
+        print(tag, res[tag], flush=True)
+        Path(args.out).write_text(json.dumps(res, indent=1))
+    return 0
 
 
 # ------------------------------------------------------------------ measuring child (GPU)
@@ -255,6 +323,10 @@ def main() -> int:
     m.add_argument("--out", required=True)
     m.add_argument("--fresh", action="store_true")
     m.add_argument("--jobs", type=int, default=8)
+    pn = sub.add_parser("pernode")
+    pn.add_argument("cfgs")
+    pn.add_argument("sets", nargs="+")
+    pn.add_argument("--out", required=True)
     ch = sub.add_parser("child")
     ch.add_argument("cfgs")
     ch.add_argument("algo")
@@ -270,6 +342,8 @@ def main() -> int:
     if args.cmd == "grid":
         Path(args.out).write_text(json.dumps(grid_configs(), indent=1))
         return 0
+    if args.cmd == "pernode":
+        return cmd_pernode(args)
     if args.cmd == "child":
         child(args.cfgs, args.algo, args.out, args.gpu)
         return 0
