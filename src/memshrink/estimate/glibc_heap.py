@@ -38,13 +38,7 @@ into 59 + 17 + 4, too small for run 1's 64 MiB arena region, +56 MiB) —, while
 some blocks and not others (small allocations between them drain the tcache's 7 slots per
 size, or not). Which, the replay cannot see, so ``partly_pinned`` is the expected heap over
 ``PARTLY_SAMPLES`` seeded replays: copies pinned in half of them, merged in the other half,
-every other aligned block pinned with probability ``PARTLY_P`` = 3/4 (``partly_pinned``): the
-rotations' rule for external data, glibc's own odds. A block keeps no trailing spare when its
-address needs the 80-byte lead (one address in four, ``_int_memalign``); equal-size blocks
-carved one after another keep the same offset, so a process's conversions mostly pin or mostly
-do not (multibranch, traced in the verifier's child: its 864 KiB conversion sources freed as
-884,752-byte chunks, spare split, in the 81.7 MiB processes and as 884,784-byte chunks, none,
-in the 70.5 MiB ones). The earlier 1/2 was an assumption of no knowledge.
+every other aligned block pinned with probability ``PARTLY_P`` = 1/2 (``partly_pinned``).
 
 Small allocations between the big ones are not replayed (their bytes are the calibrated
 session overhead). Checked against ``mallinfo2()`` after session creation and against the
@@ -67,7 +61,7 @@ TOP_PAD = 128 * 1024  # DEFAULT_TOP_PAD
 ALIGN_SPARE = 64 + 32  # posix_memalign(64, n): alignment + MINSIZE asked of _int_malloc
 FRAGMENT = ALIGN_SPARE - 8  # the spare left beside a freed aligned block
 ROTATIONS = 4
-PARTLY_P = 0.75  # embedded weights, partly pinned heap: chance that an aligned block's spare pins
+PARTLY_P = 0.5  # embedded weights, partly pinned heap: chance that an aligned block's spare pins
 PARTLY_SAMPLES = 8  # seeded replays of the partly pinned heap
 # the threshold in `memshrink verify`'s child when session creation starts (LD_PRELOAD trace of
 # mmapped frees, docs/estimate.md): its imports leave it at 212 KiB; numpy then reads each .npz

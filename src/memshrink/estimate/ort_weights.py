@@ -169,8 +169,8 @@ def embedded_mode(g: GraphInfo, w: WeightSplit, convs: list[ConvWeight]) -> str:
     what frees the session copies (docs/estimate.md, "Which glibc mode"). Prepacked weights'
     copies, each freed right after its packed copy is allocated: ``pinned`` (GPT-2 19 of 19
     processes, BERT-base 27 of 41). Rewritten Conv weights' copies, freed together once the
-    graph transformers are done: ``partly_pinned``, the expected heap when the copies pin with
-    even odds and every other spare with glibc's 3 in 4 — processes of these models spread between the two extremes (MobileNetV2
+    graph transformers are done: ``partly_pinned``, the expected heap when each spare pins
+    with even odds — processes of these models spread between the two extremes (MobileNetV2
     45 / 50 MiB at creation against 39 consolidated and 51 pinned; ResNet-50 b16 run 1 318 /
     374 against 318 and 395). An observed rule, not one read in glibc: which spare finds a
     tcache slot is decided by small allocations the replay does not see."""
