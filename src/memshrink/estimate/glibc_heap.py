@@ -63,6 +63,24 @@ FRAGMENT = ALIGN_SPARE - 8  # the spare left beside a freed aligned block
 ROTATIONS = 4
 PARTLY_P = 0.5  # embedded weights, partly pinned heap: chance that an aligned block's spare pins
 PARTLY_SAMPLES = 8  # seeded replays of the partly pinned heap
+# the threshold in `memshrink verify`'s child when session creation starts (LD_PRELOAD trace of
+# mmapped frees, docs/estimate.md): its imports leave it at 212 KiB; numpy then reads each .npz
+# feed in chunks of at most 256 KiB (``format.read_array``), each a bytes object (+33 bytes)
+# mmapped at or above the threshold and freed, which lifts it to that chunk's mapping
+VERIFIER_THRESHOLD = 212 * 1024
+NPZ_READ_CHUNK = 256 * 1024
+BYTES_OBJECT = 33  # CPython bytes header + NUL
+
+
+def verifier_threshold(feed_bytes: list[int]) -> int:
+    """glibc's mmap threshold when the verifier's child creates its session, from its feeds'
+    sizes (a feed of 602 KB: 260 KiB; BERT's 1 KiB ids: 212 KiB)."""
+    t = VERIFIER_THRESHOLD
+    for n in feed_bytes:
+        chunk = min(n, NPZ_READ_CHUNK) + BYTES_OBJECT
+        if request2size(chunk) >= t:
+            t = max(t, (request2size(chunk) + 8 + PAGE - 1) // PAGE * PAGE)
+    return min(t, MMAP_THRESHOLD_MAX)
 
 
 def request2size(n: int) -> int:
@@ -209,7 +227,8 @@ def replay(
     (``seed`` picks which; the modes of embedded weights)."""
     if spares not in SPARES:
         raise ValueError(f"spares must be one of {SPARES}, not {spares!r}")
-    heap = GlibcHeap()
+    t = blocks.threshold or MMAP_THRESHOLD_START
+    heap = GlibcHeap(t, 2 * t if t > MMAP_THRESHOLD_START else t)
     live: dict[str, int] = {}
     rng = random.Random(seed)
     k = 0

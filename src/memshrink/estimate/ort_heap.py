@@ -34,6 +34,7 @@ class CreationBlocks:
     # op: alloc | free
     aligned: set[str] = field(default_factory=set)  # keys from ORT's allocator (posix_memalign)
     copies: set[str] = field(default_factory=set)  # embedded: session state's initializer copies
+    threshold: int = 0  # glibc's dynamic mmap threshold when creation starts (0: its default)
 
     def alloc(self, key: str, n: int, *, aligned: bool = False, copy: bool = False) -> None:
         if n > 0:

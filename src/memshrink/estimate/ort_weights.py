@@ -31,7 +31,12 @@ import platform
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from memshrink.estimate.glibc_heap import GlibcHeap, embedded_modes, resident_after_creation
+from memshrink.estimate.glibc_heap import (
+    GlibcHeap,
+    embedded_modes,
+    resident_after_creation,
+    verifier_threshold,
+)
 from memshrink.estimate.graph import GraphInfo, NodeInfo
 from memshrink.estimate.host import cpu_flags as host_cpu_flags
 from memshrink.estimate.ort_heap import CreationBlocks
@@ -434,12 +439,19 @@ def _mean_pairs(pairs: list[tuple[int, int]]) -> tuple[int, int]:
 
 READ_BLOCK = 4 * MiB  # ORT's FileInputStream block when parsing a model by path (traced)
 STRING_RESERVE_MAX = 50_000_000  # protobuf's kSafeStringSize: larger strings grow by doubling
+# a TensorProto's own small fields (name, dims), parsed between two raw-data strings and alive
+# with the ModelProto: they keep each freed string's hole apart from its neighbours' (traced)
+PROTO_FIELDS = 48
 
 
 def _string_blocks(b: CreationBlocks, key: str, nbytes: int) -> None:
     """A raw-data string as protobuf parses it: ``reserve(size)`` up to 50 MB, then appends
     that double the capacity, each step freeing the last (traced: BERT's 94 MB table is
-    50 MB + 1, then 100 MB + 1)."""
+    50 MB + 1, then 100 MB + 1), then the tensor's small fields, which stay: a freed string
+    leaves a hole of its own size only, which its session copy (``posix_memalign``, 96 bytes
+    more) never fits (multibranch's 216 KiB weights, traced in the verifier's child: the
+    copies extend the heap top, and only the conversions' plain-malloc V and S reuse the
+    strings' holes; merged holes put 4 MiB of copies into them in the replay)."""
     caps = [nbytes]
     if nbytes > STRING_RESERVE_MAX:
         caps = [STRING_RESERVE_MAX]
@@ -452,6 +464,7 @@ def _string_blocks(b: CreationBlocks, key: str, nbytes: int) -> None:
         if prev:
             b.free(prev)
         prev = k
+    b.alloc(f"fields:{key}", PROTO_FIELDS)
 
 
 def creation_blocks(
@@ -471,6 +484,10 @@ def creation_blocks(
     (``conv_copies``); the copies of rewritten weights (embedded) freed; last, in node order,
     each prepacked weight's packed B followed by the free of its copy (embedded)."""
     b = CreationBlocks()
+    # which raw-data strings the heap serves depends on the threshold the process starts with
+    b.threshold = verifier_threshold(
+        [g.tensors[n].nbytes or 0 for n in g.inputs if g.tensors[n].kind == "input"]
+    )
     inits = [n for n in g.initializers if not g.tensors[n].folded]
     rewritten = {cw.name for cw in convs if cw.nchwc or cw.fused}
     if embedded:
