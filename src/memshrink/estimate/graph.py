@@ -106,6 +106,9 @@ class GraphInfo:
     initializers: list[str]
     unknown: list[str] = field(default_factory=list)  # activations of unknown size
     folded: set[int] = field(default_factory=set)  # nodes the runtime folds at load time
+    # ORT CPU, fp16 models (``ort_fp16.lower``): initializers stored as fp16 that the runtime
+    # converts to anon f32 copies at session creation (their ``nbytes`` are the f32 copy's)
+    fp16_cast: set[str] = field(default_factory=set)
 
 
 # Never constant-folded by ONNX Runtime (non-deterministic, or kept for QDQ fusion).
