@@ -250,7 +250,7 @@ def _ort_cpu(
         }
         details["glibc_band"] = glibc_band  # stage -> (lowest, highest) peak over the replays
     return BackendPrediction(
-        "ort", sched, order, stages, planners, w, details, assumptions, graph=g
+        "ort", sched, order, stages, planners, stored, details, assumptions, graph=g
     )
 
 
