@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import platform
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from memshrink.estimate import ort as ortsim
@@ -21,11 +20,13 @@ from memshrink.estimate.gather_pages import gather_pages
 from memshrink.estimate.glibc_heap import GlibcHeap, hole_shares
 from memshrink.estimate.graph import GraphInfo, ModelView
 from memshrink.estimate.lifetimes import tensor_buffers
+from memshrink.estimate.openvino import OV_CALIBRATION
 from memshrink.estimate.ort_heap import CreationBlocks
 from memshrink.estimate.ort_optimized import optimize
 from memshrink.estimate.ort_weights import optimization_level, ort_cpu_weights
 from memshrink.estimate.planners import all_planners
 from memshrink.estimate.schedule import schedule as make_schedule
+from memshrink.estimate.stages import BackendPrediction, Stage
 from memshrink.estimate.weights import WeightSplit, split_weights
 
 MiB = 1 << 20
@@ -41,49 +42,6 @@ CALIBRATION: dict[str, float] = {
     # (``glibc_heap``), no constant.
     # CUDA EP: ``cuda.CUDA_CALIBRATION`` (measured on a GPU).
 }
-
-
-@dataclass
-class Stage:
-    name: str
-    weights_anon: int = 0
-    weights_file: int = 0
-    activations: int = 0
-    overhead: int = 0
-    notes: list[str] = field(default_factory=list)
-    # the stage's peak in every mode the runtime lands in at random per process (ORT CPU,
-    # embedded weights: glibc's ``pinned`` / ``consolidated``); empty when it has one
-    modes: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def peak(self) -> int:
-        return self.weights_anon + self.weights_file + self.activations + self.overhead
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "peak": self.peak,
-            "weights_anon": self.weights_anon,
-            "weights_file": self.weights_file,
-            "activations": self.activations,
-            "overhead": self.overhead,
-            "notes": self.notes,
-        }
-        if self.modes:
-            out["modes"] = dict(self.modes)
-        return out
-
-
-@dataclass
-class BackendPrediction:
-    backend: str
-    schedule: str
-    order: list[int]
-    stages: list[Stage]
-    planners: dict[str, int]
-    weights: WeightSplit
-    details: dict[str, Any]
-    assumptions: list[str]
-    graph: GraphInfo | None = None  # the graph the runtime runs, when it rewrites the model
 
 
 def session_transient(g: GraphInfo, w: WeightSplit) -> int:
@@ -395,8 +353,5 @@ ORT-based backend (CPU, the OpenVINO EP, CUDA) runs in the verifier's ORT child,
 ``steady_state`` is the last of ``verify``'s default three runs; with ``runs=N`` it is
 ``runN`` / ``inferN``. Checked against both sides by ``tests/estimate/test_estimate_verify_stages.py``.
 """
-
-# OpenVINO's constants are defined beside its rules; imported last (the module imports Stage).
-from memshrink.estimate.openvino import OV_CALIBRATION  # noqa: E402
 
 CALIBRATION.update(OV_CALIBRATION)

@@ -43,7 +43,7 @@ from memshrink.estimate.planners import all_planners, best_fit
 from memshrink.estimate.weights import split_weights
 
 if TYPE_CHECKING:
-    from memshrink.estimate.backends import BackendPrediction
+    from memshrink.estimate.stages import BackendPrediction
 
 MiB = 1 << 20
 # Measured once on one NVIDIA H200, driver 580.159.04, onnxruntime-gpu 1.31.1 (CUDA 13, lazy
@@ -506,7 +506,7 @@ def predict(
     view: ModelView, order: list[int], opts: Mapping[str, Any], sched: str
 ) -> BackendPrediction:
     """The CUDA backend's ``BackendPrediction`` (device figures as stage peaks)."""
-    from memshrink.estimate.backends import BackendPrediction, Stage
+    from memshrink.estimate.stages import BackendPrediction, Stage
 
     g = view.graph
     rules = ortsim.session_options_rules({k: str(v) for k, v in opts.items()})

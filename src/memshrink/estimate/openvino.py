@@ -43,13 +43,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from memshrink.estimate import ov_read
-from memshrink.estimate.backends import BackendPrediction, Stage
 from memshrink.estimate.disjoint import find_root
 from memshrink.estimate.graph import GraphInfo, ModelView, NodeInfo
 from memshrink.estimate.host import normalize_precision, ov_default_precision
 from memshrink.estimate.lifetimes import Buffer, positions, tensor_buffers
 from memshrink.estimate.ort import HOLD_OUTPUTS, option_flag
 from memshrink.estimate.planners import all_planners, greedy_by_size
+from memshrink.estimate.stages import BackendPrediction, Stage
 from memshrink.estimate.weights import FLOAT, FP16, split_weights
 
 MiB = 1 << 20

@@ -44,13 +44,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from memshrink.estimate import openvino
-from memshrink.estimate.backends import BackendPrediction, Stage
 from memshrink.estimate.disjoint import find_root
 from memshrink.estimate.graph import GraphInfo, ModelView
 from memshrink.estimate.lifetimes import Buffer
 from memshrink.estimate.ort import session_options_rules
 from memshrink.estimate.planners import greedy_by_size
 from memshrink.estimate.schedule import ort_default
+from memshrink.estimate.stages import BackendPrediction, Stage
 
 MiB = 1 << 20
 

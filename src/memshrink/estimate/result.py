@@ -6,9 +6,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from memshrink.estimate.backends import BackendPrediction
 from memshrink.estimate.graph import GraphInfo, ModelView
 from memshrink.estimate.lifetimes import Buffer, live_bytes, tensor_buffers
+from memshrink.estimate.stages import BackendPrediction
 
 
 @dataclass
