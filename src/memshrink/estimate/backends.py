@@ -61,8 +61,10 @@ def _ort_cpu(
     rules = ortsim.session_options_rules({k: str(v) for k, v in opts.items()})
     view = _ort_identity(view)
     stored = split_weights(view.graph)  # as the file holds them (the parse buffer reads these)
-    view, order, fp16_notes = _ort_fp16(view, order)
+    view, order, fp16_notes = _ort_fp16(view, order, str(rules["graph_optimization_level"]))
     w = split_weights(view.graph) if fp16_notes else stored
+    if fp16_notes and sched in ("ort_default", "ort_priority"):
+        order = make_schedule(view.graph, sched)  # the Casts where ORT's own order puts them
     g, order, opt_notes = _ort_graph(view, order, sched, str(rules["graph_optimization_level"]))
     opt_notes = fp16_notes + opt_notes
     plan = ortsim.plan(g, order, reuse=bool(rules["enable_mem_reuse"]), fusions=False)
@@ -253,24 +255,38 @@ def _ort_identity(view: ModelView) -> ModelView:
     return view if g is None else dataclasses.replace(view, graph=g)
 
 
-def _ort_fp16(view: ModelView, order: list[int]) -> tuple[ModelView, list[int], list[str]]:
+def _ort_fp16(
+    view: ModelView, order: list[int], level: str = "all"
+) -> tuple[ModelView, list[int], list[str]]:
     """An fp16 model as ORT CPU runs it on x86-64 (``ort_fp16``): its fp16 compute regions in
-    f32, with Casts at the graph's inputs and outputs and f32 copies of the fp16 weights. The
-    Casts of the inputs run first and those of the outputs last in ``order``."""
+    f32, with Casts at the graph's inputs and outputs; at level ``all`` f32 copies of the fp16
+    weights made at session creation, below it a Cast of each weight at every run. The Casts
+    of the inputs run first, those of the outputs last, a weight's just before its first
+    reader in ``order``."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return view, order, []
-    g = ort_fp16.lower(view.graph)
+    g = ort_fp16.lower(view.graph, fuse_weights=level == "all")
     if g is None:
         return view, order, []
     n = len(view.graph.nodes)
     new = range(n, len(g.nodes))
-    first = [i for i in new if g.nodes[i].outputs[0] not in g.outputs]
+    weights = [i for i in new if g.nodes[i].inputs[0] in g.initializers]
+    first = [i for i in new if i not in weights and g.nodes[i].outputs[0] not in g.outputs]
     last = [i for i in new if g.nodes[i].outputs[0] in g.outputs]
+    order = list(order)
+    for i in weights:
+        readers = g.tensors[g.nodes[i].outputs[0]].consumers
+        at = min((order.index(c) for c in readers if c in order), default=len(order))
+        order.insert(at, i)
     cast = sum(g.tensors[t].nbytes or 0 for t in g.fp16_cast)
     notes = [
         "ORT CPU has no fp16 kernel for most ops on x86-64: the fp16 region runs in f32 "
         f"(InsertCastTransformer: {len(first)} input / {len(last)} output Casts; "
-        f"{len(g.fp16_cast)} fp16 weights converted to {cast / MiB:.1f} MiB of f32 copies)"
+        + (
+            f"{len(g.fp16_cast)} fp16 weights converted to {cast / MiB:.1f} MiB of f32 copies)"
+            if level == "all"
+            else f"below ORT_ENABLE_ALL {len(weights)} fp16 weights cast to f32 at every run)"
+        )
     ]
     return dataclasses.replace(view, graph=g), first + order + last, notes
 

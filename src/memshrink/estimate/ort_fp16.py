@@ -92,7 +92,7 @@ def f32_region(g: GraphInfo) -> set[str]:
     return {n for n in parent if find(n) in roots}
 
 
-def lower(g: GraphInfo) -> GraphInfo | None:
+def lower(g: GraphInfo, *, fuse_weights: bool = True) -> GraphInfo | None:
     """The graph ORT CPU runs for a model with fp16 compute ops, or None when it has none.
 
     A new graph (``g`` is not changed): region activations and initializers become f32 (the
@@ -118,6 +118,8 @@ def lower(g: GraphInfo) -> GraphInfo | None:
         if t.kind == "input" or t.is_output:
             continue
         if t.kind == "initializer":
+            if not t.folded and not fuse_weights:
+                continue  # stays fp16 (mapped or embedded); a Cast node reads it each run
             tensors[name] = f32(t, external=False, consumers=list(t.consumers))
             if not t.folded:
                 cast_from.add(name)
@@ -131,6 +133,27 @@ def lower(g: GraphInfo) -> GraphInfo | None:
         )
         return idx
 
+    if not fuse_weights:
+        # below ORT_ENABLE_ALL (measured at DISABLE / BASIC / EXTENDED: the dumps keep the fp16
+        # weights and a Cast node each) every run casts each weight into an f32 activation
+        for name in [n for n in g.initializers if n in region and not g.tensors[n].folded]:
+            t = g.tensors[name]
+            new = f"InsertedPrecisionFreeCast_{name}"
+            users = list(t.consumers)
+            idx = add_cast(name, new, FLOAT)
+            for c in users:
+                nodes[c].inputs = [new if x == name else x for x in nodes[c].inputs]
+            tensors[name] = dataclasses.replace(t, consumers=[idx])
+            tensors[new] = dataclasses.replace(
+                t,
+                name=new,
+                kind="activation",
+                elem_type=FLOAT,
+                external=None,
+                init_bytes=None,
+                producer=idx,
+                consumers=users,
+            )
     for name in [n for n in g.inputs if n in region]:
         t = g.tensors[name]
         new = f"InsertedPrecisionFreeCast_{name}"
