@@ -9,10 +9,13 @@ nothing is fitted per model.
 
 from __future__ import annotations
 
+import dataclasses
+import platform
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from memshrink.estimate import ort as ortsim
+from memshrink.estimate import ort_fp16, ort_identity
 from memshrink.estimate.gather_pages import gather_pages
 from memshrink.estimate.glibc_heap import GlibcHeap, hole_shares
 from memshrink.estimate.graph import GraphInfo, ModelView
@@ -56,8 +59,14 @@ def _ort_cpu(
     view: ModelView, order: list[int], opts: Mapping[str, Any], sched: str
 ) -> BackendPrediction:
     rules = ortsim.session_options_rules({k: str(v) for k, v in opts.items()})
-    w = split_weights(view.graph)
+    view = _ort_identity(view)
+    stored = split_weights(view.graph)  # as the file holds them (the parse buffer reads these)
+    view, order, fp16_notes = _ort_fp16(view, order, str(rules["graph_optimization_level"]))
+    w = split_weights(view.graph) if fp16_notes else stored
+    if fp16_notes and sched in ("ort_default", "ort_priority"):
+        order = make_schedule(view.graph, sched)  # the Casts where ORT's own order puts them
     g, order, opt_notes = _ort_graph(view, order, sched, str(rules["graph_optimization_level"]))
+    opt_notes = fp16_notes + opt_notes
     plan = ortsim.plan(g, order, reuse=bool(rules["enable_mem_reuse"]), fusions=False)
     hold = bool(rules["hold_outputs"])
     creation = ortsim.creation_arena(g)
@@ -70,7 +79,7 @@ def _ort_cpu(
         creation=creation,
     )
     assumptions = [f"ORT session options: {rules}"] + opt_notes + sim.assumptions
-    c = {**CALIBRATION, "ort_session_transient": session_transient(view.graph, w)}
+    c = {**CALIBRATION, "ort_session_transient": session_transient(view.graph, stored)}
     ww = ort_cpu_weights(
         view.graph,  # weight rules and their calibration read the graph as written
         w,
@@ -201,7 +210,7 @@ def _ort_cpu(
         }
         details["glibc_band"] = glibc_band  # stage -> (lowest, highest) peak over the replays
     return BackendPrediction(
-        "ort", sched, order, stages, planners, w, details, assumptions, graph=g
+        "ort", sched, order, stages, planners, stored, details, assumptions, graph=g
     )
 
 
@@ -238,6 +247,48 @@ def _credit(sim: ortsim.OrtRunModel, in_hole: Sequence[float]) -> tuple[int, int
     run_1 = sim.run_1 - sum(t * h for t, h in zip(sim.touched_run_1, in_hole[:n1], strict=True))
     steady = sim.steady_state - sum(t * h for t, h in zip(sim.touched, in_hole, strict=True))
     return int(run_1), int(steady)
+
+
+def _ort_identity(view: ModelView) -> ModelView:
+    """The graph with ORT's ``EliminateIdentity`` applied to weights (``ort_identity``)."""
+    g = ort_identity.eliminate(view.graph)
+    return view if g is None else dataclasses.replace(view, graph=g)
+
+
+def _ort_fp16(
+    view: ModelView, order: list[int], level: str = "all"
+) -> tuple[ModelView, list[int], list[str]]:
+    """An fp16 model as ORT CPU runs it on x86-64 (``ort_fp16``): its fp16 compute regions in
+    f32, with Casts at the graph's inputs and outputs; at level ``all`` f32 copies of the fp16
+    weights made at session creation, below it a Cast of each weight at every run. The Casts
+    of the inputs run first, those of the outputs last, a weight's just before its first
+    reader in ``order``."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return view, order, []
+    g = ort_fp16.lower(view.graph, fuse_weights=level == "all")
+    if g is None:
+        return view, order, []
+    n = len(view.graph.nodes)
+    new = range(n, len(g.nodes))
+    weights = [i for i in new if g.nodes[i].inputs[0] in g.initializers]
+    first = [i for i in new if i not in weights and g.nodes[i].outputs[0] not in g.outputs]
+    last = [i for i in new if g.nodes[i].outputs[0] in g.outputs]
+    order = list(order)
+    for i in weights:
+        readers = g.tensors[g.nodes[i].outputs[0]].consumers
+        at = min((order.index(c) for c in readers if c in order), default=len(order))
+        order.insert(at, i)
+    cast = sum(g.tensors[t].nbytes or 0 for t in g.fp16_cast)
+    notes = [
+        "ORT CPU has no fp16 kernel for most ops on x86-64: the fp16 region runs in f32 "
+        f"(InsertCastTransformer: {len(first)} input / {len(last)} output Casts; "
+        + (
+            f"{len(g.fp16_cast)} fp16 weights converted to {cast / MiB:.1f} MiB of f32 copies)"
+            if level == "all"
+            else f"below ORT_ENABLE_ALL {len(weights)} fp16 weights cast to f32 at every run)"
+        )
+    ]
+    return dataclasses.replace(view, graph=g), first + order + last, notes
 
 
 def _ort_graph(

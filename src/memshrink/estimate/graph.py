@@ -25,6 +25,7 @@ import onnx_ir as ir
 
 from memshrink.bindings import Dim, bind_input_shapes, load_sidecar
 from memshrink.errors import ModelLoadError, UnboundDimensionError
+from memshrink.estimate import shape_values
 
 # Integer initializers at most this big are passed with their data (shape-inference needs
 # Reshape/Unsqueeze/Slice constants); everything else is shape + dtype only.
@@ -106,6 +107,9 @@ class GraphInfo:
     initializers: list[str]
     unknown: list[str] = field(default_factory=list)  # activations of unknown size
     folded: set[int] = field(default_factory=set)  # nodes the runtime folds at load time
+    # ORT CPU, fp16 models (``ort_fp16.lower``): initializers stored as fp16 that the runtime
+    # converts to anon f32 copies at session creation (their ``nbytes`` are the f32 copy's)
+    fp16_cast: set[str] = field(default_factory=set)
 
 
 # Never constant-folded by ONNX Runtime (non-deterministic, or kept for QDQ fusion).
@@ -383,10 +387,49 @@ def _cached_infer(
                         types[name] = (et or (old[0] if old else 0), shp)
         except Exception:  # noqa: BLE001 - best effort; what stays unknown is reported
             pass
+    bound = all(
+        all(isinstance(d, int) and d >= 0 for d in v) for v in dims.values()
+    )  # every input shape known: the shape computations have values
+    if bound and _has_unknown(inferred.graph, types):
+        _shape_values(proto, types)
     _CACHE[key] = (inferred, types)
     if len(_CACHE) > _CACHE_SIZE:
         _CACHE.popitem(last=False)
     return inferred, types
+
+
+MAX_SHAPE_ROUNDS = 16  # Swin-V2: one round per stage's window padding
+
+
+def _shape_values(proto: onnx.ModelProto, types: dict[str, tuple[int, SymShape | None]]) -> None:
+    """Fill ``types`` where shape inference left them unknown by evaluating the small shape
+    computations on the bound input shapes (``shape_values``), then inferring again with those
+    values as initializers; repeated while it resolves more (a resolved tensor's ``Shape``
+    starts the next computation)."""
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 17)
+    vals: dict[str, Any] = {}
+    for _ in range(MAX_SHAPE_ROUNDS):
+        shapes = {n: _concrete(s) for n, (_, s) in types.items()}
+        before = len(vals)
+        vals = shape_values.evaluate(proto.graph, shapes, opset, vals)
+        if len(vals) == before:
+            return
+        mp = onnx.ModelProto()
+        mp.CopyFrom(proto)
+        mp.graph.CopyFrom(shape_values.as_initializers(proto.graph, vals))
+        more: dict[str, tuple[int, SymShape | None]] = {}
+        _collect_types(_infer(mp).graph, more)
+        for name, v in vals.items():
+            et = types[name][0] if name in types else 0
+            more.setdefault(name, (et, tuple(int(d) for d in v.shape)))
+        found = 0
+        for name, (et, shp) in more.items():
+            old = types.get(name)
+            if (old is None or _concrete(old[1]) is None) and _concrete(shp) is not None:
+                types[name] = (et or (old[0] if old else 0), shp)
+                found += 1
+        if not found:
+            return
 
 
 def _keep_declared(

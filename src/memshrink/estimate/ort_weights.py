@@ -411,7 +411,9 @@ def ort_cpu_weights(
         )
     else:
         in_place = w.external - w.prepacked_only - w.gather_tables - w.folded_anon
-        converted = sum(cw.nbytes for cw in convs if cw.nchwc or cw.fused)
+        converted = sum(
+            cw.nbytes for cw in convs if (cw.nchwc or cw.fused) and g.tensors[cw.name].external
+        )
         res.run_file = max(0, in_place - converted)
         res.notes.append(
             "external weights memory-mapped; NCHWc/fused Conv weights re-laid out into anon "
@@ -490,15 +492,34 @@ def creation_blocks(
     )
     inits = [n for n in g.initializers if not g.tensors[n].folded]
     rewritten = {cw.name for cw in convs if cw.nchwc or cw.fused}
+    cast = g.fp16_cast  # fp16 weights converted to f32 copies (``ort_fp16``)
+
+    def stored(n: str) -> int:
+        nb = g.tensors[n].nbytes or 0
+        return nb // 2 if n in cast else nb
+
+    def to_f32(n: str) -> None:
+        # the fp16 source read into an Initializer, the f32 copy kept as the graph's OrtValue
+        b.alloc(f"h:{n}", stored(n), aligned=True)
+        b.alloc(f"copy:{n}", g.tensors[n].nbytes or 0, aligned=True, copy=embedded)
+        b.free(f"h:{n}")
+
     if embedded:
-        total = sum(g.tensors[n].nbytes or 0 for n in inits)
+        total = sum(stored(n) for n in inits)
         b.alloc("read", min(READ_BLOCK, total))
         for n in inits:
-            _string_blocks(b, f"str:{n}", g.tensors[n].nbytes or 0)
+            _string_blocks(b, f"str:{n}", stored(n))
         b.free("read")
         for n in inits:
-            b.alloc(f"copy:{n}", g.tensors[n].nbytes or 0, aligned=True, copy=True)
+            if n in cast:
+                to_f32(n)
+            else:
+                b.alloc(f"copy:{n}", g.tensors[n].nbytes or 0, aligned=True, copy=True)
             b.free(f"str:{n}")
+    else:
+        for n in inits:
+            if n in cast:
+                to_f32(n)
     # ORT runs each transformer over the whole graph in its topological order (the DEFAULT
     # reverse DFS): each pass of the Conv+BN/Mul fusions (level 1), then every NCHWc conversion
     # (level 3); the fused weights a later pass replaced are released after the last
