@@ -204,14 +204,20 @@ def _data_file_bytes(view: ModelView) -> tuple[int, int]:
     return max(size, view.external_weight_bytes), max(alloc, view.external_weight_bytes)
 
 
+F32ISH = (FLOAT, FP16)  # f16 weights are decompressed to f32 Constants at read / compile
+
+
 def mapped_file_pages(w: OvWeights) -> int:
     """File pages of the external data that compile leaves mapped: every weight is read
     (re-laid out, or checked for subnormals), and the kernel maps the 64 KiB around each
     fault from the page cache. Padding holes are in the page cache only once something read
     them (a cold file's read-around; not a file just written): a warm file maps its allocated
     bytes, a cold one its whole size (multibranch after ``--passes all``: 25.1 vs 47.3 MiB,
-    measured both ways). Predicted: the middle; ``details`` gives both ends."""
-    return (w.file_bytes + w.file_alloc) // 2
+    measured both ways). Predicted: the middle; ``details`` gives both ends.
+    f16 weights are not among them: their f32 decompressed Constants replace them, and their
+    pages are gone by the compile peak (4 x MatMul of a 2048^2 f16 weight, 32 MiB external:
+    compile RSS 131.6 MiB, anon 104.5, i.e. no weight pages; 2026-11-27)."""
+    return max(0, (w.file_bytes + w.file_alloc) // 2 - w.fp16)
 
 
 def weight_rules(view: ModelView, only: set[int] | None = None) -> OvWeights:
@@ -228,6 +234,8 @@ def weight_rules(view: ModelView, only: set[int] | None = None) -> OvWeights:
             w.kept += nb
         if only is None and t.elem_type == FP16:
             w.fp16 += nb
+        if t.elem_type == FP16:  # decompressed to f32 Constants first: copies are of those
+            nb *= 2
         for c in sorted(set(t.consumers)):
             if only is not None and c not in only:
                 continue
@@ -235,7 +243,7 @@ def weight_rules(view: ModelView, only: set[int] | None = None) -> OvWeights:
             if not node.inputs or node.inputs[0] == name:
                 continue
             op = node.op_type
-            if op in ("Conv", "ConvTranspose") and node.inputs[1] == name and t.elem_type == FLOAT:
+            if op in ("Conv", "ConvTranspose") and node.inputs[1] == name and t.elem_type in F32ISH:
                 w.conv_f32 += nb
             if op == "Conv" and node.inputs[1] == name:
                 out = node.outputs[0]
