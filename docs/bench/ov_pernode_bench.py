@@ -47,8 +47,9 @@ def _conv(nodes, inits, x, cin, cout, k=1, group=1, tag="c"):  # type: ignore[no
     return r
 
 
-def build(family: str, n: int) -> tuple[onnx.ModelProto, int]:
-    """(model, number of Conv nodes) of one family with ``n`` repeated units."""
+def build(family: str, n: int, dynamic: bool = False) -> tuple[onnx.ModelProto, int]:
+    """(model, number of Conv nodes) of one family with ``n`` repeated units; ``dynamic``
+    makes the batch dim symbolic (``N``, bound to 1 when measured), as exporters write it."""
     nodes: list = []
     inits: list = []
     hw = 28
@@ -96,6 +97,17 @@ def build(family: str, n: int) -> tuple[onnx.ModelProto, int]:
             y = f"{t}_cat"
             nodes.append(helper.make_node("Concat", halves, [y], axis=1))
             x = y
+        elif family == "reshape_transpose":  # layout only: [N,C,H,W] -> [N,H,W,C] and back
+            sh = _w(f"{t}_sh", (3,), inits)
+            inits[-1] = numpy_helper.from_array(np.array([0, c, hw * hw], np.int64), sh)
+            a, b2, y = f"{t}_a", f"{t}_b", f"{t}_y"
+            nodes.append(helper.make_node("Reshape", [x, sh], [a]))
+            nodes.append(helper.make_node("Transpose", [a], [b2], perm=[0, 2, 1]))
+            back = _w(f"{t}_bk", (4,), inits)
+            inits[-1] = numpy_helper.from_array(np.array([0, c, hw, hw], np.int64), back)
+            nodes.append(helper.make_node("Transpose", [b2], [f"{t}_t"], perm=[0, 2, 1]))
+            nodes.append(helper.make_node("Reshape", [f"{t}_t", back], [y]))
+            x = y
         elif family == "add":  # residual Add of two activations (not fusable into a Conv)
             r = f"{t}_r"
             nodes.append(helper.make_node("Sigmoid", [x], [r]))
@@ -107,7 +119,11 @@ def build(family: str, n: int) -> tuple[onnx.ModelProto, int]:
     graph = helper.make_graph(
         nodes,
         f"{family}_{n}",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c0, hw, hw])],
+        [
+            helper.make_tensor_value_info(
+                "x", TensorProto.FLOAT, ["N" if dynamic else 1, c0, hw, hw]
+            )
+        ],
         [helper.make_tensor_value_info(x, TensorProto.FLOAT, None)],
         inits,
     )
@@ -124,6 +140,7 @@ FAMILIES = (
     "split4_conv",
     "slice_concat",
     "add",
+    "reshape_transpose",
 )
 
 
@@ -134,10 +151,11 @@ def save(m: onnx.ModelProto, path: Path) -> None:
     ms_save(load(m), str(path), external=True)
 
 
-def measure(path: Path, backend: str, python: str | None) -> dict:
+def measure(path: Path, backend: str, python: str | None, dims: dict[str, int]) -> dict:
     from memshrink.verify import profile
 
-    rep = profile(str(path), backends=(backend,), python={backend: python} if python else None)
+    py = {backend: python} if python else None
+    rep = profile(str(path), backends=(backend,), python=py, dims=dims or None)
     run = rep.runs[0]
     if run.status != "ok":
         raise RuntimeError(f"{path.name} {backend}: {run.status}: {run.error}")
@@ -161,24 +179,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--python-ovep", default=str(ROOT / ".cache/venv-ovep/bin/python"))
     ap.add_argument("--json", default=None)
     ap.add_argument("--predict", action="store_true", help="also print the estimator's figures")
+    ap.add_argument("--dynamic", action="store_true", help="symbolic batch (N=1), as exported")
     a = ap.parse_args(argv)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     for fam in a.families:
         for n in a.counts:
-            m, convs = build(fam, n)
-            p = out / f"{fam}_{n}.onnx"
+            m, convs = build(fam, n, a.dynamic)
+            dims = {"N": 1} if a.dynamic else {}
+            p = out / f"{fam}_{n}{'_dyn' if a.dynamic else ''}.onnx"
             save(m, p)
             for be in a.backends:
                 py = a.python_ovep if be == "ort-openvino" else None
-                meas = measure(p, be, py)
+                meas = measure(p, be, py, dims)
                 row = {"family": fam, "n": n, "nodes": len(m.graph.node), "convs": convs,
-                       "backend": be, "stages": meas}  # fmt: skip
+                       "backend": be, "dynamic": a.dynamic, "stages": meas}  # fmt: skip
                 if a.predict:
                     from memshrink.estimate import estimate
 
-                    est = estimate(str(p), backend=be)
+                    est = estimate(str(p), backend=be, dims=dims or None)
                     row["pred"] = {k: v / MiB for k, v in est.stage_peaks().items()}
                 rows.append(row)
                 cells = " ".join(

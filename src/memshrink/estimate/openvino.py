@@ -204,17 +204,25 @@ def _data_file_bytes(view: ModelView) -> tuple[int, int]:
     return max(size, view.external_weight_bytes), max(alloc, view.external_weight_bytes)
 
 
+F32ISH = (FLOAT, FP16)  # f16 weights are decompressed to f32 Constants at read / compile
+
+
 def mapped_file_pages(w: OvWeights) -> int:
     """File pages of the external data that compile leaves mapped: every weight is read
     (re-laid out, or checked for subnormals), and the kernel maps the 64 KiB around each
     fault from the page cache. Padding holes are in the page cache only once something read
     them (a cold file's read-around; not a file just written): a warm file maps its allocated
     bytes, a cold one its whole size (multibranch after ``--passes all``: 25.1 vs 47.3 MiB,
-    measured both ways). Predicted: the middle; ``details`` gives both ends."""
-    return (w.file_bytes + w.file_alloc) // 2
+    measured both ways). Predicted: the middle; ``details`` gives both ends.
+    f16 weights are not among them: their f32 decompressed Constants replace them, and their
+    pages are gone by the compile peak (4 x MatMul of a 2048^2 f16 weight, 32 MiB external:
+    compile RSS 131.6 MiB, anon 104.5, i.e. no weight pages; 2026-11-27)."""
+    return max(0, (w.file_bytes + w.file_alloc) // 2 - w.fp16)
 
 
-def weight_rules(view: ModelView) -> OvWeights:
+def weight_rules(view: ModelView, only: set[int] | None = None) -> OvWeights:
+    """Weight bytes by what the plugin does with them; ``only``: count the Conv/FC weights of
+    these nodes alone (kept Constants and the data file are left out)."""
     g = view.graph
     w = OvWeights()
     for name in g.initializers:
@@ -222,16 +230,20 @@ def weight_rules(view: ModelView) -> OvWeights:
         nb = t.nbytes or 0
         if t.folded and not t.consumers:
             continue
-        if not t.folded:
+        if only is None and not t.folded:
             w.kept += nb
-        if t.elem_type == FP16:
+        if only is None and t.elem_type == FP16:
             w.fp16 += nb
+        if t.elem_type == FP16:  # decompressed to f32 Constants first: copies are of those
+            nb *= 2
         for c in sorted(set(t.consumers)):
+            if only is not None and c not in only:
+                continue
             node = g.nodes[c]
             if not node.inputs or node.inputs[0] == name:
                 continue
             op = node.op_type
-            if op in ("Conv", "ConvTranspose") and node.inputs[1] == name and t.elem_type == FLOAT:
+            if op in ("Conv", "ConvTranspose") and node.inputs[1] == name and t.elem_type in F32ISH:
                 w.conv_f32 += nb
             if op == "Conv" and node.inputs[1] == name:
                 out = node.outputs[0]
@@ -265,7 +277,7 @@ def weight_rules(view: ModelView) -> OvWeights:
                     )
                     w.fc_kn_shared += nb * max(0, readers - 1)
                 break
-    if not view.embedded:
+    if only is None and not view.embedded:
         w.file_bytes, w.file_alloc = _data_file_bytes(view)
     return w
 
@@ -914,6 +926,51 @@ def conv_copy_bytes(w: OvWeights, c: Mapping[str, float], precision: str) -> int
     return int(full - saving)
 
 
+def fused_constant_bytes(w: OvWeights, c: Mapping[str, float]) -> int:
+    """The Constants a Conv+BN/Mul fusion writes (the weights as stored, f32), part of
+    ``conv_copy_bytes``. The fusion is one of compile's graph transformations, so it runs at
+    ``compile_model`` even when dynamic shapes defer the Conv primitives (and their re-laid-out
+    copies) to the first infer: 6 x Conv 512x512x3x3 + BN (54 MiB, symbolic batch) compile anon
+    62.7 MiB against 8.4 without the BNs, the bf16 copies (+27) at infer 1 (2026-11-27)."""
+    return int((c["ov_conv_fused"] - c["ov_conv"]) * w.conv_fused)
+
+
+def deferred_bytes(w: OvWeights, c: Mapping[str, float], precision: str) -> int:
+    """Weight bytes a dynamic-shape Conv/FC re-lays out at the first infer instead of at
+    compile: the Conv copies (a Conv+BN fusion's Constant excepted: ``fused_constant_bytes``);
+    at f32 the packed copy of FCs with a fused activation, at bf16 / f16 every FC's pack."""
+    conv = conv_copy_bytes(w, c, precision) - fused_constant_bytes(w, c)
+    if precision != "f32":
+        return conv + int(c["ov_fc_lowp_packed"] * (w.fc + w.fc_kn_shared))
+    return conv + int(c["ov_fc"] * w.fc_postop)
+
+
+# Ops whose output size depends on the input's values, not its shape: what reads them is
+# compiled with dynamic shapes even in a model whose inputs are all static.
+DATA_DEPENDENT = frozenset({"NonZero", "NonMaxSuppression", "Unique", "Compress"})
+
+
+def data_dependent_nodes(g: GraphInfo) -> set[int]:
+    """Nodes downstream of a data-dependent size (``DATA_DEPENDENT``). The CPU plugin gives
+    them dynamic shapes, so their Conv/FC primitives (and weight copies) are made at the first
+    infer as in a dynamic model: [256, 2048] -> NonZero row pick -> 4 x (MatMul 2048^2 + Relu),
+    64 MiB, bf16: compile anon 43.0 MiB, infer 1 83.0 (static rows: 75.0 / 83.1); f32 10.7 /
+    84.8 (2026-11-27). Keypoint R-CNN's RoI heads (fc6 49 MiB, 8 x 9 MiB keypoint Convs)."""
+    tainted: set[str] = set()
+    late: set[int] = set()
+    grew = True
+    while grew:  # one pass on a topologically sorted graph, more on one that is not
+        grew = False
+        for i, node in enumerate(g.nodes):
+            if i in late:
+                continue
+            if node.op_type in DATA_DEPENDENT or any(x in tainted for x in node.inputs if x):
+                late.add(i)
+                tainted.update(o for o in node.outputs if o)
+                grew = True
+    return late
+
+
 def predict(
     view: ModelView,
     order: list[int],
@@ -958,15 +1015,21 @@ def predict(
         kept_anon, kept_file = 0, mapped_file_pages(w)
     conv_copies = conv_copy_bytes(w, c, precision)
     # Dynamic shapes: Conv primitives, and FCs with a fused activation, are made (and their
-    # weights re-laid out) at the first infer, when the input shape is known.
-    deferred = conv_copies + int(c["ov_fc"] * w.fc_postop) if dynamic else 0
+    # weights re-laid out) at the first infer, when the input shape is known. So are those of
+    # a static model's nodes downstream of a data-dependent size (NonZero, NMS: a detector's
+    # RoI heads), which the plugin compiles with dynamic shapes (``data_dependent_nodes``).
+    late = set() if dynamic else data_dependent_nodes(g)
+    if dynamic:
+        deferred = deferred_bytes(w, c, precision)
+    elif late:
+        deferred = deferred_bytes(weight_rules(view, only=late), c, precision)
+    else:
+        deferred = 0
     fc_total = c["ov_fc"] * w.fc
     if precision != "f32":  # bf16 / f16: see ``ov_fc_lowp_transposed``
         kn = w.fc - w.fc_nk + w.fc_kn_shared
         packed = c["ov_fc_lowp_packed"] * (w.fc + w.fc_kn_shared)
         fc_total = c["ov_fc_lowp_transposed"] * kn + packed
-        if dynamic:
-            deferred = conv_copies + int(packed)
     # A scale folded into an FC's weights: the fused Constant stays beside the packed copy.
     copies = int(fc_total + c["ov_fc"] * w.fc_fused + 2 * w.fp16) + conv_copies - deferred
     lib_shift = int(c["ov_deferred_lib"]) if deferred else 0
@@ -999,6 +1062,12 @@ def predict(
         if dynamic
         else "activations: ov::MemorySolver (greedy by size) over the fused graph"
     )
+    if late and deferred:
+        run.weights_anon += deferred
+        run.notes.append(
+            f"{len(late)} nodes after a data-dependent size (NonZero, NMS): their Conv/FC "
+            "weights re-laid out at the first infer, as under dynamic shapes"
+        )
     if dynamic:  # Conv primitives (and their weight reorders) are made at the first infer
         run.weights_anon += deferred
         run.notes.append(
