@@ -859,6 +859,9 @@ PRECISION_KEYS = ("INFERENCE_PRECISION_HINT", "inference_precision_hint", "infer
 # estimator-only: "0" leaves out the plugin's input tensors and the caller's output copies
 # (``io_bytes``); the ORT OpenVINO EP predicts its own I/O on top of the native rules
 NATIVE_IO = "memshrink.ov_native_io"
+# OpenVINO's read_model property (``runtime.backends.OV_READ_PROPERTIES``): NO reads external
+# weights into memory at compile, one buffer per tensor, instead of mapping the data file
+ENABLE_MMAP = "ENABLE_MMAP"
 
 
 def io_bytes(g: GraphInfo) -> tuple[int, int]:
@@ -946,6 +949,7 @@ def predict(
     n_types = len({n.op_type for n in g.nodes})
     read_lib = int(c["ov_read_lib"] + c["ov_read_lib_per_op_type"] * n_types)
     rd = Stage("read_model", overhead=graph_anon + read_lib)
+    mapped = option_flag(opts, ENABLE_MMAP, True)
     if view.embedded:
         # 2x and nothing more: the graph's own anon is the external model's (the 9 MiB of
         # "parser state" once added here made every embedded read +5 to +50 % on 2026-11-27:
@@ -953,9 +957,15 @@ def predict(
         rd.weights_anon = 2 * w.kept
         rd.notes.append("embedded weights: ModelProto on the heap plus a Constant per tensor")
         kept_anon, kept_file = w.kept, 0
-    else:
+    elif mapped:
         rd.notes.append("external weights are memory-mapped by read_model")
         kept_anon, kept_file = 0, mapped_file_pages(w)
+    else:
+        # Measured (docs/optimize.md, "External data on OpenVINO"): read_model reads no
+        # weight; compile and infer as the embedded model's, weights on the heap per tensor,
+        # so the originals of folded weights are freed with the ov.Model.
+        rd.notes.append("ENABLE_MMAP=NO: external weights are read into memory at compile")
+        kept_anon, kept_file = w.kept, 0
     conv_copies = conv_copy_bytes(w, c, precision)
     # Dynamic shapes: Conv primitives, and FCs with a fused activation, are made (and their
     # weights re-laid out) at the first infer, when the input shape is known.
@@ -1013,8 +1023,9 @@ def predict(
     # does): the run stages keep the fused Constant and its copy, 2x (zoo ResNet-50: compile
     # 337 MiB, infer 257; DenseNet-121 infer 156).
     # The same for an FC whose scale was folded (Whisper's q_proj: f32 infer 250.7 measured).
-    # External data keeps its mapping: other Constants still point into the file.
-    freed = w.conv_fused + w.fc_fused if view.embedded else 0
+    # External data keeps its mapping: other Constants still point into the file (unless
+    # ENABLE_MMAP=NO: then each tensor is its own heap buffer, as embedded).
+    freed = w.conv_fused + w.fc_fused if view.embedded or not mapped else 0
     if freed:
         run.weights_anon -= freed
         run.notes.append("embedded Conv+BN / FC+scale: the original Constants go with the ov.Model")
