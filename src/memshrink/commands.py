@@ -72,7 +72,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     if same or (src.exists() and dst.exists() and os.path.samefile(src, dst)):
         raise UsageError("output path is the input path; the input is never overwritten")
     if args.json and args.json != "-":
-        written = {os.path.realpath(p) for p in (dst, f"{dst}.data")}
+        written = {os.path.realpath(p) for p in (dst, f"{dst}.data", f"{dst}.folded.data")}
         if os.path.realpath(args.json) in written:
             raise UsageError(f"--json {args.json} is where the model goes; choose another path")
     # Fail before any work when the output can't be written.
@@ -343,7 +343,9 @@ def _format_optimize(result: dict[str, Any]) -> str:
             "unbound; rerun with --dim / --shape (the sizes you deploy with) to let them work"
         )
     save = result["save"]
-    where = f"{save['path']}" + (f" + {save['data_path']}" if save["data_path"] else "")
+    where = f"{save['path']}" + "".join(
+        f" + {save[k]}" for k in ("data_path", "folded_path") if save.get(k)
+    )
     lines.append(
         f"weights {format_bytes(result['weights_before'])} -> {format_bytes(result['weights_after'])}; "
         f"wrote {where} in {result['seconds']:.2f} s total"

@@ -26,9 +26,10 @@ from memshrink.writer import save_model
 MiB = 1 << 20
 
 
-def conv_mul_conv(c: int, path: Path) -> Path:
+def conv_mul_conv(c: int, path: Path, folded_file: bool = False) -> Path:
     """Conv(w1) -> Mul(per-channel scale, folded into w1 by the plugin) -> Conv(w2), 1x1,
-    each weight c*c*4 bytes; saved embedded at ``path``, external at ``path``.ext.onnx."""
+    each weight c*c*4 bytes; saved embedded at ``path``, external at ``path``.ext.onnx (one
+    data file, or w1 and s in their own with ``folded_file``)."""
     rng = np.random.default_rng(0)
     f = TensorProto.FLOAT
     g = helper.make_graph(
@@ -47,7 +48,8 @@ def conv_mul_conv(c: int, path: Path) -> Path:
         ],
     )
     onnx.save_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
-    model, _ = PassManager(["external-data"]).run(load(path))
+    opts = {"external-data": {"folded_file": folded_file}}
+    model, _ = PassManager(["external-data"], options=opts).run(load(path))
     ext = path.with_suffix(".ext.onnx")
     save_model(model, ext)
     return ext
@@ -105,3 +107,25 @@ def test_verify_gives_enable_mmap_to_read_model(tmp_path: Path) -> None:
     for run in rep.runs:
         got = run.to_dict()["assumptions"]
         assert got["read_config"] == {"ENABLE_MMAP": False} and got["compile_config"] == {}
+
+
+def test_the_folded_weights_file_is_unmapped_after_compile(tmp_path: Path) -> None:
+    """``external-data``'s default: w1 (folded by the Mul) in OUT.folded.data, w2 in OUT.data; the folded file's mapping goes with the ov.Model, so the steady state is the
+    embedded model's. Measured (c = 2048, infer 3): 91.8 MiB against 108.6 with one file,
+    93.1 embedded; predicted 92.9."""
+    c = 512
+    ext = conv_mul_conv(c, tmp_path / "m.onnx", folded_file=True)
+    folded = ext.with_name(ext.name + ".folded.data")
+    assert folded.stat().st_size == c * c * 4  # w1 alone, at offset 0
+    proto = onnx.load(ext, load_external_data=False)
+    where = {
+        t.name: next(e.value for e in t.external_data if e.key == "location")
+        for t in proto.graph.initializer
+    }
+    # s (the Mul's scale, 2 KiB) stays with w2: the rule moves Conv/FC weights only
+    assert where == {"w1": folded.name, "s": ext.name + ".data", "w2": ext.name + ".data"}
+    embedded, _ = _steady(tmp_path / "m.onnx")
+    two, pages = _steady(ext)
+    assert pages >= c * c * 4  # w2's pages stay mapped
+    # atol 64 KiB: the .onnx's structure bytes and the folded file's alignment padding
+    assert abs(two - embedded) <= 64 * 1024, (two, embedded)
