@@ -171,6 +171,10 @@ def save_model(
     # weights OpenVINO folds into new Constants go to a file of their own (``external-data``'s
     # ``folded_file``): no Constant of the compiled model points into it, so its mapping goes
     folded = set(policy.get("folded", ())) if use_external else set()
+    if folded:  # a later pass may have given one a reader that keeps it (then: the main file)
+        from memshrink.transforms.ov_folded import folded_weights
+
+        folded &= folded_weights(model.graph)
     folded_final = data_final.with_name(data_final.name.removesuffix(".data") + ".folded.data")
 
     in_use = _files_in_use(model)

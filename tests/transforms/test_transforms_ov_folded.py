@@ -106,3 +106,33 @@ def test_two_data_files_run_as_the_original(tmp_path: Path) -> None:
     )
     one = save_model(off, tmp_path / "one.onnx")
     assert one.folded_path is None and not (tmp_path / "one.onnx.folded.data").exists()
+
+
+def test_a_weight_given_a_keeping_reader_after_the_pass_stays_in_the_main_file(
+    tmp_path: Path,
+) -> None:
+    """The names are the pass's; the save drops those no longer folded (a later pass made
+    cw1 also read by a Conv followed by Relu): the folded file stays free of kept weights."""
+    src = tmp_path / "m.onnx"
+    onnx.save_model(_graph(), src)
+    model, _ = PassManager(["external-data"]).run(load(src))
+    g = model.graph
+    x = g.inputs[0]
+    extra = ir.node("Conv", [x, g.initializers["cw1"]], attributes={"pads": [1, 1, 1, 1]})
+    relu = ir.node("Relu", [extra.outputs[0]])
+    g.extend([extra, relu])
+    relu.outputs[0].name = "z"
+    relu.outputs[0].shape, relu.outputs[0].type = (
+        ir.Shape([8, 16, 8, 8]),
+        ir.TensorType(ir.DataType.FLOAT),
+    )
+    g.outputs.append(relu.outputs[0])
+    save_model(model, tmp_path / "o.onnx")
+    proto = onnx.load(tmp_path / "o.onnx", load_external_data=False)
+    where = {
+        t.name: next(e.value for e in t.external_data if e.key == "location")
+        for t in proto.graph.initializer
+        if t.external_data
+    }
+    assert where["cw1"] == "o.onnx.data"
+    assert where["cw3"] == where["fw1"] == "o.onnx.folded.data"
