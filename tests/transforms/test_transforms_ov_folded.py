@@ -73,8 +73,7 @@ def _graph() -> onnx.ModelProto:
 
 def test_the_folded_weights_are_the_conv_and_fc_weights_a_fusion_rewrites() -> None:
     assert folded_weights(ir.from_proto(_graph()).graph) == {"cw1", "cw3", "fw1"}
-    # the estimator's rules (conv_fused, fc_fused) name the same weights; its prediction
-    # loads the backends first (``estimate.openvino`` alone is a circular import)
+    # the estimator's rules (conv_fused, fc_fused) name the same weights (and it predicts)
     estimate(_graph(), backend="openvino")
     from memshrink.estimate.openvino import weight_rules
 
