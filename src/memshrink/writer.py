@@ -55,6 +55,8 @@ class SaveInfo:
     inline_tensors: int
     model_file_bytes: int
     data_file_bytes: int
+    folded_path: str | None = None  # OpenVINO-folded weights' file (``external-data``)
+    folded_file_bytes: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -166,9 +168,17 @@ def save_model(
     )
     use_external = decide_external(model, external)
     data_final = final.with_name(data_name or f"{final.name}.data")
+    # weights OpenVINO folds into new Constants go to a file of their own (``external-data``'s
+    # ``folded_file``): no Constant of the compiled model points into it, so its mapping goes
+    folded = set(policy.get("folded", ())) if use_external else set()
+    if folded:  # a later pass may have given one a reader that keeps it (then: the main file)
+        from memshrink.transforms.ov_folded import folded_weights
+
+        folded &= folded_weights(model.graph)
+    folded_final = data_final.with_name(data_final.name.removesuffix(".data") + ".folded.data")
 
     in_use = _files_in_use(model)
-    for target in (final, data_final):
+    for target in (final, data_final, folded_final):
         if os.path.realpath(target) in in_use:
             raise UsageError(
                 f"refusing to write {target}: the model is still reading from it "
@@ -180,9 +190,10 @@ def save_model(
     slots = list(iter_tensor_slots(model))
     tmp_model = temp_path_for(final)
     tmp_data = temp_path_for(data_final) if use_external else None
+    tmp_folded = temp_path_for(folded_final) if folded else None
     originals: list[tuple[ir.TensorProtocol, Callable]] = []
     external_count = external_bytes = inline_count = 0
-    wrote_data = False
+    wrote_data = wrote_folded = False
     try:
         with sigterm_as_exception():
             inline = set(policy.get("inline", ()))  # names the external-data pass keeps embedded
@@ -192,18 +203,24 @@ def save_model(
                 if use_external and t.nbytes >= threshold and t.nbytes > 0 and t.name not in inline
             ]
             total = sum(t.nbytes for t, _ in to_external)
-            if to_external:
-                assert tmp_data is not None
-                fd = os.open(tmp_data, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            groups = [
+                (tmp_data, data_final, [x for x in to_external if x[0].name not in folded]),
+                (tmp_folded, folded_final, [x for x in to_external if x[0].name in folded]),
+            ]
+            for tmp, target, tensors in groups:
+                if not tensors:
+                    continue
+                assert tmp is not None
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
                 try:
                     offset = 0
-                    for tensor, setter in to_external:
+                    for tensor, setter in tensors:
                         offset = _align(offset, alignment)
                         length = write_tensor_at(fd, tensor, offset)
                         originals.append((tensor, setter))
                         setter(
                             ir.ExternalTensor(
-                                data_final.name,
+                                target.name,
                                 offset,
                                 length,
                                 tensor.dtype,
@@ -222,7 +239,10 @@ def save_model(
                         os.fsync(fd)
                 finally:
                     os.close(fd)
-                wrote_data = True
+                if target == data_final:
+                    wrote_data = True
+                else:
+                    wrote_folded = True
             external_ids = {id(t) for t, _ in to_external}
             for tensor, setter in slots:
                 if id(tensor) in external_ids:
@@ -247,6 +267,8 @@ def save_model(
             with signals_blocked():
                 if wrote_data and tmp_data is not None:
                     os.replace(tmp_data, data_final)
+                if wrote_folded and tmp_folded is not None:
+                    os.replace(tmp_folded, folded_final)
                 os.replace(tmp_model, final)
             if fsync:
                 fsync_file(final.parent)
@@ -257,7 +279,7 @@ def save_model(
     finally:
         for tensor, setter in reversed(originals):
             setter(tensor)
-        remove_quietly(tmp_model, tmp_data)
+        remove_quietly(tmp_model, tmp_data, tmp_folded)
     return SaveInfo(
         path=str(final),
         data_path=str(data_final) if wrote_data else None,
@@ -266,4 +288,6 @@ def save_model(
         inline_tensors=inline_count,
         model_file_bytes=final.stat().st_size,
         data_file_bytes=data_final.stat().st_size if wrote_data else 0,
+        folded_path=str(folded_final) if wrote_folded else None,
+        folded_file_bytes=folded_final.stat().st_size if wrote_folded else 0,
     )

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from memshrink.estimate import ov_read
@@ -161,6 +161,11 @@ class OvWeights:
     fp16: int = 0
     file_bytes: int = 0  # external data files' size (alignment padding included)
     file_alloc: int = 0  # ... their allocated bytes (padding written as holes excluded)
+    folded: set[str] = field(default_factory=set)  # names in conv_fused / fc_fused
+    # data files holding only ``folded`` weights (``writer``'s folded file): mapped while
+    # compile reads them, then unmapped with the ov.Model (size, allocated bytes)
+    released_bytes: int = 0
+    released_alloc: int = 0
 
 
 def _const_inputs(g: GraphInfo, idx: int) -> list[bool]:
@@ -205,6 +210,39 @@ def _data_file_bytes(view: ModelView) -> tuple[int, int]:
 
 
 F32ISH = (FLOAT, FP16)  # f16 weights are decompressed to f32 Constants at read / compile
+
+
+def _released_file_bytes(view: ModelView, folded: set[str]) -> tuple[int, int]:
+    """(size, allocated bytes) of the data files whose every tensor is a weight the plugin
+    folds (``folded``): no Constant of the compiled model points into them, so their mapping
+    goes after compile (EfficientFormer-L1 after ``safe``, the 19.0 MiB folded file: infer
+    156.1 -> 136.3 MiB measured; docs/optimize.md, "External data on OpenVINO"). A saved
+    file only: an in-memory model inside a pass is predicted as one mapped file, as before.
+    Why: a pass's trial changes which weights fold (a chunk between a Conv and its Mul), and
+    crediting the folded file there moved ``chunk``'s choice on EfficientFormer ``all`` to a
+    layout that measured higher (compile 156-160 -> 167 MiB): the credit is the save's."""
+    if view.model_path is None:
+        return 0, 0
+    try:
+        import onnx
+
+        proto = onnx.load(view.model_path, load_external_data=False)
+    except Exception:  # noqa: BLE001 - no file to read: nothing released
+        return 0, 0
+    base = os.path.dirname(os.path.abspath(view.model_path))
+    files: dict[str, bool] = {}
+    for init in proto.graph.initializer:
+        for e in init.external_data:
+            if e.key == "location":
+                f = os.path.join(base, e.value)
+                files[f] = files.get(f, True) and init.name in folded
+    size = alloc = 0
+    for f, only in files.items():
+        if only and os.path.isfile(f):
+            st = os.stat(f)
+            size += st.st_size
+            alloc += min(st.st_size, st.st_blocks * 512)
+    return size, alloc
 
 
 def mapped_file_pages(w: OvWeights) -> int:
@@ -253,6 +291,7 @@ def weight_rules(view: ModelView, only: set[int] | None = None) -> OvWeights:
                     fused = g.nodes[nxt].op_type != "Mul" or any(_const_inputs(g, nxt))
                 if fused:
                     w.conv_fused += nb
+                    w.folded.add(name)
                 else:
                     w.conv += nb
                 break
@@ -265,6 +304,7 @@ def weight_rules(view: ModelView, only: set[int] | None = None) -> OvWeights:
                     w.fc_postop += nb
                 if node.outputs and node.outputs[0] and _fc_scaled(g, node.outputs[0]):
                     w.fc_fused += nb
+                    w.folded.add(name)
                 if _fc_nk(g, node, name):
                     w.fc_nk += nb
                 else:
@@ -279,6 +319,7 @@ def weight_rules(view: ModelView, only: set[int] | None = None) -> OvWeights:
                 break
     if only is None and not view.embedded:
         w.file_bytes, w.file_alloc = _data_file_bytes(view)
+        w.released_bytes, w.released_alloc = _released_file_bytes(view, w.folded)
     return w
 
 
@@ -871,6 +912,13 @@ PRECISION_KEYS = ("INFERENCE_PRECISION_HINT", "inference_precision_hint", "infer
 # estimator-only: "0" leaves out the plugin's input tensors and the caller's output copies
 # (``io_bytes``); the ORT OpenVINO EP predicts its own I/O on top of the native rules
 NATIVE_IO = "memshrink.ov_native_io"
+# OpenVINO's read_model property (``runtime.backends.OV_READ_PROPERTIES``): NO reads external
+# weights into memory at compile, one buffer per tensor, instead of mapping the data file
+ENABLE_MMAP = "ENABLE_MMAP"
+# estimator-only: "0" leaves the folded weights' data file mapped after compile. The ORT
+# OpenVINO EP sets it: ORT maps each tensor itself, so the file layout does not change the
+# EP (EfficientFormer after ``safe``, run 3: +178 MiB one file, +175 two, measured)
+RELEASE_FOLDED = "memshrink.ov_release_folded"
 
 
 def io_bytes(g: GraphInfo) -> tuple[int, int]:
@@ -1003,6 +1051,7 @@ def predict(
     n_types = len({n.op_type for n in g.nodes})
     read_lib = int(c["ov_read_lib"] + c["ov_read_lib_per_op_type"] * n_types)
     rd = Stage("read_model", overhead=graph_anon + read_lib)
+    mapped = option_flag(opts, ENABLE_MMAP, True)
     if view.embedded:
         # 2x and nothing more: the graph's own anon is the external model's (the 9 MiB of
         # "parser state" once added here made every embedded read +5 to +50 % on 2026-11-27:
@@ -1010,9 +1059,15 @@ def predict(
         rd.weights_anon = 2 * w.kept
         rd.notes.append("embedded weights: ModelProto on the heap plus a Constant per tensor")
         kept_anon, kept_file = w.kept, 0
-    else:
+    elif mapped:
         rd.notes.append("external weights are memory-mapped by read_model")
         kept_anon, kept_file = 0, mapped_file_pages(w)
+    else:
+        # Measured (docs/optimize.md, "External data on OpenVINO"): read_model reads no
+        # weight; compile and infer as the embedded model's, weights on the heap per tensor,
+        # so the originals of folded weights are freed with the ov.Model.
+        rd.notes.append("ENABLE_MMAP=NO: external weights are read into memory at compile")
+        kept_anon, kept_file = w.kept, 0
     conv_copies = conv_copy_bytes(w, c, precision)
     # Dynamic shapes: Conv primitives, and FCs with a fused activation, are made (and their
     # weights re-laid out) at the first infer, when the input shape is known. So are those of
@@ -1057,6 +1112,12 @@ def predict(
         activations=act,
         overhead=int(fixed + c["ov_infer"]),
     )
+    released = (w.released_bytes + w.released_alloc) // 2 if kept_file else 0
+    if not option_flag(opts, RELEASE_FOLDED, True):
+        released = 0
+    if released:  # the folded weights' own file (``writer``): unmapped with the ov.Model
+        run.weights_file -= min(released, run.weights_file)
+        run.notes.append("the folded weights' data file is unmapped after compile_model")
     run.notes.append(
         "activations: dynamic input dims, one growing block per set of non-overlapping edges"
         if dynamic
@@ -1082,8 +1143,9 @@ def predict(
     # does): the run stages keep the fused Constant and its copy, 2x (zoo ResNet-50: compile
     # 337 MiB, infer 257; DenseNet-121 infer 156).
     # The same for an FC whose scale was folded (Whisper's q_proj: f32 infer 250.7 measured).
-    # External data keeps its mapping: other Constants still point into the file.
-    freed = w.conv_fused + w.fc_fused if view.embedded else 0
+    # External data keeps its mapping: other Constants still point into the file (unless
+    # ENABLE_MMAP=NO: then each tensor is its own heap buffer, as embedded).
+    freed = w.conv_fused + w.fc_fused if view.embedded or not mapped else 0
     if freed:
         run.weights_anon -= freed
         run.notes.append("embedded Conv+BN / FC+scale: the original Constants go with the ov.Model")

@@ -250,7 +250,15 @@ def predict(
     # The EP compiles for CPU with precision FP32 (its default, which sets OpenVINO's
     # INFERENCE_PRECISION_HINT to f32 whatever the host supports): native rules at f32.
     native = openvino.predict(
-        view, order, {"INFERENCE_PRECISION_HINT": "f32", openvino.NATIVE_IO: 0, **opts}, sched
+        view,
+        order,
+        {
+            "INFERENCE_PRECISION_HINT": "f32",
+            openvino.NATIVE_IO: 0,
+            openvino.RELEASE_FOLDED: 0,
+            **opts,
+        },
+        sched,
     )
     by_name = {s.name: s for s in native.stages}
     g = view.graph

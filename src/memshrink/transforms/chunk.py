@@ -484,6 +484,12 @@ class ChunkPass(Pass):
             chooser = self._chooser(model, context, shapes, o.channel_guard)
             if applied:  # the row layout's figures, predicted by its choice
                 chooser.known = dict(stats.get("guard", {}).get("after", {}))
+                # ... and the original's: the cap bounds the whole pass, not each step
+                chooser.origin = {
+                    b: f
+                    for b, f in stats.get("guard", {}).get("before", {}).items()
+                    if b in chooser.prefer and "peak" in f
+                }
             chooser.figures = lambda m, c, b: {"steady_state": _peak(m, c, b)}
             ch = choose_channels(
                 model, lambda m: _act_and_peak(m, context), shapes, after,

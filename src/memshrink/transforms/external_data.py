@@ -22,6 +22,7 @@ import onnx_ir as ir
 from memshrink.manager import Pass, PassContext, PassResult
 from memshrink.model import META_SAVE, META_SOURCE, iter_tensor_slots
 from memshrink.transforms import register
+from memshrink.transforms.ov_folded import folded_weights
 
 
 def _constant_to_initializer(graph: ir.Graph, node: ir.Node, threshold: int) -> int:
@@ -107,6 +108,10 @@ class ExternalDataPass(Pass):
         alignment: int = 65536
         constants_to_initializers: bool = True
         loop_weights_inline: bool = True
+        # weights OpenVINO folds into new Constants (Conv + BN / Mul by a constant, scaled FC)
+        # to OUT.folded.data: that file's mapping goes after compile_model, so their pages do
+        # not stay resident (EfficientFormer-L1: 156 -> 140 MiB measured; ``ov_folded``)
+        folded_file: bool = True
 
     def run(self, model: ir.Model, context: PassContext) -> PassResult:
         o = self.options
@@ -129,6 +134,12 @@ class ExternalDataPass(Pass):
         policy: dict = {"external": True, "threshold": o.threshold, "alignment": o.alignment}
         if inline:
             policy["inline"] = inline
+        folded: list[str] = []
+        if o.folded_file:
+            big_names = {t.name for t in big}
+            folded = sorted(n for n in folded_weights(model.graph) if n in big_names)
+            if folded:
+                policy["folded"] = folded
         model.meta[META_SAVE] = policy
         return PassResult(
             modified=moved_constants > 0 or previous != policy,
@@ -140,5 +151,13 @@ class ExternalDataPass(Pass):
                 "constant_bytes_moved": moved_constant_bytes,
                 "alignment": o.alignment,
                 **({"loop_weights_inline": len(inline)} if inline else {}),
+                **(
+                    {
+                        "tensors_folded_file": len(folded),
+                        "bytes_folded_file": sum(t.nbytes for t in big if t.name in folded),
+                    }
+                    if folded
+                    else {}
+                ),
             },
         )

@@ -34,6 +34,7 @@ from memshrink.runtime.backends import (
     import_ort,
     ort_providers,
     ort_session_options,
+    ov_split_config,
 )
 from memshrink.verify.measure import Meter, read_status
 
@@ -280,10 +281,11 @@ def run_openvino(child: Child) -> list[Any]:
     device = str((spec.get("provider_options") or {}).get("device", "CPU"))
     config = {k: v for k, v in (spec.get("provider_options") or {}).items() if k != "device"}
     config.update(spec.get("session_options") or {})
+    read_config, config = ov_split_config(config)
     child.result["runtime"] = {"name": "openvino", "version": ov.get_version(), "device": device}
     child.start_meter()
     with child.stage("read"):
-        model = core.read_model(spec["model"]["path"])
+        model = core.read_model(spec["model"]["path"], config=read_config)
     child.fault("after-first-stage")
     with child.stage("compile"):
         compiled = core.compile_model(model, device, config)
@@ -291,6 +293,7 @@ def run_openvino(child: Child) -> list[Any]:
         gc.collect()
     child.result["assumptions"] = {
         "compile_config": config,
+        **({"read_config": read_config} if read_config else {}),
         "inference_precision": str(compiled.get_property("INFERENCE_PRECISION_HINT")),
         "model_released_after_compile": True,
         "loaded_by": "path",
