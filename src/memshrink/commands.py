@@ -25,7 +25,9 @@ examples:
   memshrink optimize in.onnx out.onnx --verify cpu,openvino --shape input_ids=1,128
 
 The input is never modified. OUT is written atomically; with external data,
-weights go to OUT.data next to it (64 KiB-aligned offsets).
+weights go to OUT.data next to it (64 KiB-aligned offsets), and those OpenVINO
+folds into new constants (Conv + BatchNormalization, scaled FCs) to OUT.folded.data.
+OUT reads them by name: copy or move OUT with its data files, into one folder.
 """
 
 
@@ -343,13 +345,19 @@ def _format_optimize(result: dict[str, Any]) -> str:
             "unbound; rerun with --dim / --shape (the sizes you deploy with) to let them work"
         )
     save = result["save"]
-    where = f"{save['path']}" + "".join(
-        f" + {save[k]}" for k in ("data_path", "folded_path") if save.get(k)
-    )
+    data = [save[k] for k in ("data_path", "folded_path") if save.get(k)]
+    where = " + ".join([str(save["path"]), *data])
     lines.append(
         f"weights {format_bytes(result['weights_before'])} -> {format_bytes(result['weights_after'])}; "
         f"wrote {where} in {result['seconds']:.2f} s total"
     )
+    if data:
+        # the model names its data files relative to itself: copied alone, it cannot load
+        names = " and ".join(Path(d).name for d in data)
+        lines.append(
+            f"note: {Path(save['path']).name} reads its weights from {names}; "
+            "copy or move them together, into one folder"
+        )
     return "\n".join(lines)
 
 
@@ -439,12 +447,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
         quiet=False,
     )
     code = cmd_optimize(opt_args)
-    data = Path(str(dst) + ".data")
-    size_out = dst.stat().st_size + (data.stat().st_size if data.exists() else 0)
+    from memshrink.model import load
+    from memshrink.writer import data_files
+
+    files = [dst, *data_files(load(dst))]  # the files written, not any stale ones beside them
+    size_out = sum(f.stat().st_size for f in files)
     print(
-        f"\n{src.name}: {format_bytes(src.stat().st_size)} -> {dst.name}: "
-        f"{format_bytes(dst.stat().st_size)}"
-        + (f" + {data.name}: {format_bytes(data.stat().st_size)}" if data.exists() else "")
+        f"\n{src.name}: {format_bytes(src.stat().st_size)} -> "
+        + " + ".join(f"{f.name}: {format_bytes(f.stat().st_size)}" for f in files)
         + f" (total {format_bytes(size_out)})"
     )
     print(f"next: memshrink verify {src} {dst} --backends cpu,openvino")
@@ -460,7 +470,10 @@ def register_builtin(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("input", help="input .onnx (never modified)")
-    p.add_argument("output", help="output .onnx (weights go to OUTPUT.data when external)")
+    p.add_argument(
+        "output",
+        help="output .onnx (weights go to OUTPUT.data and OUTPUT.folded.data when external)",
+    )
     p.add_argument(
         "--passes",
         default="all",

@@ -77,6 +77,18 @@ def _files_in_use(model: ir.Model) -> set[str]:
     return used
 
 
+def data_files(model: ir.Model) -> list[Path]:
+    """The external data files a model reads, in first-use order. Why: a saved model names them
+    relative to itself (``OUT.data``, ``OUT.folded.data``); whoever moves it must move these."""
+    src = source_path(model)  # ``load`` maps embedded payloads in place: not a data file
+    own = os.path.realpath(src) if src else None
+    seen: dict[str, None] = {}
+    for tensor, _ in iter_tensor_slots(model):
+        if isinstance(tensor, ir.ExternalTensor):
+            seen.setdefault(os.path.realpath(tensor.path), None)
+    return [Path(f) for f in seen if f != own]
+
+
 def decide_external(model: ir.Model, external: bool | None = None) -> bool:
     """Whether a save writes external data: explicit, then pass policy, then the input's layout, then size."""
     if external is not None:
