@@ -7,10 +7,13 @@ stated tolerance).
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
 import onnx
+import onnx_ir as ir
+import pytest
 from fixtures_onnx import erf_gelu, erf_gelu_constants, run_ort
 from onnx import TensorProto, helper, numpy_helper
 
@@ -255,3 +258,35 @@ def test_slices_are_read_from_the_file_without_mapping_it(tmp_path: Path) -> Non
         part = read_slice(t, axis, lo, hi)
         assert part is not None and np.array_equal(part, arr[index])
     assert t.raw is None  # never mapped
+
+
+def test_an_export_without_intermediate_types_gets_typed_slices(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Legacy torch exports declare no value_info: the slices take their dtype from the block
+    (here f32 through a Cast round trip), so saving writes them without onnx_ir's "value type
+    ... is not known ... Skipping serialization" warning (~250 on torchvision's FCOS)."""
+    proto = bottleneck(hw=16)
+    sig = next(i for i, n in enumerate(proto.graph.node) if n.op_type == "Sigmoid")
+    proto.graph.node[sig].input[0] = "d16"  # Sigmoid(Cast(Cast(d, f16), f32))
+    proto.graph.node.insert(sig, helper.make_node("Cast", ["d16"], ["d32"], to=TensorProto.FLOAT))
+    proto.graph.node[sig + 1].input[0] = "d32"
+    proto.graph.node.insert(sig, helper.make_node("Cast", ["d"], ["d16"], to=TensorProto.FLOAT16))
+    proto.graph.ClearField("value_info")
+    src = tmp_path / "ib.onnx"
+    onnx.save_model(proto, src)
+    model = load(src)
+    _, est = _predict(model, PassContext())
+    assert split_channels(model.graph, _shapes(est), 2).blocks == 1
+    new = [v for n in model.graph for v in n.outputs if "__ch" in (v.name or "")]
+    assert new and all(v.type is not None for v in new)
+    f16 = {v.name for v in new if v.dtype == ir.DataType.FLOAT16}
+    assert f16 == {"d16__ch0", "d16__ch1"}, f16
+    caplog.set_level(logging.WARNING, logger="onnx_ir")
+    out = tmp_path / "ib_ch.onnx"
+    save_model(model, out)
+    assert not [r for r in caplog.records if "is not known" in r.getMessage()]
+    feeds = _feeds(proto)
+    np.testing.assert_allclose(
+        run_ort(out, feeds)[0], run_ort(src, feeds)[0], atol=1e-3, rtol=1e-3
+    )  # f16 round trip inside the block: rounding at f16's 11-bit mantissa

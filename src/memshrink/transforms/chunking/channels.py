@@ -105,6 +105,32 @@ def const_tensor(v: ir.Value | None) -> ir.TensorProtocol | None:
     return None
 
 
+def _type_of(v: ir.Value | None, known: dict[ir.Value, ir.TypeProtocol]) -> ir.TypeProtocol | None:
+    """A value's type: declared, propagated within the block, or a constant's dtype."""
+    if v is None:
+        return None
+    if v.type is not None:
+        return v.type
+    if v in known:
+        return known[v]
+    t = const_tensor(v)
+    return ir.TensorType(t.dtype) if t is not None else None
+
+
+def _out_type(node: ir.Node, known: dict[ir.Value, ir.TypeProtocol]) -> ir.TypeProtocol | None:
+    """The type of ``node``'s output where the source graph declares none (exports without
+    intermediate value_info). Why: a slice value with a shape but no type is dropped from the
+    saved value_info with one onnx_ir warning each (~250 lines on torchvision's FCOS).
+    Conv / MatMul / Gemm and the block's element-wise ops and pools keep their first input's
+    dtype (ONNX's type constraints; Pow and PRelu follow X); Cast gives its ``to``."""
+    if node.op_type == "Cast":
+        return ir.TensorType(ir.DataType(_attr_int(node, "to", 0)))
+    first = _type_of(node.inputs[0] if node.inputs else None, known)
+    if first is None and node.op_type in ("Conv", "MatMul", "Gemm") and len(node.inputs) > 1:
+        return _type_of(node.inputs[1], known)  # the weight: T is shared with X
+    return first
+
+
 def _dims(t: ir.TensorProtocol) -> Shape:
     return tuple(int(d) for d in t.shape.numpy())
 
@@ -450,6 +476,8 @@ def split_block(
     red_out = block.reduce.outputs[0]
     red_shape = shapes.get(red_out.name or "")
     assert red_shape is not None
+    known: dict[ir.Value, ir.TypeProtocol] = {}  # types of the block's undeclared values
+    red_type = red_out.type or _type_of(block.reduce.inputs[1], known)
     acc: ir.Value | None = None
     ex = block.expand
     parts: list[list[ir.Node]] = []  # each slice's nodes, and the Adds, for ``order``
@@ -472,10 +500,12 @@ def split_block(
                 else _slice_axis(bd, (hs[0], block.channels), 1, block.channels)
             )
             ins.append(consts.whole(b) if how is None else consts.sliced(b, how, lo, hi))  # type: ignore[arg-type]
+        if h.type is None and h not in known:
+            known[h] = _out_type(ex, known)  # type: ignore[assignment]
         hk = ir.Value(
             name=name(f"{h.name}__ch{k}"),
             shape=ir.Shape(list(_with(hs, block.axes[h], hi - lo))),
-            type=h.type,
+            type=_type_of(h, known),
         )
         add_node(ex.op_type, ins, [hk], ex, k, attrs_of(ex))
         local[h] = hk
@@ -490,10 +520,12 @@ def split_block(
             y = node.outputs[0]
             ys = shapes[y.name or ""]
             assert ys is not None
+            if y.type is None and y not in known:
+                known[y] = _out_type(node, known)  # type: ignore[assignment]
             yk = ir.Value(
                 name=name(f"{y.name}__ch{k}"),
                 shape=ir.Shape(list(_with(ys, block.axes[y], hi - lo))),
-                type=y.type,
+                type=_type_of(y, known),
             )
             repl = {"group": hi - lo} if node.op_type == "Conv" else {}
             add_node(node.op_type, ins, [yk], node, k, attrs_of(node, **repl))
@@ -512,7 +544,7 @@ def split_block(
         if k == 0 and len(rd.inputs) > 2 and rd.inputs[2] is not None:
             ins.append(consts.whole(rd.inputs[2]))
         part = ir.Value(
-            name=name(f"{red_out.name}__ch{k}"), shape=ir.Shape(list(red_shape)), type=red_out.type
+            name=name(f"{red_out.name}__ch{k}"), shape=ir.Shape(list(red_shape)), type=red_type
         )
         add_node(rd.op_type, ins, [part], rd, k, attrs_of(rd))
         parts.append(new[first:])
@@ -522,7 +554,7 @@ def split_block(
             s = ir.Value(
                 name=name(f"{red_out.name}__sum{k}"),
                 shape=ir.Shape(list(red_shape)),
-                type=red_out.type,
+                type=red_type,
             )
             add_node("Add", [acc, part], [s], None, k)
             sums.append(new[-1])
