@@ -198,6 +198,26 @@ def _ort_cpu(
         "plan": plan,
         "ort_weights": {"nchwc_block": ww.nchwc_block, **ww.classes},
     }
+    if ww.per_rotation:
+        # external weights: each rotation's heap is one a process can have (the arena's
+        # regions placed on it); the prediction is their mean, the band their extremes
+        fixed = {s.name: s.peak - s.weights_anon - s.activations for s in stages}
+        rot: dict[str, list[int]] = {s.name: [] for s in stages}
+        for (kept, made), h in zip(ww.per_rotation, ww.rotation_heaps, strict=True):
+            placed = _arena_in_glibc_holes(sim, h)
+            rot[sc.name].append(fixed[sc.name] + made)
+            for j, st in enumerate(stages[1:]):
+                rot[st.name].append(fixed[st.name] + kept + placed[j])
+        glibc_band = {k: (min(v), max(v)) for k, v in rot.items()}
+        if glibc_band[sc.name][1] - glibc_band[sc.name][0] >= MiB:
+            assumptions.append(
+                "external weights: glibc's address coin (the four replayed rotations) puts a "
+                "process anywhere in "
+                + ", ".join(
+                    f"{k} {lo / MiB:.1f}-{hi / MiB:.1f}" for k, (lo, hi) in glibc_band.items()
+                )
+                + " MiB; predicted: their mean"
+            )
     if ww.modes:  # embedded weights: what each glibc mode retains / peaks at (anon bytes)
         details["glibc_modes"] = {
             m: {
@@ -208,7 +228,8 @@ def _ort_cpu(
             }
             for m, (r, c) in ww.modes.items()
         }
-        details["glibc_band"] = glibc_band  # stage -> (lowest, highest) peak over the replays
+    if glibc_band:  # stage -> (lowest, highest) peak over the replays
+        details["glibc_band"] = glibc_band
     return BackendPrediction(
         "ort", sched, order, stages, planners, stored, details, assumptions, graph=g
     )
