@@ -15,7 +15,8 @@ machine (``docs/estimate.md``, "OpenVINO"):
   ``compile_model`` returns, and touches frontend library pages.
   Compilation adds plugin/oneDNN library pages (file-backed, more with more op kinds) and
   anonymous memory: a constant, per Conv/FC primitive, per *distinct* primitive configuration
-  (JIT code shared by identical ones) and per Snippets subgraph node. Fitted on hand-built
+  (JIT code shared by identical ones; made at the first infer under dynamic shapes), per
+  Snippets subgraph node and per tokenized MHA block (its own kernel). Fitted on hand-built
   sweeps (``docs/bench/ov_pernode_bench.py``) and the ``--passes all`` CNNs.
 * **External data pages.** Every weight is read at compile; the kernel maps padding pages
   only when they are in the page cache (a cold file's read-around), so a file whose 64 KiB
