@@ -68,6 +68,10 @@ def build(family: str, n: int, dynamic: bool = False) -> tuple[onnx.ModelProto, 
             x = _conv(nodes, inits, x, c, c + 1, tag=t)
             c += 1
             convs += 1
+        elif family == "conv1x1_distinct16":  # new (cin, cout) in steps of 16 (real widths)
+            x = _conv(nodes, inits, x, c, c + 16, tag=t)
+            c += 16
+            convs += 1
         elif family == "dw_same":
             x = _conv(nodes, inits, x, c, c, k=3, group=c, tag=t)
             convs += 1
@@ -108,6 +112,25 @@ def build(family: str, n: int, dynamic: bool = False) -> tuple[onnx.ModelProto, 
             nodes.append(helper.make_node("Transpose", [b2], [f"{t}_t"], perm=[0, 2, 1]))
             nodes.append(helper.make_node("Reshape", [f"{t}_t", back], [y]))
             x = y
+        elif family in (
+            "attn_head",
+            "matmul_act",
+        ):  # one attention head: two activation x activation MatMuls
+            sh = _w(f"{t}_sh", (3,), inits)
+            inits[-1] = numpy_helper.from_array(np.array([0, c, hw * hw], np.int64), sh)
+            back = _w(f"{t}_bk", (4,), inits)
+            inits[-1] = numpy_helper.from_array(np.array([0, c, hw, hw], np.int64), back)
+            r, tr, qk, sm, av, y = (f"{t}_{s}" for s in ("r", "tr", "qk", "sm", "av", "y"))
+            nodes.append(helper.make_node("Reshape", [x, sh], [r]))
+            nodes.append(helper.make_node("Transpose", [r], [tr], perm=[0, 2, 1]))
+            nodes.append(helper.make_node("MatMul", [r, tr], [qk]))
+            if family == "attn_head":
+                nodes.append(helper.make_node("Softmax", [qk], [sm], axis=-1))
+            else:  # matmul_act: the same two MatMuls without the Softmax between them
+                sm = qk
+            nodes.append(helper.make_node("MatMul", [sm, r], [av]))
+            nodes.append(helper.make_node("Reshape", [av, back], [y]))
+            x = y
         elif family == "add":  # residual Add of two activations (not fusable into a Conv)
             r = f"{t}_r"
             nodes.append(helper.make_node("Sigmoid", [x], [r]))
@@ -135,12 +158,15 @@ def build(family: str, n: int, dynamic: bool = False) -> tuple[onnx.ModelProto, 
 FAMILIES = (
     "conv1x1_same",
     "conv1x1_distinct",
+    "conv1x1_distinct16",
     "dw_same",
     "conv3x3_same",
     "split4_conv",
     "slice_concat",
     "add",
     "reshape_transpose",
+    "attn_head",
+    "matmul_act",
 )
 
 
@@ -151,11 +177,14 @@ def save(m: onnx.ModelProto, path: Path) -> None:
     ms_save(load(m), str(path), external=True)
 
 
-def measure(path: Path, backend: str, python: str | None, dims: dict[str, int]) -> dict:
+def measure(
+    path: Path, backend: str, python: str | None, dims: dict[str, int], hint: str | None = None
+) -> dict:
     from memshrink.verify import profile
 
     py = {backend: python} if python else None
-    rep = profile(str(path), backends=(backend,), python=py, dims=dims or None)
+    so = {"INFERENCE_PRECISION_HINT": hint} if hint and backend == "openvino" else None
+    rep = profile(str(path), backends=(backend,), python=py, dims=dims or None, session_options=so)
     run = rep.runs[0]
     if run.status != "ok":
         raise RuntimeError(f"{path.name} {backend}: {run.status}: {run.error}")
@@ -180,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None)
     ap.add_argument("--predict", action="store_true", help="also print the estimator's figures")
     ap.add_argument("--dynamic", action="store_true", help="symbolic batch (N=1), as exported")
+    ap.add_argument("--hint", default=None, help="INFERENCE_PRECISION_HINT (openvino), e.g. f32")
     a = ap.parse_args(argv)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -192,13 +222,15 @@ def main(argv: list[str] | None = None) -> int:
             save(m, p)
             for be in a.backends:
                 py = a.python_ovep if be == "ort-openvino" else None
-                meas = measure(p, be, py, dims)
+                meas = measure(p, be, py, dims, a.hint)
                 row = {"family": fam, "n": n, "nodes": len(m.graph.node), "convs": convs,
-                       "backend": be, "dynamic": a.dynamic, "stages": meas}  # fmt: skip
+                       "backend": be, "dynamic": a.dynamic, "hint": a.hint or "default",
+                       "stages": meas}  # fmt: skip
                 if a.predict:
                     from memshrink.estimate import estimate
 
-                    est = estimate(str(p), backend=be, dims=dims or None)
+                    opt = {"INFERENCE_PRECISION_HINT": a.hint} if a.hint else None
+                    est = estimate(str(p), backend=be, dims=dims or None, session_options=opt)
                     row["pred"] = {k: v / MiB for k, v in est.stage_peaks().items()}
                 rows.append(row)
                 cells = " ".join(

@@ -15,7 +15,8 @@ machine (``docs/estimate.md``, "OpenVINO"):
   ``compile_model`` returns, and touches frontend library pages.
   Compilation adds plugin/oneDNN library pages (file-backed, more with more op kinds) and
   anonymous memory: a constant, per Conv/FC primitive, per *distinct* primitive configuration
-  (JIT code shared by identical ones) and per Snippets subgraph node. Fitted on hand-built
+  (JIT code shared by identical ones; made at the first infer under dynamic shapes), per
+  Snippets subgraph node and per tokenized MHA block (its own kernel). Fitted on hand-built
   sweeps (``docs/bench/ov_pernode_bench.py``) and the ``--passes all`` CNNs.
 * **External data pages.** Every weight is read at compile; the kernel maps padding pages
   only when they are in the page cache (a cold file's read-around), so a file whose 64 KiB
@@ -73,9 +74,24 @@ OV_CALIBRATION: dict[str, float] = {
     "ov_lib_eltwise": 23.5 * MiB,  # graphs without a Conv/FC (Snippets only)
     "ov_lib_per_op_type": 0.7 * MiB,
     "ov_lib_op_types": 10,  # distinct ONNX op types counted at most
+    # Per-node compile anon (fitted on an AVX2 host, session 5). Re-measured 2026-11-27 on this
+    # AVX512-BF16 host (``ov_pernode_bench.py``, docs/estimate.md, "Session 8: per-node costs"):
+    # identical 1x1 Conv+Relu +0.1075 MiB each at compile (the ov.Model's share included),
+    # distinct (cin, cout) +0.2875: a configuration's JIT code is made with its primitive, at
+    # compile under static shapes and at the first infer under dynamic ones (dynamic chain:
+    # compile +0.12 / infer 1 +0.30 per distinct Conv). The micro slope (0.18 per distinct
+    # configuration) over-predicts the real CNN exports (their Convs share oneDNN kernels this
+    # key does not see), so the values stay; only the JIT's stage follows the measurement.
     "ov_per_kernel": 0.075 * MiB,  # anon per Conv/FC primitive (node, descriptors, Const)
     "ov_per_conv_config": 0.04 * MiB,  # anon per distinct Conv/FC configuration (JIT code)
     "ov_per_subgraph": 0.125 * MiB,  # anon per Snippets subgraph node (element-wise chain)
+    # A tokenized MHA Snippets subgraph (``mha_internal``: MatMul -> [scale/mask] -> Softmax ->
+    # MatMul) JIT-compiles its own kernel, not shared between identical blocks: 120 identical
+    # attention heads ([1, 32, 784] x [1, 784, 32]) +0.41 MiB each at compile, bf16, +0.52 at
+    # f32, static or symbolic batch; the same MatMuls without the Softmax (not tokenized)
+    # +0.056 / +0.054: the block's kernel is 0.36 (bf16) / 0.46 (f32), the rest its nodes.
+    "ov_per_mha": 0.36 * MiB,
+    "ov_per_mha_f32": 0.46 * MiB,
     "ov_conv": 1.0,  # x Conv weight bytes: one re-laid-out private copy
     "ov_conv_fused": 2.0,  # x Conv weights rewritten by a BN/Mul fusion: fused Constant + copy
     "ov_deconv": 2.0,  # x ConvTranspose weights: transposed, then re-laid out
@@ -715,6 +731,13 @@ def mha_internal(g: GraphInfo, dynamic: bool = True) -> set[str]:
     return out
 
 
+def mha_count(g: GraphInfo, dynamic: bool = True) -> int:
+    """Tokenized MHA Snippets subgraphs (``mha_internal``): one per Softmax inside one. Each
+    compiles its own kernel (``ov_per_mha``), identical blocks too."""
+    inner = mha_internal(g, dynamic)
+    return sum(1 for n in g.nodes if n.op_type == "Softmax" and n.outputs and n.outputs[0] in inner)
+
+
 def ov_buffers(
     g: GraphInfo, order: Sequence[int], dynamic: bool = True, precision: str = "f32"
 ) -> list[Buffer]:
@@ -1089,15 +1112,21 @@ def predict(
     copies = int(fc_total + c["ov_fc"] * w.fc_fused + 2 * w.fp16) + conv_copies - deferred
     lib_shift = int(c["ov_deferred_lib"]) if deferred else 0
     n_kernels, n_configs = conv_configs(g)
+    n_mha = mha_count(g, dynamic and not batch_only_dynamic(view))
+    # Dynamic shapes: the distinct configurations' JIT code is made with the primitives, at
+    # the first infer (``ov_per_conv_config``).
+    jit = int(c["ov_per_conv_config"] * n_configs)
+    jit_shift = jit if dynamic else 0
     fixed = int(
         graph_anon  # the ov.Model is alive until compile_model returns
         + lib
         + c["ov_compile_anon"]
         + c["ov_per_kernel"] * n_kernels
-        + c["ov_per_conv_config"] * n_configs
+        + jit
         + c["ov_per_subgraph"] * n_sub
+        + c["ov_per_mha_f32" if precision == "f32" else "ov_per_mha"] * n_mha
     )
-    cm = Stage("compile_model", overhead=fixed - lib_shift)
+    cm = Stage("compile_model", overhead=fixed - lib_shift - jit_shift)
     cm.weights_anon = kept_anon + copies
     cm.weights_file = kept_file
     cm.notes.append(
@@ -1168,8 +1197,8 @@ def predict(
     assumptions = [
         "OpenVINO CPU plugin, 1 stream (LATENCY hint): Conv/FC + simple-op fusions, "
         "Conv+Sum in place, MemorySolver greedy by size",
-        f"fused edges: {len(gone)}, Snippets subgraphs: {n_sub}, Conv/FC primitives: "
-        f"{n_kernels} ({n_configs} distinct)",
+        f"fused edges: {len(gone)}, Snippets subgraphs: {n_sub}, MHA subgraphs: {n_mha}, "
+        f"Conv/FC primitives: {n_kernels} ({n_configs} distinct)",
         f"inference precision {precision} ({precision_from}): "
         + (
             "Conv/FC weight copies and the float activations before the graph's f32 tail in it, "
@@ -1184,6 +1213,7 @@ def predict(
         "subgraphs": n_sub,
         "kernels": n_kernels,
         "kernel_configs": n_configs,
+        "mha_subgraphs": n_mha,
         "lib_pages": lib,
         "freed_after_compile": freed,
     }
