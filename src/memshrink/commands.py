@@ -114,7 +114,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     )
     from memshrink.transforms.weight_io import SpillFile
 
-    SpillFile.directory = str(dst.parent)  # rewritten weights wait next to the output
+    SpillFile.start_run(str(dst.parent))  # rewritten weights wait next to the output
     model, report = manager.run(model, context)
 
     last = [0.0]

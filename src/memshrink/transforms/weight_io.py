@@ -42,7 +42,8 @@ class SpillFile:
     directory: str | None = None
 
     def __init__(self) -> None:
-        fd, path = tempfile.mkstemp(prefix=".memshrink-spill-", suffix=".data", dir=self.directory)
+        folder = self.directory if self.directory and os.path.isdir(self.directory) else None
+        fd, path = tempfile.mkstemp(prefix=".memshrink-spill-", suffix=".data", dir=folder)
         self.fd = fd
         self.path = path
         self.size = 0
@@ -50,9 +51,26 @@ class SpillFile:
 
     @classmethod
     def shared(cls) -> SpillFile:
-        if cls._shared is None or cls._shared.fd < 0:
+        """The run's spill file; a new one when the last was closed or its folder is gone.
+
+        Why the existence check: tensors name the spill by path, so a spill whose folder was
+        moved or deleted (a user moving the last output's folder) must not be written again.
+        """
+        spill = cls._shared
+        if spill is None or spill.fd < 0 or not os.path.exists(spill.path):
+            if spill is not None:
+                spill.close()
             cls._shared = cls()
         return cls._shared
+
+    @classmethod
+    def start_run(cls, directory: str | None) -> None:
+        """Begin a new run's spill in ``directory``: each ``optimize`` gets its own file
+        next to its own output, never the previous run's (whose folder may have moved)."""
+        if cls._shared is not None:
+            cls._shared.close()
+            cls._shared = None
+        cls.directory = directory
 
     def begin(self) -> int:
         self.size = (self.size + _ALIGN - 1) // _ALIGN * _ALIGN
