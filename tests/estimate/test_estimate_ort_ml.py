@@ -13,12 +13,12 @@ from onnx import TensorProto, helper
 
 from memshrink.estimate import estimate
 from memshrink.estimate.graph import build_view
-from memshrink.estimate.ort_openvino import OVEP_CALIBRATION
 from memshrink.estimate.ort_ml import (
     TREE_BYTES_PER_LEAF_ENTRY,
     TREE_BYTES_PER_NODE,
     tree_counts,
 )
+from memshrink.estimate.ort_openvino import OVEP_CALIBRATION
 
 
 def _forest_node(trees: int, depth: int, regressor: bool, out: list[str]) -> onnx.NodeProto:
