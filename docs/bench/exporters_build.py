@@ -240,6 +240,20 @@ def rf_nozipmap(d: Path) -> dict[str, Any]:
     return out | {"note": "TreeEnsembleClassifier, tensor probabilities"}
 
 
+@builder("skl-randomforest-big")
+def rf_big(d: Path) -> dict[str, Any]:
+    """A forest of fully grown trees (~490k nodes, ~24 MB): ORT CPU's parsed trees dominate."""
+    from sklearn.ensemble import RandomForestClassifier
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((30000, 10)).astype(np.float32)
+    y = (x[:, 0] + x[:, 1] * x[:, 2] + rng.standard_normal(30000) > 0).astype(np.int64)
+    y += (x[:, 3] > 0.5).astype(np.int64)
+    m = RandomForestClassifier(n_estimators=60, random_state=0, n_jobs=1).fit(x, y)
+    out = _skl(m, "skl-randomforest-big", d, options={id(m): {"zipmap": False}})
+    return out | {"note": "TreeEnsembleClassifier, ~490k nodes"}
+
+
 @builder("skl-gradboost-stringlabels")
 def gb_strings(d: Path) -> dict[str, Any]:
     from sklearn.ensemble import GradientBoostingClassifier
