@@ -19,6 +19,7 @@ from memshrink.estimate.ort_ml import (
     tree_counts,
 )
 from memshrink.estimate.ort_openvino import OVEP_CALIBRATION
+from memshrink.estimate.text import format_estimate
 
 
 def _forest_node(trees: int, depth: int, regressor: bool, out: list[str]) -> onnx.NodeProto:
@@ -154,3 +155,22 @@ def test_ep_with_a_standard_op_between_ml_ops_still_compiles_a_subgraph() -> Non
     )
     ep = estimate(m, backend="ort-openvino", dims={"N": 2})
     assert ep.prediction.details["ovep_subgraphs"] == 1
+
+
+def test_partial_line_names_the_ops_when_every_input_is_bound() -> None:
+    """skl2onnx's classifier bound with --shape still has outputs of unknown size (shape
+    inference types TreeEnsembleClassifier's outputs but gives no dims, ZipMap's are maps): the
+    note must name those ops, not ask for bindings the user already gave."""
+    m = _model(
+        [_forest_node(2, 2, False, ["label", "probabilities"])],
+        [
+            helper.make_tensor_value_info("label", TensorProto.INT64, [None]),
+            helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, [None, 3]),
+        ],
+    )
+    bound = format_estimate(estimate(m, backend="ort", dims={"N": 2}))
+    assert "every input is bound" in bound
+    assert "ai.onnx.ml.TreeEnsembleClassifier" in bound
+    assert "--dim SYMBOL=N" not in bound
+    unbound = format_estimate(estimate(m, backend="ort", allow_partial=True))
+    assert "bind the inputs' symbolic dims" in unbound
