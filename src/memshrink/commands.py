@@ -358,6 +358,11 @@ def _format_optimize(result: dict[str, Any]) -> str:
             f"note: {Path(save['path']).name} reads its weights from {names}; "
             "copy or move them together, into one folder"
         )
+    if save.get("removed_stale"):
+        names = ", ".join(Path(f).name for f in save["removed_stale"])
+        lines.append(
+            f"note: removed {names}: an earlier save's data, which this model does not use"
+        )
     return "\n".join(lines)
 
 
