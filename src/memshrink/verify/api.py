@@ -96,8 +96,9 @@ def _empty_model(workdir: Path) -> Path:
 def _cuda_baseline(
     wd: Path, timeout: float, provider_options: Mapping[str, Mapping[str, Any]] | None,
     python: PythonArg, progress: Progress, backends: Sequence[str],
-) -> int | None:  # fmt: skip
-    """GPU memory of an empty CUDA session (context + EP) in its own process, or None."""
+) -> dict[str, int] | None:  # fmt: skip
+    """GPU memory of an empty CUDA session (context + EP) in its own process, per stage
+    (``session``, ``run1``: ``gpu_delta`` compares each stage with its own), or None."""
     if "cuda" not in backends:
         return None
     feeds = wd / "empty-feeds.npz"
@@ -107,9 +108,9 @@ def _cuda_baseline(
         feed_names=["x"], output_names=["y"], runs=1, timeout=timeout,
         provider_options=(provider_options or {}).get("cuda"), python=python, progress=progress,
     )  # fmt: skip
-    peaks = [(s.get("gpu") or {}).get("peak") for s in r.stages]
-    vals = [v for v in peaks if v is not None]
-    return max(vals) if r.ok and vals else None
+    peaks = {s["name"]: (s.get("gpu") or {}).get("peak") for s in r.stages}
+    vals = {k: int(v) for k, v in peaks.items() if v is not None}
+    return vals if r.ok and vals else None
 
 
 def _settings(**kw: Any) -> dict[str, Any]:
@@ -220,7 +221,7 @@ def _run(
     ref: ModelRef, label: str, backend: str, wd: Path, feeds_path: Path, feed_names: list[str],
     io: ModelIO, runs: int, timeout: float, session_options: Mapping[str, Any] | None,
     provider_options: Mapping[str, Mapping[str, Any]] | None, python: PythonArg,
-    gpu_base: int | None, progress: Progress, keep_outputs: bool = True,
+    gpu_base: dict[str, int] | None, progress: Progress, keep_outputs: bool = True,
 ) -> RunResult:  # fmt: skip
     res = run_child(
         ref, label, backend, workdir=wd, feeds_path=feeds_path, feed_names=feed_names,
@@ -230,7 +231,9 @@ def _run(
         progress=progress, keep_outputs=keep_outputs,
     )  # fmt: skip
     if res.child.get("gpu") is not None:
-        res.child["gpu"]["empty_session_baseline"] = gpu_base
+        # after its run (what estimate --backend cuda predicts over), and per stage
+        res.child["gpu"]["empty_session_baseline"] = max(gpu_base.values()) if gpu_base else None
+        res.child["gpu"]["empty_session_stages"] = gpu_base
     return res
 
 

@@ -80,24 +80,40 @@ def _run_line(r: RunResult) -> str:
 
 
 def _gpu_lines(runs: list[RunResult]) -> list[str]:
+    """GPU memory per stage over the empty CUDA session at the same stage (``gpu_delta``); a
+    figure below it is printed as ``~0`` with a note, never as a negative size."""
+    from memshrink.verify.gpu_delta import SESSION_STAGE, gpu_deltas
+
     lines: list[str] = []
+    below: list[str] = []
     for r in runs:
         gpu = r.child.get("gpu")
         if not gpu:
             continue
         base = gpu.get("empty_session_baseline") or 0
+        empty = gpu.get("empty_session_stages") or None
         if not lines:
             lines.append(
-                "GPU memory, MiB over an empty CUDA session measured in its own process "
-                "(NVML per-process, 1 ms polling; absolute in brackets):"
+                "GPU memory, MiB over an empty CUDA session at the same stage, measured in its "
+                "own process (NVML per-process, 1 ms polling; absolute in brackets):"
             )
         parts = []
-        for s in r.stages:
-            g = s.get("gpu") or {}
-            if g.get("peak") is not None:
-                parts.append(f"{s['name']} {_mib(g['peak'] - base, True)} [{_mib(g['peak'])}]")
+        for d in gpu_deltas(r.stages, base, empty):
+            shown = "~0" if d.clamped else _mib(d.delta, True)
+            parts.append(f"{d.stage} {shown} [{_mib(d.peak)}]")
+            if d.clamped:
+                below.append(f"{r.label} {d.stage} {_mib(-d.raw)} MiB")
+        where = (
+            f"{_mib(empty[SESSION_STAGE])} / {_mib(base)} MiB (session / after its run)"
+            if empty and SESSION_STAGE in empty
+            else f"{_mib(base)} MiB"
+        )
+        lines.append(f"  {r.label:<9} {r.backend:<5} empty session {where}; " + ", ".join(parts))
+    if below:
         lines.append(
-            f"  {r.label:<9} {r.backend:<5} baseline {_mib(base)} (context+EP); " + ", ".join(parts)
+            "  ~0: below the empty session at that stage ("
+            + ", ".join(below)
+            + "): NVML granularity or a kernel the empty session loaded; not a saving"
         )
     return lines
 
