@@ -250,6 +250,8 @@ class PassManager:
                 result = p.run(model, context)
             except MemshrinkError:
                 raise
+            except OSError as exc:
+                raise _pass_os_error(p.name, exc) from exc
             except Exception as exc:  # a bug or an unexpected model: name the pass
                 raise PassError(f"pass {p.name!r} failed: {type(exc).__name__}: {exc}") from exc
             seconds = time.perf_counter() - t0
@@ -275,6 +277,24 @@ class PassManager:
 STANDARD_DOMAINS = frozenset(
     {"", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview", "ai.onnx.preview.training"}
 )
+
+
+def _pass_os_error(name: str, exc: OSError) -> MemshrinkError:
+    """A pass's ``OSError``: out of space (or over the file-size limit) while it spilled rewritten
+    weights next to the output is the output's problem (exit 7, like the writer's), not a bug."""
+    import errno
+
+    from memshrink.errors import ModelSaveError
+
+    if exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+        from memshrink.transforms.weight_io import SpillFile
+
+        where = SpillFile.directory or "the temp folder"
+        return ModelSaveError(
+            f"out of disk space (or file size limit) while pass {name!r} wrote rewritten "
+            f"weights to its spill file in {where}; nothing written"
+        )
+    return PassError(f"pass {name!r} failed: {type(exc).__name__}: {exc}")
 
 
 def custom_domain_ops(model: ir.Model) -> dict[str, dict[str, int]]:

@@ -161,7 +161,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--json", metavar="PATH", help="write the JSON report here ('-' = stdout)")
     p.add_argument("--plot", metavar="PNG", help="write a bar chart of each stage's peak here")
-    p.add_argument("--quiet", action="store_true", help="no progress messages on stderr")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress messages on stderr")
 
 
 def _opts(args: argparse.Namespace) -> dict[str, Any]:

@@ -143,8 +143,12 @@ def _plot(series: dict[str, dict[str, list[tuple[str, int | None]]]], title: str
         ax.legend()
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    from memshrink.atomic import write_atomic
+
+    try:
+        write_atomic(path, lambda f: fig.savefig(f, format="png", dpi=100))
+    finally:
+        plt.close(fig)
     return path
 
 
