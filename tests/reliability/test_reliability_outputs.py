@@ -101,3 +101,10 @@ def test_verify_with_a_missing_data_file_is_exit_6_before_any_run(
     before = _snapshot(tmp_path)
     proc = _cli("verify", str(mlp_path), str(ext), "--backends", "cpu", "-q")
     assert_clean_failure(proc, EXIT_BAD_INPUT, "'m.data' is missing", before, tmp_path)
+
+
+def test_estimate_of_a_folder_says_what_works(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    from memshrink.cli import main
+
+    assert main(["estimate", str(tmp_path)]) == EXIT_BAD_INPUT
+    assert "is a folder: estimate takes one .onnx file" in capsys.readouterr().err

@@ -190,6 +190,11 @@ def _as_ir(model: Any) -> tuple[ir.Model, str | None]:
         return ir.serde.deserialize_model(model), None
     if isinstance(model, str | os.PathLike):
         path = os.fspath(model)
+        if os.path.isdir(path):  # a partition folder, most likely: say what works instead
+            raise ModelLoadError(
+                f"{path} is a folder: estimate takes one .onnx file (for a partition folder, "
+                "estimate a part_NNN.onnx, or measure the folder with memshrink profile)"
+            )
         if not os.path.isfile(path):
             raise ModelLoadError(f"model not found: {path}")
         try:
