@@ -109,5 +109,25 @@ def test_optimize_says_what_it_removed(tmp_path: Path, capsys: pytest.CaptureFix
     args = ["optimize", str(src), str(out), "--passes", "external-data"]
     assert main([*args, "-O", "external-data.folded_file=false"]) == 0
     text = capsys.readouterr().out
-    assert "note: removed m.onnx.folded.data: an earlier save's data" in text
+    assert "note: removed m.onnx.folded.data: left by an earlier save to this output" in text
     assert not (tmp_path / "m.onnx.folded.data").exists()
+
+
+def test_optimize_removes_a_sidecar_that_describes_an_earlier_input(tmp_path: Path) -> None:
+    """IN with a sidecar, then another IN without one, to the same OUT: the old ``OUT.onnx.json``
+    would feed ``estimate OUT`` another model's shapes; it goes, and the report says so."""
+    a, b = tmp_path / "a.onnx", tmp_path / "b.onnx"
+    onnx.save_model(_model(), a)
+    onnx.save_model(_model(), b)
+    (tmp_path / "a.onnx.json").write_text('{"inputs": [{"name": "x", "shape": [2, 16, 8, 8]}]}')
+    out = tmp_path / "m.onnx"
+    assert main(["optimize", str(a), str(out), "--passes", "prune", "-q"]) == 0
+    assert (tmp_path / "m.onnx.json").is_file()
+    report = tmp_path / "r.json"
+    assert (
+        main(["optimize", str(b), str(out), "--passes", "prune", "-q", "--json", str(report)]) == 0
+    )
+    assert not (tmp_path / "m.onnx.json").exists()
+    import json
+
+    assert json.loads(report.read_text())["save"]["removed_stale"] == [f"{out}.json"]
