@@ -10,7 +10,8 @@ and replayed through ``glibc_heap.GlibcHeap``. Each process runs the verifier's 
 imports, feeds and stages) from a neutral directory; a hook marks every stage's start and end
 with a malloc of 7770 + k bytes (logged, too small to move the threshold). Prints each
 process's stage peaks; the logs are ``DIR/logN`` (``--out``), the session stage between the
-first two markers (``session_events``).
+first two markers (``session_events``); ``malloc_pins.py`` reads which aligned blocks' spares
+pinned and the tcache counts at each aligned allocation from them.
 """
 
 from __future__ import annotations
