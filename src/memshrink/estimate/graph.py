@@ -26,6 +26,7 @@ import onnx_ir as ir
 from memshrink.bindings import Dim, bind_input_shapes, load_sidecar
 from memshrink.errors import ModelLoadError, UnboundDimensionError
 from memshrink.estimate import shape_values
+from memshrink.transforms.weight_io import read_array
 
 # Integer initializers at most this big are passed with their data (shape-inference needs
 # Reshape/Unsqueeze/Slice constants); everything else is shape + dtype only.
@@ -314,7 +315,7 @@ def _mark_zero_biases(graph: GraphInfo, g: ir.Graph) -> None:
         if tensor is None:
             continue
         try:
-            t.zero = not tensor.numpy().any()
+            t.zero = not read_array(tensor).any()  # pread: no map of the data file
         except Exception:  # unreadable data (missing file): assume a real bias
             t.zero = False
 
