@@ -174,9 +174,16 @@ def embedded_mode(g: GraphInfo, w: WeightSplit, convs: list[ConvWeight]) -> str:
     with even odds — processes of these models spread between the two extremes (MobileNetV2
     45 / 50 MiB at creation against 39 consolidated and 51 pinned; ResNet-50 b16 run 1 318 /
     374 against 318 and 395). An observed rule, not one read in glibc: which spare finds a
-    tcache slot is decided by small allocations the replay does not see."""
+    tcache slot is decided by small allocations the replay does not see. The fp16 copies of
+    weights ORT converts to f32 (``ort_fp16``) are freed together after the transformers too,
+    whoever packs their f32 copies later (traced, LeViT-128S fp16: the copies' region one
+    merged 7-11 MiB hole in 3 of 3 heap walks; ``creation_blocks``)."""
+    cast = {n for n in g.fp16_cast if not g.tensors[n].folded}
     conv = sum(cw.nbytes for cw in convs if cw.nchwc or cw.fused)
-    packed = sum(g.tensors[n].nbytes or 0 for n, k in w.names.items() if k == "prepacked")
+    conv += sum((g.tensors[n].nbytes or 0) // 2 for n in cast)
+    packed = sum(
+        g.tensors[n].nbytes or 0 for n, k in w.names.items() if k == "prepacked" and n not in cast
+    )
     return "partly_pinned" if conv >= packed else "pinned"
 
 
@@ -508,11 +515,15 @@ def creation_blocks(
         nb = g.tensors[n].nbytes or 0
         return nb // 2 if n in cast else nb
 
-    def to_f32(n: str) -> None:
-        # the fp16 source read into an Initializer, the f32 copy kept as the graph's OrtValue
-        b.alloc(f"h:{n}", stored(n), aligned=True)
-        b.alloc(f"copy:{n}", g.tensors[n].nbytes or 0, aligned=True, copy=embedded)
-        b.free(f"h:{n}")
+    # ORT runs each transformer over the whole graph in its topological order (the DEFAULT
+    # reverse DFS): each pass of the Conv+BN/Mul fusions (level 1), then every NCHWc conversion
+    # (level 3); the fused weights a later pass replaced are released after the last
+    # conversion (traced). A, K (and session copies, packed B) come from ORT's allocator
+    # (posix_memalign 64), V and S (a vector, a TensorProto string) from malloc.
+    rank = {i: r for r, i in enumerate(ort_default(g))}
+
+    def first_reader(n: str) -> int:
+        return min((rank.get(i, i) for i in g.tensors[n].consumers), default=0)
 
     if embedded:
         total = sum(stored(n) for n in inits)
@@ -520,25 +531,25 @@ def creation_blocks(
         for n in inits:
             _string_blocks(b, f"str:{n}", stored(n))
         b.free("read")
+        # session state's copy of every initializer as stored (an fp16 weight's too: the
+        # graph holds the file's tensors until the transformers replace them; traced on
+        # embedded LeViT-128S fp16), each followed by its string's free
         for n in inits:
-            if n in cast:
-                to_f32(n)
-            else:
-                b.alloc(f"copy:{n}", g.tensors[n].nbytes or 0, aligned=True, copy=True)
+            key = f"copy16:{n}" if n in cast else f"copy:{n}"
+            b.alloc(key, stored(n), aligned=True, copy=True)
             b.free(f"str:{n}")
-    else:
-        for n in inits:
-            if n in cast:
-                to_f32(n)
-    # ORT runs each transformer over the whole graph in its topological order (the DEFAULT
-    # reverse DFS): each pass of the Conv+BN/Mul fusions (level 1), then every NCHWc conversion
-    # (level 3); the fused weights a later pass replaced are released after the last
-    # conversion (traced). A, K (and session copies, packed B) come from ORT's allocator
-    # (posix_memalign 64), V and S (a vector, a TensorProto string) from malloc.
-    rank = {i: r for r, i in enumerate(ort_default(g))}
-    convs = sorted(
-        convs, key=lambda cw: min((rank.get(i, i) for i in g.tensors[cw.name].consumers), default=0)
-    )
+    # FuseInitializersTransformer (level ALL), after every copy: per fp16 weight in the order
+    # of the Casts InsertCastTransformer made (topological), the source read into an
+    # Initializer, the f32 copy kept as the graph's OrtValue, the source freed; the fp16
+    # copies are released together once the graph drops the unused initializers (traced)
+    converted = sorted((n for n in inits if n in cast), key=first_reader)
+    for n in converted:
+        b.alloc(f"h:{n}", stored(n), aligned=True)
+        b.alloc(f"copy:{n}", g.tensors[n].nbytes or 0, aligned=True)
+        b.free(f"h:{n}")
+    if embedded:
+        b.free(*(f"copy16:{n}" for n in converted))
+    convs = sorted(convs, key=lambda cw: first_reader(cw.name))
     replaced: list[str] = []  # fused weights NCHWc replaces
     for r in range(max((cw.rounds for cw in convs), default=0)):
         for cw in convs:
