@@ -1,6 +1,7 @@
-"""fp16 weights at ORT CPU session creation (``ort_fp16.lower``, ``ort_weights.creation_blocks``
-and ``embedded_mode``): which weights ORT converts, in what order the heap sees the copies, and
-which glibc mode an embedded fp16 model is predicted in."""
+"""ORT CPU session creation as the heap sees it (``ort_fp16.lower``,
+``ort_weights.creation_blocks`` and ``embedded_mode``): which fp16 weights ORT converts, the
+order of the copies and of constant folding's blocks, and which glibc mode an embedded model is
+predicted in."""
 
 from __future__ import annotations
 
@@ -165,3 +166,65 @@ def test_embedded_fp16_model_is_predicted_partly_pinned():
         v.type.tensor_type.elem_type = TensorProto.FLOAT
     g32 = build_view(f32).graph
     assert embedded_mode(g32, split_weights(g32), []) == "pinned"
+
+
+def _folded_chain(d: int = 128) -> onnx.ModelProto:
+    """y = x @ Relu(C + B) with C, B weights: ORT folds Add and Relu at session creation."""
+    rng = np.random.default_rng(0)
+    c = numpy_helper.from_array(rng.standard_normal((d, d)).astype(np.float32), "C")
+    b = numpy_helper.from_array(rng.standard_normal((d, d)).astype(np.float32), "B")
+    nodes = [
+        helper.make_node("Add", ["C", "B"], ["s"]),
+        helper.make_node("Relu", ["s"], ["w"]),
+        helper.make_node("MatMul", ["x", "w"], ["y"]),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "folded",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, d])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, d])],
+        [c, b],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_constant_folding_keeps_its_intermediates_to_the_end_of_the_pass():
+    """Known answer (trace of embedded Swin-V2, docs/estimate.md): per folded node the weights
+    it reads copied, its output kept, the copies freed; after the pass the intermediate ``s``
+    and the copies of ``C`` and ``B`` (read only by folded nodes) are freed together; the
+    folded ``w`` stays until its packing."""
+    g = build_view(_folded_chain()).graph
+    b = creation_blocks(g, split_weights(g), [], embedded=True)
+    ops = _ops(b.events)
+    start = ops.index("f str:B") + 1
+    assert ops[start:] == [
+        "a fin:0:C",
+        "a fin:0:B",
+        "a copy:s",
+        "f fin:0:C",
+        "f fin:0:B",
+        "a fin:1:s",
+        "a copy:w",
+        "f fin:1:s",
+        "f copy:s",
+        "f copy:C",
+        "f copy:B",
+        "a pack:w",
+        "f copy:w",
+    ]
+    size = {key: n for op, key, n in b.events if op == "alloc"}
+    assert size["copy:s"] == size["copy:w"] == size["fin:0:C"]  # 128 x 128 f32 (+ header)
+
+
+def test_folding_intermediates_count_as_freed_together():
+    """An embedded model whose folding intermediates outweigh its prepacked copies is
+    predicted ``partly_pinned`` (the copies' coin), one with none ``pinned``."""
+    g = build_view(_folded_chain()).graph
+    assert embedded_mode(g, split_weights(g), []) == "partly_pinned"
+    plain = _folded_chain()
+    plain.graph.node[2].input[1] = "C"
+    del plain.graph.node[:2]
+    g2 = build_view(plain).graph
+    assert embedded_mode(g2, split_weights(g2), []) == "pinned"
