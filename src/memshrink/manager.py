@@ -270,6 +270,8 @@ class PassManager:
                 model = result.model
             if result.modified:
                 context.invalidate()
+                # recorded at once, so a hook verifying after this pass compares at it too
+                tolerance.record(model.metadata_props, [(p.name, p.tolerance)])
             record = PassRecord(p.name, result.modified, round(seconds, 4), result.stats)
             report.passes.append(record)
             self._call("after_pass", record, model, context)
@@ -277,12 +279,7 @@ class PassManager:
                 f"[{index}/{total}] {p.name}: {'modified' if result.modified else 'no change'}"
                 f" in {seconds:.2f} s{_stats_summary(result.stats)}"
             )
-        changed = [
-            (p.name, p.tolerance)
-            for p, r in zip(self.passes, report.passes, strict=True)
-            if r.modified
-        ]
-        stated = tolerance.record(model.metadata_props, changed)
+        stated = tolerance.from_metadata(model.metadata_props)
         if stated is not None:
             report.extra["stated_tolerance"] = stated.to_dict()
         report.seconds = time.perf_counter() - start
