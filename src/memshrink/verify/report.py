@@ -254,7 +254,7 @@ class VerifyReport:
             if c.reduced_precision_outputs:
                 lines.append(
                     f"  {c.backend + '*':<12} = at the backend's default precision, superseded by "
-                    "the f32 re-check below it (not a verdict)"
+                    "the @f32 lines (not a verdict)"
                 )
             if c.outputs and c.note:
                 lines.append(f"  {c.backend:<12} note: {c.note}")
