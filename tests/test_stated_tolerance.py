@@ -128,3 +128,14 @@ def test_verify_compares_at_the_stated_tolerance_unless_told_otherwise(tmp_path:
     onnx.save(m, str(plain))
     bare = verify(src, plain, backends=("cpu",), runs=1)
     assert bare.exit_code == EXIT_MISMATCH and bare.settings["tolerance_source"] == "default"
+
+
+def test_the_safe_preset_states_no_tolerance_and_all_states_chunks() -> None:
+    """``safe`` must keep verify strict: none of its passes records a tolerance; every pass
+    that states one is not bit-exact (``exact`` is a string)."""
+    from memshrink.pipeline import resolve_pipeline
+
+    assert all(p.tolerance is None for p in resolve_pipeline("safe", {}))
+    stated = {p.name: p.tolerance for p in resolve_pipeline("all", {}) if p.tolerance}
+    assert stated == {"simplify": (1e-5, 1e-4), "chunk": (1e-4, 1e-4), "recompute": (1e-4, 1e-4)}
+    assert all(p.exact is not True for p in resolve_pipeline("all", {}) if p.tolerance)
