@@ -153,6 +153,13 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             print(recommendations)
         if others:
             print(others)
+        stated = result.get("stated_tolerance")
+        if stated:
+            print(
+                f"note: outputs are stated within atol {stated['atol']:g}, rtol {stated['rtol']:g} "
+                "of the input (" + ", ".join(p["pass"] for p in stated["passes"]) + ", recorded "
+                "in the model); `memshrink verify` compares at that unless given --atol/--rtol/--tol"
+            )
     if backends:
         from memshrink.verify import verify
 

@@ -35,9 +35,12 @@ class Comparison:
     status: str  # match | mismatch | not-compared
     outputs: list[OutputComparison] = field(default_factory=list)
     note: str | None = None
+    # set when the verdict comes from a re-run at full precision (``api._recheck_at_full_precision``)
+    recheck: dict[str, Any] | None = None
+    reduced_precision_outputs: list[OutputComparison] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "backend": self.backend,
             "reference": self.reference,
             "candidate": self.candidate,
@@ -45,6 +48,12 @@ class Comparison:
             "note": self.note,
             "outputs": [o.to_dict() for o in self.outputs],
         }
+        if self.recheck is not None:
+            out["recheck"] = self.recheck
+            out["reduced_precision_outputs"] = [
+                o.to_dict() for o in self.reduced_precision_outputs or []
+            ]
+        return out
 
 
 @dataclass
@@ -225,6 +234,7 @@ class VerifyReport:
             + (f", per output {s['tolerances']}" if s.get("tolerances") else "")
             + f"; {s['runs']} runs; seed {s['seed']}; inputs: "
             + ", ".join(f"{i.name}{list(i.shape)} {i.dtype}" for i in self.inputs),
+            *_tolerance_lines(s),
             "",
             "Peak RSS per stage, MiB over each process's baseline (absolute MiB in brackets):",
             f"  {'backend':<12} {'stage':<9} {'original':>14} {'rewritten':>14} {'change':>8}",
@@ -257,8 +267,15 @@ class VerifyReport:
                 lines.append(
                     f"  {c.backend:<12} {'(all)':<20} {'':>9} {'':>9} {'':>12}  {c.status}: {c.note}"
                 )
+            for oc in c.reduced_precision_outputs or []:
+                lines.append(_output_line(f"{c.backend}*", oc, info=True))
             for oc in c.outputs:
-                lines.append(_output_line(c.backend, oc))
+                lines.append(_output_line(c.backend + ("@f32" if c.recheck else ""), oc))
+            if c.reduced_precision_outputs:
+                lines.append(
+                    f"  {c.backend + '*':<12} = at the backend's default precision, superseded by "
+                    "the @f32 lines (not a verdict)"
+                )
             if c.outputs and c.note:
                 lines.append(f"  {c.backend:<12} note: {c.note}")
         if self.cross_backend:
@@ -323,6 +340,18 @@ class VerifyReport:
                         (s["name"], _stage_peak_delta(run, s["name"])) for s in run.stages
                     ]
         return _plot(series, "Peak RSS per stage: original vs rewritten", os.fspath(path))
+
+
+def _tolerance_lines(settings: dict[str, Any]) -> list[str]:
+    """A loud line when the tolerance is not verify's default but the one the rewrite states."""
+    source = str(settings.get("tolerance_source") or "")
+    if not source.startswith("stated"):
+        return []
+    return [
+        f"  TOLERANCE atol {settings['atol']:g}, rtol {settings['rtol']:g}: {source} "
+        "(recorded in the rewritten model; verify's defaults are atol 1e-5, rtol 1e-5; "
+        "give --atol/--rtol to compare stricter)"
+    ]
 
 
 def _mismatch_reason(backend: str, oc: OutputComparison) -> str:
