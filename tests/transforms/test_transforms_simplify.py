@@ -43,11 +43,47 @@ def test_simplify_folds_constant_subgraph(tmp_path: Path) -> None:
         return
     assert result.modified and result.model is not None
     assert [n.op_type for n in result.model.graph] == ["Mul"]
+    assert not result.exact  # a float Add was folded: the stated tolerance applies
     out = tmp_path / "s.onnx"
     save_model(result.model, out)
     np.testing.assert_allclose(
         run_ort(out, mlp_feeds())[0], run_ort(path, mlp_feeds())[0], rtol=RTOL, atol=ATOL
     )
+
+
+def test_simplify_of_shape_arithmetic_only_is_exact(tmp_path: Path) -> None:
+    """Folding a Shape -> Gather -> Concat -> Reshape chain touches no float arithmetic: the run
+    is exact, so the pipeline records no tolerance and verify stays strict."""
+    i64 = onnx.TensorProto.INT64
+    g = helper.make_graph(
+        [
+            helper.make_node("Shape", ["x"], ["s"]),
+            helper.make_node("Gather", ["s", "zero"], ["b"], axis=0),
+            helper.make_node("Concat", ["b", "minus1"], ["target"], axis=0),
+            helper.make_node("Reshape", ["x", "target"], ["r"]),
+            helper.make_node("Relu", ["r"], ["y"]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", 1, [4, 8, 16])],
+        [helper.make_tensor_value_info("y", 1, [4, 128])],
+        [
+            helper.make_tensor("zero", i64, [1], [0]),
+            helper.make_tensor("minus1", i64, [1], [-1]),
+        ],
+    )
+    path = tmp_path / "s.onnx"
+    onnx.save_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    result = get_pass("simplify")().run(load(path), PassContext())
+    if "onnxsim unavailable" in str(result.stats.get("reason", "")):
+        return
+    assert result.modified and result.model is not None
+    assert [n.op_type for n in result.model.graph] == ["Reshape", "Relu"]
+    assert result.exact and result.stats["float_arithmetic_changed"] is False
+
+    from memshrink.manager import PassManager
+
+    model, _ = PassManager(["simplify"]).run(load(path), PassContext())
+    assert "memshrink.tolerance" not in model.metadata_props
 
 
 def test_simplify_skips_above_cap(mlp_path: Path) -> None:
