@@ -6,6 +6,8 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnx_ir as ir
+import pytest
 from fixtures_onnx import mlp_feeds, run_ort
 from onnx import helper, numpy_helper
 
@@ -83,21 +85,50 @@ def test_simplify_keeps_a_symbolic_input_dim(tmp_path: Path) -> None:
     assert "reason" in result.stats or result.modified  # a future onnxsim that keeps the dim
 
 
-def test_simplify_keeps_the_original_when_the_peak_would_rise(tmp_path: Path) -> None:
-    """After dedup-weights, onnxsim's rewrite of the demo model (MatMul+Add -> Gemm, shared
-    weights split again) is predicted to peak higher, so the pass keeps the graph it got."""
+def _deduped_demo(tmp_path: Path) -> tuple[ir.Model, PassContext]:
     from memshrink.demo import write_demo_model
     from memshrink.manager import PassManager
 
     path = write_demo_model(tmp_path / "demo.onnx")
     context = PassContext(shapes={"input_ids": [1, 64]})
     model, _ = PassManager("prune,dedup-weights").run(load(path), context)
+    return model, context
+
+
+def test_simplify_keeps_the_original_when_the_peak_would_rise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Known answer: with the estimator predicting onnxsim's graph 1 MiB higher, the pass
+    keeps the graph it got and says why."""
+    import memshrink.transforms.simplify as simplify
+
+    model, context = _deduped_demo(tmp_path)
     ops = [n.op_type for n in model.graph]
+    peaks = iter([40 << 20, 41 << 20])  # before, after
+    monkeypatch.setattr(simplify, "predicted_peak", lambda m, c: next(peaks))
     result = get_pass("simplify")().run(model, context)
+    if result.stats.get("reason", "").startswith("skipped"):  # onnxsim missing here
+        pytest.skip(result.stats["reason"])
     assert not result.modified and result.model is None
     assert result.stats["predicted_peak_after"] > result.stats["predicted_peak_before"]
     assert "predicted to peak higher" in result.stats["reason"]
     assert [n.op_type for n in model.graph] == ops
+
+
+def test_simplify_of_the_deduped_demo_is_kept(tmp_path: Path) -> None:
+    """After dedup-weights, onnxsim's rewrite of the demo model (the tied lm_head's folded
+    Transpose written as a weight, MatMul+Add -> Gemm) is predicted 0.8 MiB lower on ORT CPU
+    and measured lower (verifier's child, process peak MiB over the baseline, 3 processes
+    each, 2026-11-27: 35.9 ×3 before, 35.0 / 35.0 / 34.0 after; docs/estimate.md, session 9):
+    ORT's constant folding of that Transpose copies the weight into its frame, which the
+    estimator replays since session 9 (it used to predict the rewrite 1 MiB higher)."""
+    model, context = _deduped_demo(tmp_path)
+    result = get_pass("simplify")().run(model, context)
+    if result.stats.get("reason", "").startswith("skipped"):  # onnxsim missing here
+        pytest.skip(result.stats["reason"])
+    assert result.modified and result.model is not None
+    before, after = result.stats["predicted_peak_before"], result.stats["predicted_peak_after"]
+    assert after < before, (before, after)
 
 
 def test_onnxsim_import_keeps_torch_out_and_importable() -> None:

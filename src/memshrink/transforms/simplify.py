@@ -56,6 +56,7 @@ class SimplifyPass(Pass):
     )
     targets = ("weights", "activations")
     exact = "within onnxsim's check (rtol 1e-4, atol 1e-5); folding may reorder float arithmetic"
+    tolerance = (1e-5, 1e-4)
 
     @dataclass
     class Options:

@@ -60,8 +60,8 @@ class SpillFile:
         if spill is None or spill.fd < 0 or not os.path.exists(spill.path):
             if spill is not None:
                 spill.close()
-            cls._shared = cls()
-        return cls._shared
+            spill = cls._shared = cls()
+        return spill
 
     @classmethod
     def start_run(cls, directory: str | None) -> None:
