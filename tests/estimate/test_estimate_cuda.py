@@ -117,9 +117,11 @@ def test_a_model_without_weights_is_predicted_at_the_empty_session():
         [helper.make_tensor_value_info("x", F, [1])],
         [helper.make_tensor_value_info("y", F, [1])],
     )
-    peaks = estimate(helper.make_model(g), backend="cuda").stage_peaks()
+    est = estimate(helper.make_model(g), backend="cuda")
+    peaks = est.stage_peaks()
     assert peaks["session_creation"] == 0
     assert min(peaks.values()) >= 0
+    assert "over an empty CUDA session at the same stage" in est.format_table()
 
 
 def test_conv_workspace_takes_arena_memory():
