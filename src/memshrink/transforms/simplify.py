@@ -127,8 +127,30 @@ class SimplifyPass(Pass):
 #: Ops that move, select or reinterpret values without arithmetic on them: folding or
 #: removing only these (shape computations, Identity chains) leaves float outputs bit-identical.
 _NO_ARITHMETIC = frozenset(
-    "Cast CastLike Concat Constant ConstantOfShape Expand Flatten Gather GatherElements GatherND "
-    "Identity Pad Range Reshape Shape Size Slice Split Squeeze Tile Transpose Unsqueeze".split()
+    [
+        "Cast",
+        "CastLike",
+        "Concat",
+        "Constant",
+        "ConstantOfShape",
+        "Expand",
+        "Flatten",
+        "Gather",
+        "GatherElements",
+        "GatherND",
+        "Identity",
+        "Pad",
+        "Range",
+        "Reshape",
+        "Shape",
+        "Size",
+        "Slice",
+        "Split",
+        "Squeeze",
+        "Tile",
+        "Transpose",
+        "Unsqueeze",
+    ]
 )
 _FLOATS = frozenset(
     {ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16, ir.DataType.DOUBLE}
