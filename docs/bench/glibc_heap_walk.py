@@ -16,16 +16,13 @@ look in use: exactly what pins a hole).
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import struct
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-MiB = 1 << 20
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from verifier_child import MiB, run_child, stage_peaks, write_child_inputs  # noqa: E402
 
 HOOK = r"""
 import os, struct, sys
@@ -75,36 +72,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-n", type=int, default=7)
     ap.add_argument("--prefix", default="", help='e.g. "setarch -R" (ASLR off)')
     a = ap.parse_args(argv)
-    sys.path.insert(0, str(ROOT / "src"))
-    import numpy as np
-
-    from memshrink.verify.inputs import make_feeds
-    from memshrink.verify.modelinfo import read_model_io
-
-    io = read_model_io(a.model)
-    feeds, _ = make_feeds(io, a.model)
     wd = Path(tempfile.mkdtemp(prefix="heapwalk-"))
-    names = list(feeds)
-    np.savez(wd / "feeds.npz", **{f"i{k}": feeds[n] for k, n in enumerate(names)})
-    (wd / "hook.py").write_text(HOOK)
+    inputs = write_child_inputs(a.model, wd, HOOK)
     for i in range(a.n):
-        spec = {
-            "model": {"kind": "onnx", "path": str(Path(a.model).resolve())},
-            "backend": "cpu", "label": "walk", "feeds": str(wd / "feeds.npz"),
-            "feed_names": names, "output_names": [o.name for o in io.outputs], "runs": 3,
-            "session_options": {}, "provider_options": {},
-            "result": str(wd / f"r{i}.json"), "outputs": str(wd / f"o{i}.npz"),
-        }  # fmt: skip
-        (wd / f"s{i}.json").write_text(json.dumps(spec))
-        env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "HEAPWALK_OUT": str(wd / f"h{i}")}
-        cmd = [*a.prefix.split(), sys.executable, str(wd / "hook.py"), str(wd / f"s{i}.json")]
-        subprocess.run(cmd, env=env, cwd=tempfile.gettempdir(), capture_output=True, check=False)
-        r = json.loads((wd / f"r{i}.json").read_text())
+        env = {"HEAPWALK_OUT": str(wd / f"h{i}")}
+        r = run_child(inputs, i, "walk", env, a.prefix.split())
         if r["status"] != "ok":
             print(f"process {i}: {r['status']} {r.get('error')}")
             continue
-        base = r["baseline"]["rss"]
-        peaks = " / ".join(f"{(s['peak'] - base) / MiB:.1f}" for s in r["stages"])
+        peaks = " / ".join(f"{p:.1f}" for p in stage_peaks(r))
         ch = chunks(str(wd / f"h{i}"))
         holes = [(p, n) for p, n, used in ch[:-1] if not used and n >= 200 * 1024]
         big = [(p, n) for p, n, used in ch if used and n >= MiB]

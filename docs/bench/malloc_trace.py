@@ -10,21 +10,20 @@ and replayed through ``glibc_heap.GlibcHeap``. Each process runs the verifier's 
 imports, feeds and stages) from a neutral directory; a hook marks every stage's start and end
 with a malloc of 7770 + k bytes (logged, too small to move the threshold). Prints each
 process's stage peaks; the logs are ``DIR/logN`` (``--out``), the session stage between the
-first two markers (``session_events``).
+first two markers (``session_events``); ``malloc_pins.py`` reads which aligned blocks' spares
+pinned and the tcache counts at each aligned allocation from them.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-MiB = 1 << 20
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from verifier_child import run_child, stage_peaks, write_child_inputs  # noqa: E402
+
 MARK = 7770  # marker mallocs: MARK + k bytes
 
 HOOK = r"""
@@ -60,40 +59,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--min", type=int, default=65536, help="smallest call logged (bytes)")
     ap.add_argument("--out", default=None, help="folder for the logs (default: a temp dir)")
     a = ap.parse_args(argv)
-    sys.path.insert(0, str(ROOT / "src"))
-    import numpy as np
-
-    from memshrink.verify.inputs import make_feeds
-    from memshrink.verify.modelinfo import read_model_io
-
-    io = read_model_io(a.model)
-    feeds, _ = make_feeds(io, a.model)
     wd = Path(a.out or tempfile.mkdtemp(prefix="malloc-trace-"))
-    wd.mkdir(parents=True, exist_ok=True)
-    names = list(feeds)
-    np.savez(wd / "feeds.npz", **{f"i{k}": feeds[n] for k, n in enumerate(names)})
-    (wd / "hook.py").write_text(HOOK)
+    inputs = write_child_inputs(a.model, wd, HOOK)
     for i in range(a.n):
-        spec = {
-            "model": {"kind": "onnx", "path": str(Path(a.model).resolve())},
-            "backend": "cpu", "label": "trace", "feeds": str(wd / "feeds.npz"),
-            "feed_names": names, "output_names": [o.name for o in io.outputs], "runs": 3,
-            "session_options": {}, "provider_options": {},
-            "result": str(wd / f"r{i}.json"), "outputs": str(wd / f"o{i}.npz"),
-        }  # fmt: skip
-        (wd / f"s{i}.json").write_text(json.dumps(spec))
         env = {
-            **os.environ,
-            "PYTHONPATH": str(ROOT / "src"),
             "MLOG": str(wd / f"log{i}"),
             "MLOG_MIN": str(a.min),
             "LD_PRELOAD": str(Path(a.so).resolve()),
         }
-        cmd = [sys.executable, str(wd / "hook.py"), str(wd / f"s{i}.json")]
-        subprocess.run(cmd, env=env, cwd=tempfile.gettempdir(), capture_output=True, check=False)
-        r = json.loads((wd / f"r{i}.json").read_text())
-        base = r["baseline"]["rss"]
-        peaks = " / ".join(f"{(s['peak'] - base) / MiB:.1f}" for s in r["stages"])
+        r = run_child(inputs, i, "trace", env)
+        peaks = " / ".join(f"{p:.1f}" for p in stage_peaks(r))
         n = len(session_events(str(wd / f"log{i}")))
         print(f"process {i}: peaks {peaks} MiB; {n} session calls in {wd / f'log{i}'}")
     return 0

@@ -12,8 +12,9 @@ import errno
 import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import IO
 
 from memshrink.errors import ModelSaveError
 
@@ -86,3 +87,22 @@ def remove_quietly(*paths: Path | None) -> None:
         if p is not None:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(p)
+
+
+def write_atomic(path: str | os.PathLike, write: Callable[[IO[bytes]], object]) -> None:
+    """Write a report file (JSON, PNG) through a temp file in its folder, then rename.
+
+    Why: a report written in place on a full disk or under a file-size limit stayed behind
+    truncated (newcomer audit, docs/reliability.md); now the old file, or nothing, stays. An
+    ``OSError`` becomes a ``ModelSaveError`` (exit 7) that says what could not be written.
+    """
+    final = Path(path)
+    tmp = temp_path_for(final)
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+        os.replace(tmp, final)
+    except OSError as exc:
+        raise describe_os_error(exc, final) from exc
+    finally:
+        remove_quietly(tmp)

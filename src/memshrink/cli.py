@@ -11,13 +11,14 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 import traceback
 from collections.abc import Sequence
 from typing import Any
 
 from memshrink import __version__
-from memshrink.errors import MemshrinkError, UsageError
+from memshrink.errors import MemshrinkError, ModelSaveError, UsageError
 
 #: Packages contributing subcommands through ``<module>.register(subparsers)``.
 PLUGIN_CLI_MODULES = (
@@ -70,6 +71,11 @@ def check_report_path(dest: str | None, flag: str) -> None:
     path = Path(dest)
     if path.is_dir():
         raise UsageError(f"{flag} {dest} is a folder; give a file path")
+    folder = path.parent
+    if not folder.is_dir():
+        raise ModelSaveError(f"{flag} {dest}: output folder {folder} does not exist")
+    if not os.access(folder, os.W_OK):  # also EROFS: a read-only mount
+        raise ModelSaveError(f"{flag} {dest}: cannot write to {folder}: permission denied")
     try:
         with open(path, "rb") as f:
             head = f.read(8).lstrip()
@@ -91,13 +97,11 @@ def write_json(data: Any, dest: str) -> None:
     if dest == "-":
         print(text)
         return
-    from pathlib import Path
-
     check_report_path(dest, "--json")
-    try:
-        Path(dest).write_text(text + "\n")
-    except OSError as exc:
-        raise MemshrinkError(f"cannot write JSON report {dest}: {exc.strerror or exc}") from exc
+    from memshrink.atomic import write_atomic
+
+    data = (text + "\n").encode()
+    write_atomic(dest, lambda f: f.write(data))
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -126,7 +126,9 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             progress(f"writing weights {format_bytes(done)} / {format_bytes(total)}")
 
     info = save_model(model, dst, progress=save_progress, fsync=args.fsync)
-    _copy_sidecar(src, dst, _declared_inputs(model))
+    stale_side = _copy_sidecar(src, dst, _declared_inputs(model))
+    if stale_side:
+        info.removed_stale.append(stale_side)
     report.seconds = time.perf_counter() - t0
     out_bytes = weight_bytes(model)
     result: dict[str, Any] = {
@@ -151,6 +153,13 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             print(recommendations)
         if others:
             print(others)
+        stated = result.get("stated_tolerance")
+        if stated:
+            print(
+                f"note: outputs are stated within atol {stated['atol']:g}, rtol {stated['rtol']:g} "
+                "of the input (" + ", ".join(p["pass"] for p in stated["passes"]) + ", recorded "
+                "in the model); `memshrink verify` compares at that unless given --atol/--rtol/--tol"
+            )
     if backends:
         from memshrink.verify import verify
 
@@ -271,17 +280,26 @@ def _declared_inputs(model: Any) -> dict[str, tuple[Any, ...] | None]:
     }
 
 
-def _copy_sidecar(src: Path, dst: Path, declared: Mapping[str, tuple[Any, ...] | None]) -> None:
+def _copy_sidecar(
+    src: Path, dst: Path, declared: Mapping[str, tuple[Any, ...] | None]
+) -> str | None:
     """Carry ``IN.onnx.json`` (how to feed the model) to the output. Where a pass bound an
     input's dims (``chunk`` specializes symbolic dims to the ``--dim`` bindings), the sidecar
     takes the output's static shape: a stale one would feed the rewritten model a shape it no
     longer accepts (``verify`` reads the sidecar). A sidecar that is not valid JSON is copied as
-    it is (``load_sidecar`` reports it where it is used)."""
+    it is (``load_sidecar`` reports it where it is used). When IN has none, an ``OUT.onnx.json``
+    an earlier run left describes another model (``estimate OUT`` would feed it silently):
+    it is removed, and its path returned for the report."""
     from memshrink.bindings import sidecar_path
 
     side = sidecar_path(src)
-    if not (side.is_file() and dst.exists()):  # a file, or a partition folder
-        return
+    if not dst.exists():  # a file, or a partition folder
+        return None
+    if not side.is_file():
+        from memshrink.writer import remove_stale_siblings
+
+        removed = remove_stale_siblings(sidecar_path(dst))
+        return removed[0] if removed else None
     raw = side.read_bytes()
     try:
         data = json.loads(raw)
@@ -293,9 +311,10 @@ def _copy_sidecar(src: Path, dst: Path, declared: Mapping[str, tuple[Any, ...] |
     except (ValueError, AttributeError, TypeError):
         pass
     target = sidecar_path(dst)
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    tmp.write_bytes(raw)
-    os.replace(tmp, target)
+    from memshrink.atomic import write_atomic
+
+    write_atomic(target, lambda f: f.write(raw))
+    return None
 
 
 def _stat_text(key: str, value: Any) -> str:
@@ -357,6 +376,11 @@ def _format_optimize(result: dict[str, Any]) -> str:
         lines.append(
             f"note: {Path(save['path']).name} reads its weights from {names}; "
             "copy or move them together, into one folder"
+        )
+    if save.get("removed_stale"):
+        names = ", ".join(Path(f).name for f in save["removed_stale"])
+        lines.append(
+            f"note: removed {names}: left by an earlier save to this output, not used by this model"
         )
     return "\n".join(lines)
 

@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Protocol
 
 import onnx_ir as ir
 
+from memshrink import tolerance
 from memshrink.errors import MemshrinkError, PassError, UsageError
 from memshrink.units import parse_bytes
 
@@ -30,6 +31,9 @@ class PassResult:
     modified: bool
     stats: dict[str, Any] = field(default_factory=dict)
     model: ir.Model | None = None
+    #: This run kept outputs bit-identical although the pass may not in general (so its stated
+    #: tolerance is not recorded and ``verify`` stays strict).
+    exact: bool = False
 
 
 class PassContext:
@@ -72,13 +76,17 @@ class Pass:
 
     Subclasses declare ``name``, ``summary``, ``targets`` (a subset of TARGETS), ``exact``
     (True when outputs stay bit-identical; otherwise a string stating the tolerance), and
-    an ``Options`` dataclass whose fields are the typed options with defaults.
+    an ``Options`` dataclass whose fields are the typed options with defaults. A pass whose
+    outputs may move by more than ``verify``'s defaults (atol 1e-5, rtol 1e-5) also states that
+    bound as ``tolerance = (atol, rtol)``; the manager records it in the model when the pass
+    changed it (``memshrink.tolerance``), so ``verify`` checks the promise, not a stricter one.
     """
 
     name: ClassVar[str]
     summary: ClassVar[str]
     targets: ClassVar[tuple[str, ...]]
     exact: ClassVar[bool | str] = True
+    tolerance: ClassVar[tuple[float, float] | None] = None
 
     @dataclass
     class Options:
@@ -112,6 +120,7 @@ class Pass:
             "summary": cls.summary,
             "targets": list(cls.targets),
             "exact": cls.exact,
+            "tolerance": list(cls.tolerance) if cls.tolerance else None,
             "options": {f.name: _default_of(f) for f in dataclasses.fields(cls.Options)},
         }
 
@@ -250,6 +259,8 @@ class PassManager:
                 result = p.run(model, context)
             except MemshrinkError:
                 raise
+            except OSError as exc:
+                raise _pass_os_error(p.name, exc) from exc
             except Exception as exc:  # a bug or an unexpected model: name the pass
                 raise PassError(f"pass {p.name!r} failed: {type(exc).__name__}: {exc}") from exc
             seconds = time.perf_counter() - t0
@@ -257,9 +268,16 @@ class PassManager:
                 result.model.meta.update(
                     {k: v for k, v in model.meta.items() if k not in result.model.meta}
                 )
+                if tolerance.KEY in model.metadata_props:  # a record from an earlier run
+                    result.model.metadata_props.setdefault(
+                        tolerance.KEY, model.metadata_props[tolerance.KEY]
+                    )
                 model = result.model
             if result.modified:
                 context.invalidate()
+                # recorded at once, so a hook verifying after this pass compares at it too
+                pass_tol = None if result.exact else p.tolerance
+                tolerance.record(model.metadata_props, [(p.name, pass_tol)])
             record = PassRecord(p.name, result.modified, round(seconds, 4), result.stats)
             report.passes.append(record)
             self._call("after_pass", record, model, context)
@@ -267,6 +285,9 @@ class PassManager:
                 f"[{index}/{total}] {p.name}: {'modified' if result.modified else 'no change'}"
                 f" in {seconds:.2f} s{_stats_summary(result.stats)}"
             )
+        stated = tolerance.from_metadata(model.metadata_props)
+        if stated is not None:
+            report.extra["stated_tolerance"] = stated.to_dict()
         report.seconds = time.perf_counter() - start
         self._call("after_pipeline", report, model, context)
         return model, report
@@ -275,6 +296,24 @@ class PassManager:
 STANDARD_DOMAINS = frozenset(
     {"", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview", "ai.onnx.preview.training"}
 )
+
+
+def _pass_os_error(name: str, exc: OSError) -> MemshrinkError:
+    """A pass's ``OSError``: out of space (or over the file-size limit) while it spilled rewritten
+    weights next to the output is the output's problem (exit 7, like the writer's), not a bug."""
+    import errno
+
+    from memshrink.errors import ModelSaveError
+
+    if exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+        from memshrink.transforms.weight_io import SpillFile
+
+        where = SpillFile.directory or "the temp folder"
+        return ModelSaveError(
+            f"out of disk space (or file size limit) while pass {name!r} wrote rewritten "
+            f"weights to its spill file in {where}; nothing written"
+        )
+    return PassError(f"pass {name!r} failed: {type(exc).__name__}: {exc}")
 
 
 def custom_domain_ops(model: ir.Model) -> dict[str, dict[str, int]]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import errno
 import os
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import onnx
@@ -57,6 +57,7 @@ class SaveInfo:
     data_file_bytes: int
     folded_path: str | None = None  # OpenVINO-folded weights' file (``external-data``)
     folded_file_bytes: int = 0
+    removed_stale: list[str] = field(default_factory=list)  # an earlier save's data files for OUT
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -87,6 +88,25 @@ def data_files(model: ir.Model) -> list[Path]:
         if isinstance(tensor, ir.ExternalTensor):
             seen.setdefault(os.path.realpath(tensor.path), None)
     return [Path(f) for f in seen if f != own]
+
+
+def remove_stale_siblings(*paths: Path | None) -> list[str]:
+    """Remove data files an earlier save wrote for the same OUT that this save does not.
+
+    Why: re-saving OUT with a pipeline that folds nothing (or embeds everything) would leave the
+    old ``OUT.folded.data`` / ``OUT.data`` beside the new model: unused bytes on disk that users
+    copy along, and that look like part of the model. Only the names this save would itself write
+    for OUT are candidates, never another file; called after the new files are in place, so a
+    failed save keeps the old set whole. Returns what was removed."""
+    removed = []
+    for p in paths:
+        if p is not None and (p.is_file() or p.is_symlink()):
+            try:
+                os.remove(p)
+            except OSError:
+                continue  # a read-only leftover is harmless: the new model does not name it
+            removed.append(str(p))
+    return removed
 
 
 def decide_external(model: ir.Model, external: bool | None = None) -> bool:
@@ -206,6 +226,7 @@ def save_model(
     originals: list[tuple[ir.TensorProtocol, Callable]] = []
     external_count = external_bytes = inline_count = 0
     wrote_data = wrote_folded = False
+    stale: list[str] = []
     try:
         with sigterm_as_exception():
             inline = set(policy.get("inline", ()))  # names the external-data pass keeps embedded
@@ -282,6 +303,10 @@ def save_model(
                 if wrote_folded and tmp_folded is not None:
                     os.replace(tmp_folded, folded_final)
                 os.replace(tmp_model, final)
+                stale = remove_stale_siblings(
+                    data_final if not wrote_data else None,
+                    folded_final if not wrote_folded else None,
+                )
             if fsync:
                 fsync_file(final.parent)
     except OSError as exc:
@@ -302,4 +327,5 @@ def save_model(
         data_file_bytes=data_final.stat().st_size if wrote_data else 0,
         folded_path=str(folded_final) if wrote_folded else None,
         folded_file_bytes=folded_final.stat().st_size if wrote_folded else 0,
+        removed_stale=stale,
     )

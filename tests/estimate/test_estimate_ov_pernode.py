@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from memshrink.estimate import estimate
 from memshrink.estimate.graph import build_view
-from memshrink.estimate.openvino import OV_CALIBRATION, mha_count
+from memshrink.estimate.openvino import OV_CALIBRATION, mha_count, predict
 
 MiB = 1 << 20
 HINT = {p: {"INFERENCE_PRECISION_HINT": p} for p in ("f32", "bf16")}
@@ -113,4 +113,10 @@ def test_dynamic_conv_jit_waits_for_the_first_infer(tmp_path: Path) -> None:
     # the two files differ only in the input's dim ("N" vs 1): a few structure bytes
     want = s["compile_model"].overhead - jit - lib
     assert d["compile_model"].overhead == pytest.approx(want, abs=0.01 * MiB, rel=0)
-    assert d["run_1"].overhead == pytest.approx(s["run_1"].overhead, abs=0.01 * MiB, rel=0)
+    # run stages: the same, once the first infer's reuse of the ov.Model's heap (a rule of
+    # its own, ``ov_model_heap_reuse``) is left out
+    kept = predict(dyn.view, dyn.prediction.order, {}, dyn.prediction.schedule,
+                   calibration={"ov_model_heap_reuse": 0.0})  # fmt: skip
+    run1 = next(x for x in kept.stages if x.name == "run_1")
+    assert run1.overhead == pytest.approx(s["run_1"].overhead, abs=0.01 * MiB, rel=0)
+    assert d["run_1"].overhead < run1.overhead

@@ -15,6 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from memshrink.verify import EXIT_MISMATCH, EXIT_OK, verify
 from memshrink.verify.precision import reduced_precision, runtime_noise, widened_tolerances
+from memshrink.verify.runner import RunResult
 
 BF16 = {"INFERENCE_PRECISION_HINT": "bf16"}
 
@@ -109,3 +110,85 @@ def test_a_real_change_still_fails_on_both_backends_at_bf16(tmp_path: Path) -> N
     )  # fmt: skip
     assert rep.exit_code == EXIT_MISMATCH
     assert {c.backend for c in rep.comparisons if c.status == "mismatch"} == {"cpu", "openvino"}
+
+
+def test_unstable_outputs_are_other_answers_not_rounding() -> None:
+    from memshrink.verify.precision import unstable_outputs
+
+    boxes = np.array([[10.0, 20.0, 200.0, 256.0], [0.0, 0.0, 50.0, 60.0]], np.float32)
+    full = {"boxes": boxes, "labels": np.array([1, 2]), "scores": np.ones(2, np.float32)}
+    low = {
+        "boxes": boxes[::-1].copy(),  # NMS picked in another order: 78 % of the range off
+        "labels": np.array([2, 1]),  # a discrete choice changed
+        "scores": np.full(2, 1.004, np.float32),  # rounding
+    }
+    assert unstable_outputs(["boxes", "labels", "scores"], full, low) == ["boxes", "labels"]
+    assert unstable_outputs(["boxes"], full, {"boxes": boxes[:1]}) == ["boxes"]  # other count
+    assert unstable_outputs(["boxes"], None, low) == []  # no cpu run: nothing to judge
+
+
+def _fake_run(label: str, outputs: dict[str, np.ndarray], precision: str) -> RunResult:
+    return RunResult(
+        label, "m.onnx", "openvino", "ok",
+        child={"assumptions": {"inference_precision": precision}}, outputs=outputs,
+    )  # fmt: skip
+
+
+def test_a_bf16_mismatch_of_an_unstable_output_is_judged_at_f32(monkeypatch) -> None:
+    """Known answer: at bf16 the rewritten labels differ from the original's, and the original's
+    from cpu's (unstable); at f32 on the same backend they match -> match, the bf16 figures kept
+    for information; at f32 a real difference -> still a mismatch."""
+    from memshrink.verify import api
+    from memshrink.verify.compare import compare_outputs
+    from memshrink.verify.report import Comparison
+
+    names = ["labels", "scores"]
+    cpu = {"labels": np.array([1, 2, 3]), "scores": np.array([0.5, 0.4, 0.3], np.float32)}
+    o16 = {"labels": np.array([3, 2, 1]), "scores": np.array([0.5, 0.4, 0.3], np.float32)}
+    r16 = {"labels": np.array([2, 3, 1]), "scores": np.array([0.5, 0.4, 0.3], np.float32)}
+    calls: list[dict] = []
+
+    def run_f32(answer: dict[str, np.ndarray]):
+        def _run(ref, label, backend, *args):  # noqa: ANN001, ANN202 - api._run's signature
+            calls.append({"label": label, "options": args[7]})
+            return _fake_run(label, answer if "rewritten" in label else cpu, "f32")
+
+        return _run
+
+    for answer, status in ((cpu, "match"), ({**cpu, "labels": np.array([1, 3, 2])}, "mismatch")):
+        calls.clear()
+        monkeypatch.setattr(api, "_run", run_f32(answer))
+        c = Comparison("openvino", "original@openvino", "rewritten@openvino", "mismatch")
+        c.outputs = compare_outputs(names, o16, r16, 1e-5, 1e-5)
+        pair = [_fake_run("original", o16, "bfloat16"), _fake_run("rewritten", r16, "bfloat16")]
+        api._recheck_at_full_precision(
+            c, pair, cpu, (None, None), (None, None), Path("."), Path("f.npz"), ["x"], 60.0,
+            None, None, None, None, 1e-5, 1e-5, None,
+        )  # fmt: skip
+        assert c.status == status
+        assert [x["label"] for x in calls] == ["original-f32", "rewritten-f32"]
+        assert calls[0]["options"]["openvino"] == {"INFERENCE_PRECISION_HINT": "f32"}
+        assert c.recheck is not None and "labels" in c.recheck["why"]
+        assert c.reduced_precision_outputs is not None
+        assert not c.reduced_precision_outputs[0].ok  # the bf16 verdict is kept, for information
+        assert c.note is not None and "compared at f32" in c.note
+        assert "recheck" in c.to_dict()
+
+
+def test_rounding_or_a_stable_original_is_never_rechecked(monkeypatch) -> None:
+    from memshrink.verify import api
+    from memshrink.verify.compare import compare_outputs
+    from memshrink.verify.report import Comparison
+
+    monkeypatch.setattr(api, "_run", lambda *a: pytest.fail("no re-run expected"))
+    cpu = {"y": np.array([1.0, 2.0], np.float32)}
+    o16 = {"y": np.array([1.004, 2.0], np.float32)}  # rounding: the original is stable
+    r16 = {"y": np.array([1.5, 2.0], np.float32)}  # the rewrite is wrong
+    c = Comparison("openvino", "o", "r", "mismatch", compare_outputs(["y"], o16, r16))
+    pair = [_fake_run("original", o16, "bfloat16"), _fake_run("rewritten", r16, "bfloat16")]
+    args = ((None, None), (None, None), Path("."), Path("f"), ["x"], 60.0, None, None, None, None)
+    api._recheck_at_full_precision(c, pair, cpu, *args, 1e-5, 1e-5, None)
+    assert c.status == "mismatch" and c.recheck is None
+    pair = [_fake_run("original", o16, "float32"), _fake_run("rewritten", r16, "float32")]
+    api._recheck_at_full_precision(c, pair, cpu, *args, 1e-5, 1e-5, None)  # f32 already
+    assert c.status == "mismatch" and c.recheck is None

@@ -23,6 +23,7 @@ from memshrink.estimate.lifetimes import tensor_buffers
 from memshrink.estimate.openvino import OV_CALIBRATION
 from memshrink.estimate.ort_heap import CreationBlocks
 from memshrink.estimate.ort_optimized import optimize
+from memshrink.estimate.ort_pattern import pattern_band
 from memshrink.estimate.ort_weights import optimization_level, ort_cpu_weights
 from memshrink.estimate.planners import all_planners
 from memshrink.estimate.schedule import schedule as make_schedule
@@ -67,7 +68,15 @@ def _ort_cpu(
         order = make_schedule(view.graph, sched)  # the Casts where ORT's own order puts them
     g, order, opt_notes = _ort_graph(view, order, sched, str(rules["graph_optimization_level"]))
     opt_notes = fp16_notes + opt_notes
-    plan = ortsim.plan(g, order, reuse=bool(rules["enable_mem_reuse"]), fusions=False)
+    reuse = bool(rules["enable_mem_reuse"])
+    pband = None
+    if sched == "ort_default" and rules["enable_mem_pattern"]:
+        pband = pattern_band(
+            g, lambda o: ortsim.pattern_block(ortsim.plan(g, o, reuse=reuse, fusions=False))
+        )
+        if pband is not None and pband.high > pband.low:
+            order = pband.orders[pband.blocks.index(pband.high)]  # the bound a process can hit
+    plan = ortsim.plan(g, order, reuse=reuse, fusions=False)
     hold = bool(rules["hold_outputs"])
     creation = ortsim.creation_arena(g)
     sim = ortsim.simulate(
@@ -79,6 +88,14 @@ def _ort_cpu(
         creation=creation,
     )
     assumptions = [f"ORT session options: {rules}"] + opt_notes + sim.assumptions
+    if pband is not None and pband.high > pband.low:
+        assumptions.append(
+            f"memory-pattern block by process: ORT numbers its {pband.hash_nodes} final "
+            "ReorderOutput nodes in hash order, so DEFAULT's order among their branches changes "
+            f"from process to process; {len(pband.orders)} distinct orders give "
+            f"{pband.low / MiB:.1f}-{pband.high / MiB:.1f} MiB "
+            f"({pband.share_at_least(pband.high):.0%} of them the largest); predicted: the largest"
+        )
     c = {**CALIBRATION, "ort_session_transient": session_transient(view.graph, stored)}
     ww = ort_cpu_weights(
         view.graph,  # weight rules and their calibration read the graph as written
@@ -201,8 +218,11 @@ def _ort_cpu(
     kinds: dict[str, int] = {}
     for k in plan.kinds.values():
         kinds[k] = kinds.get(k, 0) + 1
-    details = {
+    details: dict[str, Any] = {
         "plan_kinds": kinds,
+        "pattern_band": None
+        if pband is None
+        else {"low": pband.low, "high": pband.high, "blocks": sorted(pband.blocks)},
         "arena_reserved": sim.arena_reserved,
         "plan": plan,
         "ort_weights": {"nchwc_block": ww.nchwc_block, **ww.classes},

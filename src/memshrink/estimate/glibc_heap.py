@@ -149,8 +149,8 @@ class GlibcHeap:
     def _remove(self, i: int) -> _Chunk:
         c = self.chunks.pop(i)
         self._addrs.pop(i)
-        if c.free:
-            self._by_size.remove((c.size, c.addr))
+        if c.free:  # a bisection, not list.remove's linear scan (20,000-chunk heaps)
+            del self._by_size[bisect.bisect_left(self._by_size, (c.size, c.addr))]
         return c
 
     def _place(self, n: int, aligned: bool, pin: bool) -> int:

@@ -26,6 +26,7 @@ import onnx_ir as ir
 from memshrink.bindings import Dim, bind_input_shapes, load_sidecar
 from memshrink.errors import ModelLoadError, UnboundDimensionError
 from memshrink.estimate import shape_values
+from memshrink.transforms.weight_io import read_array
 
 # Integer initializers at most this big are passed with their data (shape-inference needs
 # Reshape/Unsqueeze/Slice constants); everything else is shape + dtype only.
@@ -56,6 +57,7 @@ class TensorInfo:
     external: bool | None = None  # initializers: stored in an external file?
     init_bytes: int | None = None  # initializers: stored size
     folded: bool = False  # computed from weights once at load time (constant folding)
+    zero: bool = False  # a shared Conv bias whose values are all zero (``_mark_zero_biases``)
 
     @property
     def itemsize(self) -> float | None:
@@ -190,6 +192,11 @@ def _as_ir(model: Any) -> tuple[ir.Model, str | None]:
         return ir.serde.deserialize_model(model), None
     if isinstance(model, str | os.PathLike):
         path = os.fspath(model)
+        if os.path.isdir(path):  # a partition folder, most likely: say what works instead
+            raise ModelLoadError(
+                f"{path} is a folder: estimate takes one .onnx file (for a partition folder, "
+                "estimate a part_NNN.onnx, or measure the folder with memshrink profile)"
+            )
         if not os.path.isfile(path):
             raise ModelLoadError(f"model not found: {path}")
         try:
@@ -284,6 +291,38 @@ def _weight_free_proto(model: ir.Model, input_dims: Mapping[str, Sequence[Dim]])
         if v.shape is not None and v.dtype is not None and not v.is_graph_input():
             gp.value_info.append(_value_info(v.name or "", int(v.dtype), _dims_of(v.shape)))
     return mp
+
+
+ZERO_BIAS_MAX_BYTES = 64 << 10
+
+
+def _mark_zero_biases(graph: GraphInfo, g: ir.Graph) -> None:
+    """Flag Conv biases shared by several nodes whose values are all zero (``TensorInfo.zero``).
+
+    Why: OpenVINO drops an Add of a zero constant, so such a bias fuses into each Conv, while a
+    shared non-zero bias stays a separate node (``openvino._shared_bias``). Only these small
+    tensors are read (``dedup-weights`` makes them: the folded zero biases of random-init BNs).
+    """
+    for t in graph.tensors.values():
+        if t.kind != "initializer" or len(set(t.consumers)) < 2:
+            continue
+        if (t.init_bytes or 0) > ZERO_BIAS_MAX_BYTES:
+            continue
+        if not any(
+            graph.nodes[c].op_type == "Conv"
+            and len(graph.nodes[c].inputs) > 2
+            and graph.nodes[c].inputs[2] == t.name
+            for c in t.consumers
+        ):
+            continue
+        v = g.initializers.get(t.name)
+        tensor = v.const_value if v is not None else None
+        if tensor is None:
+            continue
+        try:
+            t.zero = not read_array(tensor).any()  # pread: no map of the data file
+        except Exception:  # unreadable data (missing file): assume a real bias
+            t.zero = False
 
 
 def _declared_values(g: ir.Graph) -> list[ir.Value]:
@@ -758,6 +797,7 @@ def build_view(
         ext_bytes += nb if ext else 0
     graph = _build_graph(sym_proto.graph, sym_types, conc_types, init_info, set())
     fold_constants(graph)
+    _mark_zero_biases(graph, g)
     if embedded is None:
         embedded = (
             _file_embeds_weights(path, weight_bytes) if path else ext_bytes < weight_bytes / 2

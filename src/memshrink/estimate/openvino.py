@@ -43,7 +43,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from memshrink.estimate import ov_read
+from memshrink.estimate import ov_read, ov_slices
 from memshrink.estimate.disjoint import find_root
 from memshrink.estimate.graph import GraphInfo, ModelView, NodeInfo
 from memshrink.estimate.host import normalize_precision, ov_default_precision
@@ -92,6 +92,21 @@ OV_CALIBRATION: dict[str, float] = {
     # +0.056 / +0.054: the block's kernel is 0.36 (bf16) / 0.46 (f32), the rest its nodes.
     "ov_per_mha": 0.36 * MiB,
     "ov_per_mha_f32": 0.46 * MiB,
+    # ... when the scores' last dim is wider than 32 (``mha_wide_count``) the static kernel costs
+    # more, flat in the width: N = 4 -> 16 blocks on [1, 4, S, 64] inputs, block minus the same
+    # MatMuls with a Relu for the Softmax, compile anon at bf16 / f32: S = 32 0.365 / 0.434,
+    # 64 0.632 / 0.612, 128 0.65 / 0.62, 256 0.673 / 0.603 (session 9: S = 784 0.58 / 0.80).
+    # Measured 2026-11-27, docs/estimate.md, "Session 9: the heads split's copies".
+    "ov_per_mha_wide": 0.63 * MiB,
+    "ov_per_mha_wide_f32": 0.66 * MiB,
+    "ov_mha_narrow_dim": 32,
+    # ... and with a symbolic sequence (T5 / Whisper decoders: tokenized too, session 9), the
+    # kernel is compiled for dynamic shapes: 64 heads [1, S, 32] x [1, 32, S] -> Softmax ->
+    # x [1, S, 32], S symbolic: +0.914 MiB each at compile (bf16), +1.235 (f32); the same
+    # MatMuls without the Softmax +0.033 / +0.034. T5-tiny with Snippets disabled compiles
+    # 5.5 MiB less anon (6 blocks).
+    "ov_per_mha_dyn": 0.88 * MiB,
+    "ov_per_mha_dyn_f32": 1.20 * MiB,
     "ov_conv": 1.0,  # x Conv weight bytes: one re-laid-out private copy
     "ov_conv_fused": 2.0,  # x Conv weights rewritten by a BN/Mul fusion: fused Constant + copy
     "ov_deconv": 2.0,  # x ConvTranspose weights: transposed, then re-laid out
@@ -122,6 +137,14 @@ OV_CALIBRATION: dict[str, float] = {
     # made at the first infer instead of at compile (4 x FC+Relu chain: infer 1 file +6.3 MiB,
     # same chain without Relu +0.8; BERT-base: +6.1).
     "ov_deferred_lib": 6 * MiB,
+    # Dynamic shapes: the caller drops the ov.Model after compile_model (``compile_model(
+    # read_model(path))``, the verifier's ``del model``); the heap blocks it frees are taken
+    # again by the small allocations of the first infer (primitives, small weight copies), so
+    # that much of the infer-1 growth is not new RSS. Measured 2026-11-27 (bf16 host, own
+    # harness, infer 1 anon with the ov.Model kept vs dropped): EfficientNet-B0 `all` 26.8 vs
+    # 23.7 MiB (read anon 5.7), RegNetY-200MF `all` 18.9 vs 16.2 (read anon 5.0); a static
+    # MobileNetV2 (nothing made at infer 1) 42.3 vs 42.2.
+    "ov_model_heap_reuse": 0.55,  # x the ov.Model's own anon (``graph_anon``)
 }
 
 # Ops the CPU plugin fuses into a preceding Conv/FC/element-wise node (one consumer).
@@ -440,6 +463,7 @@ def fusions(g: GraphInfo) -> list[Fusion]:
     out_list: list[Fusion] = []
     conv_like: set[str] = set()  # a Conv's output, possibly through folded BN/affine ops
     conv_inputs: dict[str, set[str]] = {}  # ... and that Conv's data input
+    swish_x, swish_s = swish_pairs(g)
     for node in g.nodes:
         if node.op_type not in HEADS and node.op_type not in SIMPLE:
             continue
@@ -449,6 +473,12 @@ def fusions(g: GraphInfo) -> list[Fusion]:
             if node.op_type == "Conv" and out:
                 conv_like.add(out)
                 conv_inputs[out] = {node.inputs[0]}
+            if out in swish_s:  # Sigmoid(x) inside x * Sigmoid(x): never materialized
+                out_list.append(Fusion(out, swish_s[out], None))
+                continue
+            if out in swish_x:  # x * Sigmoid(x) is one Swish op, fused like an activation
+                out_list.append(Fusion(out, swish_x[out], None))
+                continue
             c = _single_consumer(g, out) if out else None
             if c is None or g.nodes[c].op_type not in SIMPLE:
                 continue
@@ -473,6 +503,34 @@ def fusions(g: GraphInfo) -> list[Fusion]:
     return out_list
 
 
+def swish_pairs(g: GraphInfo) -> tuple[dict[str, str], dict[str, str]]:
+    """SiLU written as ``Mul(x, Sigmoid(x))`` (EfficientNet, YOLO, timm's ``act/Mul``), where
+    x is read by nothing else: the plugin's SwishFusion makes it one Swish op, which a Conv/FC
+    takes as a post-op like any activation. Returns ({x: Mul output}, {Sigmoid output: Mul
+    output}). Runtime model of timm EfficientNet-B0: 81 Convolution nodes named
+    ``.../Conv/WithoutBiases,.../act/Mul``, no Sigmoid or Mul node of a SiLU left."""
+    xs: dict[str, str] = {}
+    ss: dict[str, str] = {}
+    for node in g.nodes:
+        if node.op_type != "Sigmoid" or not node.inputs or not node.outputs:
+            continue
+        x, s = node.inputs[0], node.outputs[0]
+        tx, ts = g.tensors.get(x), g.tensors.get(s)
+        if tx is None or ts is None or tx.kind != "activation" or tx.is_output:
+            continue
+        m = _single_consumer(g, s)
+        if m is None:
+            continue
+        mul = g.nodes[m]
+        if mul.op_type != "Mul" or sorted(mul.inputs) != sorted([x, s]) or not mul.outputs[0]:
+            continue
+        if set(tx.consumers) != {node.index, m}:
+            continue
+        xs[x] = mul.outputs[0]
+        ss[s] = mul.outputs[0]
+    return xs, ss
+
+
 def _shared_bias(g: GraphInfo, node: NodeInfo) -> bool:
     """A Conv whose bias Constant feeds other nodes too (e.g. batch chunks sharing weights):
     the plugin leaves the bias Add, and everything after it, out of the Conv (measured on a
@@ -480,7 +538,9 @@ def _shared_bias(g: GraphInfo, node: NodeInfo) -> bool:
     if node.op_type != "Conv" or len(node.inputs) < 3 or not node.inputs[2]:
         return False
     t = g.tensors.get(node.inputs[2])
-    return t is not None and t.kind == "initializer" and len(set(t.consumers)) > 1
+    # an all-zero bias is no bias: the plugin removes x + 0 and fuses the rest into the Conv
+    # (4 Conv+Relu sharing one bias: 4 Subgraph / Eltwise nodes, none when it is zero)
+    return t is not None and t.kind == "initializer" and len(set(t.consumers)) > 1 and not t.zero
 
 
 def _fc_output(g: GraphInfo, name: str) -> bool:
@@ -684,16 +744,18 @@ def mha_internal(g: GraphInfo, dynamic: bool = True) -> set[str]:
     """Tensors inside the attention blocks the CPU plugin tokenizes into one Snippets ``MHA``
     subgraph (``TokenizeMHASnippets``): ``MatMul(Q, K) -> [element-wise]* -> Softmax ->
     MatMul(., V)`` on 3-D/4-D activations, each inner tensor read only by the next op. The
-    subgraph computes the scores in blocks, so they are never materialized. Tokenized when the
-    scores' last two dims are static as compiled (``dynamic`` False: static compile, or only a
-    batch is symbolic, ``batch_only_dynamic``; else the dims as inferred; a symbolic
-    sequence is not static): the runtime model of a legacy-exported ViT-base / Whisper-base encoder
-    (symbolic batch) has one Subgraph per layer and no MatMul or Softmax; RoBERTa-base and
-    DistilBERT with a symbolic sequence (masks computed from the inputs) keep their MatMul and
-    Softmax nodes, while a bare MatMul-Div-Add(mask)-Softmax-MatMul micro-graph is tokenized
-    with a symbolic sequence too (T5-small's 18 attention blocks as well): the rule keeps the
-    scores whenever the sequence is symbolic, which over-predicts those (small at seq 256). Whisper's 8 x 1500 x 1500 scores are
-    68 MiB per tensor: predicted +70 % at infer before this rule."""
+    subgraph computes the scores in blocks, so they are never materialized.
+
+    The pattern alone decides, static or symbolic sequence (``dynamic`` is no longer used; kept
+    for callers): session 9 compiled every attention model at hand with its symbolic dims and
+    counted the runtime graph's Subgraph nodes: T5-tiny 6 / 6, T5-small 18 / 18, Whisper-tiny
+    4 / 4 (its other 2 Softmax read a Where), DeiT 4 / 4, LeViT 11 / 11, MobileViT 9 / 9,
+    Swin-V2 5 / 5, and 0 / 0 on BERT, GPT-2, DistilBERT, RoBERTa, ViT-B/16 (their Softmax output
+    goes through the exporter's ``IsNaN -> Where`` guard, or the mask through a ``Where``, so
+    the pattern does not match). Session 6 gated it on static score dims after RoBERTa and
+    DistilBERT kept MatMul + Softmax; those exports fail the pattern itself. Legacy ViT-base /
+    Whisper-base encoder (symbolic batch): one Subgraph per layer; Whisper's 8 x 1500 x 1500
+    scores are 68 MiB per tensor: predicted +70 % at infer before this rule."""
     out: set[str] = set()
 
     def only(name: str) -> NodeInfo | None:
@@ -710,9 +772,6 @@ def mha_internal(g: GraphInfo, dynamic: bool = True) -> set[str]:
             continue
         y = g.tensors.get(n.outputs[0])
         if y is None or y.shape is None or len(y.shape) not in (3, 4):
-            continue
-        sym = y.sym_shape
-        if dynamic and (sym is None or not all(isinstance(d, int) for d in sym[-2:])):
             continue
         inner = [n.outputs[0]]
         nxt = only(n.outputs[0])
@@ -731,11 +790,71 @@ def mha_internal(g: GraphInfo, dynamic: bool = True) -> set[str]:
     return out
 
 
+def mha_folded_transposes(g: GraphInfo, inner: set[str]) -> set[str]:
+    """Outputs of Transposes swapping the last two dims that only an MHA block's first MatMul
+    reads (K^T): the plugin folds them into the MatMul (``transpose_b``), so no buffer. Runtime
+    graph of one core on Q/K/V inputs [4, 12, 512, 64] (whole or split by heads): no Transpose
+    node, the Subgraph's layers ``sc0,p0,y0`` (2026-11-27, docs/estimate.md, "Session 9: the
+    heads split's copies")."""
+    out: set[str] = set()
+    for name in inner:
+        t = g.tensors.get(name)
+        if t is None or t.producer is None or g.nodes[t.producer].op_type != "MatMul":
+            continue
+        mm = g.nodes[t.producer]
+        kt = g.tensors.get(mm.inputs[1]) if len(mm.inputs) > 1 else None
+        if kt is None or kt.producer is None or len(kt.consumers) != 1 or kt.is_output:
+            continue
+        tr = g.nodes[kt.producer]
+        perm = [int(p) for p in tr.attrs.get("perm", [])]
+        rank = len(perm)
+        swap = [*range(rank - 2), rank - 1, rank - 2]
+        if tr.op_type == "Transpose" and rank >= 2 and perm == swap:
+            out.add(kt.name)
+    return out
+
+
 def mha_count(g: GraphInfo, dynamic: bool = True) -> int:
     """Tokenized MHA Snippets subgraphs (``mha_internal``): one per Softmax inside one. Each
     compiles its own kernel (``ov_per_mha``), identical blocks too."""
     inner = mha_internal(g, dynamic)
     return sum(1 for n in g.nodes if n.op_type == "Softmax" and n.outputs and n.outputs[0] in inner)
+
+
+def mha_wide_count(g: GraphInfo, narrow: int, seq_dynamic: bool = False) -> int:
+    """Tokenized MHA blocks compiled for static shapes whose scores' last dim is wider than
+    ``narrow``: their kernel costs ``ov_per_mha_wide`` instead of ``ov_per_mha``. With
+    ``seq_dynamic`` the blocks ``mha_dynamic_count`` counts are left out."""
+    inner = mha_internal(g)
+    count = 0
+    for n in g.nodes:
+        if n.op_type != "Softmax" or not n.outputs or n.outputs[0] not in inner:
+            continue
+        t = g.tensors.get(n.inputs[0]) if n.inputs else None
+        if t is None or not t.shape:
+            continue
+        sym = t.sym_shape
+        if seq_dynamic and (sym is None or not all(isinstance(d, int) for d in sym[-2:])):
+            continue
+        if t.shape[-1] > narrow:
+            count += 1
+    return count
+
+
+def mha_dynamic_count(g: GraphInfo) -> int:
+    """Tokenized MHA blocks whose scores have a symbolic last dim as compiled (a symbolic
+    sequence): their kernel is JIT-compiled for dynamic shapes, which costs more
+    (``ov_per_mha_dyn``). Call only for a model compiled with symbolic dims beyond a batch."""
+    inner = mha_internal(g)
+    count = 0
+    for n in g.nodes:
+        if n.op_type != "Softmax" or not n.outputs or n.outputs[0] not in inner:
+            continue
+        t = g.tensors.get(n.inputs[0]) if n.inputs else None
+        sym = t.sym_shape if t is not None else None
+        if sym is None or not all(isinstance(d, int) for d in sym[-2:]):
+            count += 1
+    return count
 
 
 def ov_buffers(
@@ -752,11 +871,18 @@ def ov_buffers(
     """
     bufs = tensor_buffers(g, order)
     inner = mha_internal(g, dynamic)
+    folded = mha_folded_transposes(g, inner)
     for b in bufs:
-        if b.tensors and all(t in inner for t in b.tensors):
+        if b.tensors and all(t in inner or t in folded for t in b.tensors):
             b.size = 0
     owner = {t: b for b in bufs for t in b.tensors}
     pos = positions(order)
+    for name in folded:  # the MatMul reads the Transpose's input: it lives until then
+        producer = g.tensors[name].producer
+        src = owner.get(g.nodes[producer].inputs[0]) if producer is not None else None
+        reader = pos.get(g.tensors[name].consumers[0], -1)
+        if src is not None and reader > src.end:
+            src.end = reader
 
     def merge(keep: Buffer, drop: Buffer, size: int) -> None:
         keep.start, keep.end = min(keep.start, drop.start), max(keep.end, drop.end)
@@ -802,11 +928,13 @@ def ov_buffers(
     half = precision != "f32"
     if half:
         tail = precision_tail(g)
+        back = ov_slices.f32_concat_inputs(g, tail)  # converted to f32 per core for a Concat
         for b in bufs:
             floats = [g.tensors[t].elem_type == FLOAT for t in b.tensors if t in g.tensors]
-            in_tail = any(t in tail for t in b.tensors)
+            in_tail = any(t in tail or t in back for t in b.tensors)
             if b.size and not b.is_output and floats and all(floats) and not in_tail:
                 b.size //= 2
+    ov_slices.apply(g, bufs, pos, half)  # a split graph input: one whole copy, views of it
     for name, step, size in output_reorders(g, pos, half):
         bufs.append(Buffer(len(bufs), size, step, step, [name + "/before_reorder"]))
     for name in g.inputs:  # NCHW inputs of a Conv are reordered to the blocked/NHWC layout
@@ -1112,7 +1240,10 @@ def predict(
     copies = int(fc_total + c["ov_fc"] * w.fc_fused + 2 * w.fp16) + conv_copies - deferred
     lib_shift = int(c["ov_deferred_lib"]) if deferred else 0
     n_kernels, n_configs = conv_configs(g)
-    n_mha = mha_count(g, dynamic and not batch_only_dynamic(view))
+    n_mha = mha_count(g)
+    seq_dynamic = dynamic and not batch_only_dynamic(view)
+    n_mha_dyn = mha_dynamic_count(g) if seq_dynamic else 0
+    n_mha_wide = mha_wide_count(g, int(c["ov_mha_narrow_dim"]), seq_dynamic)
     # Dynamic shapes: the distinct configurations' JIT code is made with the primitives, at
     # the first infer (``ov_per_conv_config``).
     jit = int(c["ov_per_conv_config"] * n_configs)
@@ -1124,7 +1255,10 @@ def predict(
         + c["ov_per_kernel"] * n_kernels
         + jit
         + c["ov_per_subgraph"] * n_sub
-        + c["ov_per_mha_f32" if precision == "f32" else "ov_per_mha"] * n_mha
+        + c["ov_per_mha_f32" if precision == "f32" else "ov_per_mha"]
+        * (n_mha - n_mha_dyn - n_mha_wide)
+        + c["ov_per_mha_wide_f32" if precision == "f32" else "ov_per_mha_wide"] * n_mha_wide
+        + c["ov_per_mha_dyn_f32" if precision == "f32" else "ov_per_mha_dyn"] * n_mha_dyn
     )
     cm = Stage("compile_model", overhead=fixed - lib_shift - jit_shift)
     cm.weights_anon = kept_anon + copies
@@ -1167,6 +1301,14 @@ def predict(
             else "dynamic shapes, low precision: Conv weights re-laid out, and every FC's "
             "weights packed again (half their f32 bytes), at the first infer"
         )
+    if dynamic:  # the first infer's small allocations reuse the dropped ov.Model's heap
+        reuse = int(min(c["ov_model_heap_reuse"] * graph_anon, deferred + jit_shift))
+        if reuse > 0:
+            run.overhead -= reuse
+            run.notes.append(
+                f"{reuse / MiB:.1f} MiB of the first infer's allocations reuse the heap the "
+                "ov.Model freed after compile_model"
+            )
     # Embedded weights: a Conv+BN/Mul fusion makes a new Constant; the original heap Constant
     # belongs to the ov.Model, which the caller drops after compile_model (as the verifier
     # does): the run stages keep the fused Constant and its copy, 2x (zoo ResNet-50: compile
@@ -1197,7 +1339,9 @@ def predict(
     assumptions = [
         "OpenVINO CPU plugin, 1 stream (LATENCY hint): Conv/FC + simple-op fusions, "
         "Conv+Sum in place, MemorySolver greedy by size",
-        f"fused edges: {len(gone)}, Snippets subgraphs: {n_sub}, MHA subgraphs: {n_mha}, "
+        f"fused edges: {len(gone)}, Snippets subgraphs: {n_sub}, MHA subgraphs: {n_mha} "
+        f"({n_mha_dyn} with a symbolic sequence, {n_mha_wide} static wider than "
+        f"{int(c['ov_mha_narrow_dim'])}), "
         f"Conv/FC primitives: {n_kernels} ({n_configs} distinct)",
         f"inference precision {precision} ({precision_from}): "
         + (
@@ -1214,6 +1358,7 @@ def predict(
         "kernels": n_kernels,
         "kernel_configs": n_configs,
         "mha_subgraphs": n_mha,
+        "mha_wide": n_mha_wide,
         "lib_pages": lib,
         "freed_after_compile": freed,
     }

@@ -434,6 +434,13 @@ def _aligned(n: int) -> int:
     return -(-n // ALLOC_ALIGN) * ALLOC_ALIGN if n else 0
 
 
+def pattern_block(plan_: OrtPlan) -> int:
+    """The memory-pattern block: ORT's planner over run 1's traced allocations (every planned
+    buffer but the graph outputs and kernel scratch, ``execution_frame.cc``)."""
+    traced = [b for b in plan_.buffers if not b.is_output and b.size and not b.scratch]
+    return best_fit(traced, ALLOC_ALIGN)[0]
+
+
 @dataclass
 class OrtRunModel:
     """Predicted activation memory of ONNX Runtime CPU, per stage (bytes)."""
@@ -496,8 +503,7 @@ def simulate(
         acc += live[s]
         peak = max(peak, acc)
     notes: list[str] = []
-    traced = [b for b in bufs if not b.is_output and b.size and not b.scratch]
-    block_size = best_fit(traced, ALLOC_ALIGN)[0] if mem_pattern else 0
+    block_size = pattern_block(plan_) if mem_pattern else 0
     if not arena:
         notes.append("arena off: every tensor is malloc'd and freed; RSS follows the live peak")
         return OrtRunModel(peak, peak, block_size, 0, peak, outputs, notes)

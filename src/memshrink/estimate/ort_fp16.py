@@ -108,6 +108,23 @@ def lower(g: GraphInfo, *, fuse_weights: bool = True) -> GraphInfo | None:
         dataclasses.replace(n, inputs=list(n.inputs), outputs=list(n.outputs)) for n in g.nodes
     ]
     cast_from: set[str] = set()
+    # FuseInitializersTransformer folds a weight's Cast into an f32 initializer only when the
+    # Cast has one output edge (``IsCastNodeWithConstraints``); a weight read by several nodes
+    # keeps its fp16 tensor and a Cast node that runs at every inference (ORT's profile of
+    # LeViT-128S fp16: ``InsertedPrecisionFreeCast_head.linear.bias``, 40 bytes, is run 1's
+    # first arena allocation); below level ALL no weight is fused
+    runtime_cast = [
+        n
+        for n in g.initializers
+        if n in region
+        and not g.tensors[n].folded
+        and (not fuse_weights or len(g.tensors[n].consumers) > 1)
+    ]
+    # weights only constant folding reads (folded nodes are no consumers) are dropped after
+    # the folding pass, before any Cast is inserted: they stay fp16 and are never converted;
+    # a folded result that is read is an fp16 initializer converted like a weight (traced:
+    # LeViT's folded attention biases, 150 KiB fp16 read, 300 KiB f32 kept)
+    dropped = {n for n in g.initializers if n in region and not g.tensors[n].consumers}
 
     def f32(t: TensorInfo, **kw: object) -> TensorInfo:
         nb = None if t.init_bytes is None else t.init_bytes * 2
@@ -118,10 +135,10 @@ def lower(g: GraphInfo, *, fuse_weights: bool = True) -> GraphInfo | None:
         if t.kind == "input" or t.is_output:
             continue
         if t.kind == "initializer":
-            if not t.folded and not fuse_weights:
+            if name in runtime_cast or name in dropped:
                 continue  # stays fp16 (mapped or embedded); a Cast node reads it each run
             tensors[name] = f32(t, external=False, consumers=list(t.consumers))
-            if not t.folded:
+            if fuse_weights or not t.folded:
                 cast_from.add(name)
         else:
             tensors[name] = f32(t, consumers=list(t.consumers))
@@ -133,10 +150,11 @@ def lower(g: GraphInfo, *, fuse_weights: bool = True) -> GraphInfo | None:
         )
         return idx
 
-    if not fuse_weights:
+    if runtime_cast:
         # below ORT_ENABLE_ALL (measured at DISABLE / BASIC / EXTENDED: the dumps keep the fp16
-        # weights and a Cast node each) every run casts each weight into an f32 activation
-        for name in [n for n in g.initializers if n in region and not g.tensors[n].folded]:
+        # weights and a Cast node each), and at ALL for weights with several readers, every
+        # run casts the weight into an f32 activation
+        for name in runtime_cast:
             t = g.tensors[name]
             new = f"InsertedPrecisionFreeCast_{name}"
             users = list(t.consumers)

@@ -27,6 +27,7 @@ Everything here reads shapes, dtypes and the external flag only, never weight by
 
 from __future__ import annotations
 
+import functools
 import platform
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -174,9 +175,19 @@ def embedded_mode(g: GraphInfo, w: WeightSplit, convs: list[ConvWeight]) -> str:
     with even odds — processes of these models spread between the two extremes (MobileNetV2
     45 / 50 MiB at creation against 39 consolidated and 51 pinned; ResNet-50 b16 run 1 318 /
     374 against 318 and 395). An observed rule, not one read in glibc: which spare finds a
-    tcache slot is decided by small allocations the replay does not see."""
+    tcache slot is decided by small allocations the replay does not see. The fp16 copies of
+    weights ORT converts to f32 (``ort_fp16``) are freed together after the transformers too,
+    whoever packs their f32 copies later (traced, LeViT-128S fp16: the copies' region one
+    merged 7-11 MiB hole in 3 of 3 heap walks; ``creation_blocks``), and so are constant
+    folding's intermediates (``_folding_blocks``; Swin-V2's processes 42.5-45.6 MiB at
+    creation, partly pinned 44.5, pinned 54.8)."""
+    cast = {n for n in g.fp16_cast if not g.tensors[n].folded}
     conv = sum(cw.nbytes for cw in convs if cw.nchwc or cw.fused)
-    packed = sum(g.tensors[n].nbytes or 0 for n, k in w.names.items() if k == "prepacked")
+    conv += sum((g.tensors[n].nbytes or 0) // 2 for n in cast)
+    conv += sum(g.tensors[n].nbytes or 0 for n in _folding_intermediates(g))
+    packed = sum(
+        g.tensors[n].nbytes or 0 for n, k in w.names.items() if k == "prepacked" and n not in cast
+    )
     return "partly_pinned" if conv >= packed else "pinned"
 
 
@@ -385,7 +396,7 @@ def ort_cpu_weights(
         # the conversions' scratch (A + V + S) as the replay places it: in holes where they
         # fit; packing reads mapped sources (external) or the heap copies the replay holds
         transient = max(folded_src, peak - resident, 0 if embedded else pack_transient)
-        retained = w.folded_anon + resident
+        retained = resident  # the folded results are replayed (``_folding_blocks``)
         # the session's own transient (``ort_session_transient``, counted as overhead) comes
         # first and is freed into the heap the weight copies then grow into: the peak is the
         # larger of the transient and the weights' retained + scratch bytes
@@ -479,6 +490,65 @@ def _string_blocks(b: CreationBlocks, key: str, nbytes: int) -> None:
     b.alloc(f"fields:{key}", PROTO_FIELDS)
 
 
+def _folded_inputs(g: GraphInfo, node: NodeInfo) -> list[str]:
+    """The weights (stored or folded) a folded node reads: what ORT copies to fold it."""
+    return [
+        n
+        for n in dict.fromkeys(node.inputs)
+        if n and g.tensors[n].kind == "initializer" and g.tensors[n].nbytes
+    ]
+
+
+def _folding_intermediates(g: GraphInfo) -> list[str]:
+    """Outputs of folded nodes that only other folded nodes read (dropped after the pass)."""
+    return [
+        o
+        for i in sorted(g.folded)
+        if _folded_inputs(g, g.nodes[i])
+        for o in g.nodes[i].outputs
+        if o and not g.tensors[o].consumers and not g.tensors[o].is_output
+    ]
+
+
+def _key(g: GraphInfo, n: str) -> str:
+    """A weight's block as the graph first holds it: ``copy16:`` for an fp16 one ORT later
+    converts to an f32 ``copy:`` (``ort_fp16``)."""
+    return f"copy16:{n}" if n in g.fp16_cast else f"copy:{n}"
+
+
+def _stored(g: GraphInfo, n: str) -> int:
+    nb = g.tensors[n].nbytes or 0
+    return nb // 2 if n in g.fp16_cast else nb
+
+
+def _folding_blocks(b: CreationBlocks, g: GraphInfo, inits: list[str], *, embedded: bool) -> None:
+    """ORT's ``ConstantFolding`` (level 1) as the heap sees it, per folded node in file order:
+    each weight it reads copied into the optimizer's frame (``posix_memalign``), its output
+    allocated and kept as a new initializer, the input copies freed. Once the pass is done
+    the graph drops what nobody reads any more, together: the intermediates, and (embedded)
+    the copies of weights only folded nodes read. Traced in the verifier's child on embedded
+    Swin-V2 (timm legacy export): each window block's continuous-position-bias MLP folds
+    into three 450 KiB [225, 512] intermediates kept to the end of the pass, 36 of them, plus
+    one frame copy per fold, all freed together into the heap (the replay of the trace's own
+    events: 37 MiB resident where the weight blocks alone replayed 17). An Identity that
+    ``ort_identity`` eliminated (no inputs) folds nothing."""
+    for i in sorted(g.folded):
+        node = g.nodes[i]
+        ins = _folded_inputs(g, node)
+        if not ins:
+            continue
+        for n in ins:
+            b.alloc(f"fin:{i}:{n}", _stored(g, n), aligned=True)
+        for o in node.outputs:
+            if o:
+                b.alloc(_key(g, o), _stored(g, o), aligned=True)
+        b.free(*(f"fin:{i}:{n}" for n in ins))
+    unread = _folding_intermediates(g)
+    if embedded:
+        unread += [n for n in inits if not g.tensors[n].consumers]
+    b.free(*(_key(g, n) for n in unread))
+
+
 def creation_blocks(
     g: GraphInfo,
     w: WeightSplit,
@@ -503,16 +573,17 @@ def creation_blocks(
     inits = [n for n in g.initializers if not g.tensors[n].folded]
     rewritten = {cw.name for cw in convs if cw.nchwc or cw.fused}
     cast = g.fp16_cast  # fp16 weights converted to f32 copies (``ort_fp16``)
+    stored = functools.partial(_stored, g)
 
-    def stored(n: str) -> int:
-        nb = g.tensors[n].nbytes or 0
-        return nb // 2 if n in cast else nb
+    # ORT runs each transformer over the whole graph in its topological order (the DEFAULT
+    # reverse DFS): each pass of the Conv+BN/Mul fusions (level 1), then every NCHWc conversion
+    # (level 3); the fused weights a later pass replaced are released after the last
+    # conversion (traced). A, K (and session copies, packed B) come from ORT's allocator
+    # (posix_memalign 64), V and S (a vector, a TensorProto string) from malloc.
+    rank = {i: r for r, i in enumerate(ort_default(g))}
 
-    def to_f32(n: str) -> None:
-        # the fp16 source read into an Initializer, the f32 copy kept as the graph's OrtValue
-        b.alloc(f"h:{n}", stored(n), aligned=True)
-        b.alloc(f"copy:{n}", g.tensors[n].nbytes or 0, aligned=True, copy=embedded)
-        b.free(f"h:{n}")
+    def first_reader(n: str) -> int:
+        return min((rank.get(i, i) for i in g.tensors[n].consumers), default=0)
 
     if embedded:
         total = sum(stored(n) for n in inits)
@@ -520,25 +591,24 @@ def creation_blocks(
         for n in inits:
             _string_blocks(b, f"str:{n}", stored(n))
         b.free("read")
+        # session state's copy of every initializer as stored (an fp16 weight's too: the
+        # graph holds the file's tensors until the transformers replace them; traced on
+        # embedded LeViT-128S fp16), each followed by its string's free
         for n in inits:
-            if n in cast:
-                to_f32(n)
-            else:
-                b.alloc(f"copy:{n}", g.tensors[n].nbytes or 0, aligned=True, copy=True)
+            b.alloc(_key(g, n), stored(n), aligned=True, copy=True)
             b.free(f"str:{n}")
-    else:
-        for n in inits:
-            if n in cast:
-                to_f32(n)
-    # ORT runs each transformer over the whole graph in its topological order (the DEFAULT
-    # reverse DFS): each pass of the Conv+BN/Mul fusions (level 1), then every NCHWc conversion
-    # (level 3); the fused weights a later pass replaced are released after the last
-    # conversion (traced). A, K (and session copies, packed B) come from ORT's allocator
-    # (posix_memalign 64), V and S (a vector, a TensorProto string) from malloc.
-    rank = {i: r for r, i in enumerate(ort_default(g))}
-    convs = sorted(
-        convs, key=lambda cw: min((rank.get(i, i) for i in g.tensors[cw.name].consumers), default=0)
-    )
+    _folding_blocks(b, g, inits, embedded=embedded)
+    # FuseInitializersTransformer (level ALL), after every copy: per fp16 weight in the order
+    # of the Casts InsertCastTransformer made (topological), the source read into an
+    # Initializer, the f32 copy kept as the graph's OrtValue, the source freed; the fp16
+    # copies are released together once the graph drops the unused initializers (traced)
+    converted = sorted((n for n in g.initializers if n in cast), key=first_reader)
+    for n in converted:
+        b.alloc(f"h:{n}", stored(n), aligned=True)
+        b.alloc(f"copy:{n}", g.tensors[n].nbytes or 0, aligned=True)
+        b.free(f"h:{n}")
+    b.free(*(f"copy16:{n}" for n in converted))  # embedded or folded
+    convs = sorted(convs, key=lambda cw: first_reader(cw.name))
     replaced: list[str] = []  # fused weights NCHWc replaces
     for r in range(max((cw.rounds for cw in convs), default=0)):
         for cw in convs:

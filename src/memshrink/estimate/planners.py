@@ -4,7 +4,8 @@
 * ``greedy_by_size`` — largest first, each at the lowest offset free of every already placed
   buffer whose lifetime overlaps (the classic TFLite/"greedy by size" planner).
 * ``best_fit`` — in allocation order, the smallest gap that fits among the blocks alive now,
-  else the end: the rule of ONNX Runtime's ``MemPatternPlanner`` (``mem_pattern_planner.h``).
+  the free tail below the high-water mark counting as a gap, else the end: the rule of ONNX
+  Runtime's ``MemPatternPlanner`` (``mem_pattern_planner.h``, non-counter ``TraceAllocation``).
 * ``lower_bound`` — the most bytes alive at any step; every plan is at least this.
 """
 
@@ -56,13 +57,22 @@ def greedy_by_size(bufs: Sequence[Buffer]) -> tuple[int, list[Placement]]:
 
 
 def best_fit(bufs: Sequence[Buffer], align: int = 64) -> tuple[int, list[Placement]]:
-    """ORT ``MemPatternPlanner``: trace allocations in order, frees after their last step."""
+    """ORT ``MemPatternPlanner``: trace allocations in order, frees after their last step.
+
+    Candidates are the gaps between the blocks alive now *and* the free tail between the last
+    live block and the high-water mark (``buffer_size_``); the least waste wins, earlier on
+    ties; with none, the block goes at the end of the live blocks. The tail candidate is why a
+    small tensor can sit high in the block and push a later large one above it: ORT 1.32's
+    pattern for deeplab-800 is 82.24, 84.80, 159.04 or 161.60 MB by process (the order of its
+    hash-numbered ``ReorderOutput`` nodes), and this rule replays each of 10 traced processes
+    exactly (docs/estimate.md, "The memory-pattern block's tail gap").
+    """
     events: list[tuple[int, int, int, Buffer]] = []
     for b in bufs:
         events.append((b.start, 1, b.id, b))  # alloc at start (after frees of start-1)
         events.append((b.end, 2, b.id, b))  # free after step end
     events.sort(key=lambda e: (e[0], e[1], e[2]))
-    blocks: list[tuple[int, int, int]] = []  # (offset, size, buffer id), sorted by offset
+    blocks: list[tuple[int, int, int]] = []  # (offset, size, buffer id), sorted as ORT's list
     where: dict[int, Placement] = {}
     peak = 0
     for _, kind, bid, b in events:
@@ -81,10 +91,18 @@ def best_fit(bufs: Sequence[Buffer], align: int = 64) -> tuple[int, list[Placeme
                 if gap >= size and (waste is None or gap - size < waste):
                     best, waste = current, gap - size
             current = max(current, off + sz)
+        tail = peak - current
+        if tail >= size and (waste is None or tail - size < waste):
+            best = current
         offset = current if best is None else best
         peak = max(peak, offset + size)
-        blocks.append((offset, size, bid))
-        blocks.sort()
+        # ORT inserts before the first block at a higher offset, or at the same offset and
+        # at least as large (``blocks_.insert``)
+        pos = next(
+            (i for i, (o, s, _) in enumerate(blocks) if o > offset or (o == offset and s >= size)),
+            len(blocks),
+        )
+        blocks.insert(pos, (offset, size, bid))
         where[bid] = Placement(b, offset)
     return peak, [where[b.id] for b in bufs if b.id in where]
 

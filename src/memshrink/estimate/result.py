@@ -139,5 +139,9 @@ class Estimate:
         ax.set_title(f"{os.path.basename(self.view.model_path or 'model')} on {self.backend}")
         ax.legend(loc="upper right")
         fig.tight_layout()
-        fig.savefig(os.fspath(path), dpi=100)
-        plt.close(fig)
+        from memshrink.atomic import write_atomic
+
+        try:
+            write_atomic(path, lambda f: fig.savefig(f, format="png", dpi=100))
+        finally:
+            plt.close(fig)

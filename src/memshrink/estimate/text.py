@@ -67,8 +67,8 @@ def format_estimate(est: Estimate, verbose: bool = False) -> str:
         "peak memory per stage over an empty process (runtime imported, no model); weights anon = "
         "copies on the heap, weights file = pages mapped from the model's files"
         if host is None
-        else "GPU memory per stage over an empty CUDA session (so the fixed part can be "
-        "negative); host peak over the process baseline"
+        else "GPU memory per stage over an empty CUDA session at the same stage (as verify "
+        "prints it: at its creation, then after its run); host peak over the process baseline"
     )
     rows += _stage_table(est, host)
     rows += _device_range(est)

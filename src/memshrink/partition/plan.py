@@ -54,6 +54,8 @@ class PartitionPlan:
     cuts: list[dict[str, Any]] = field(default_factory=list)  # what crosses each cut
     weight_bytes: int = 0
     notes: list[str] = field(default_factory=list)
+    # a writer setting, not a planning one: weights OpenVINO folds go to part_NNN.folded.data
+    folded_file: bool = True
 
     @property
     def num_parts(self) -> int:

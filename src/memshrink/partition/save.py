@@ -32,6 +32,7 @@ from memshrink.atomic import (
 )
 from memshrink.errors import ModelSaveError, UsageError
 from memshrink.model import META_PARTITION, iter_tensor_slots, materialize, source_path
+from memshrink.partition.folded import folded_in_parts
 from memshrink.partition.manifest import (
     MANIFEST_NAME,
     Manifest,
@@ -69,6 +70,11 @@ def part_file(index: int) -> str:
 
 def part_data_file(index: int) -> str:
     return f"part_{index:03d}.data"
+
+
+def part_folded_file(index: int) -> str:
+    """The part's weights OpenVINO folds into new Constants (``partition.folded``)."""
+    return f"part_{index:03d}.folded.data"
 
 
 def dtype_name(elem_type: int) -> str:
@@ -218,16 +224,21 @@ def save_partitioned(
     threshold: int | None = None,
     alignment: int | None = None,
     progress: Progress | None = None,
+    folded_file: bool | None = None,
 ) -> PartitionSaveInfo:
     """Write ``model`` (carrying a plan in ``meta['memshrink.partition']``) as a folder of parts.
 
     The in-memory model is left unchanged. A plan made before later passes changed the graph
-    is recomputed with the same options.
+    is recomputed with the same options. ``folded_file`` (None: the ``partition`` pass's option,
+    default on): a part's weights OpenVINO folds into new Constants go to
+    ``part_NNN.folded.data`` (``partition/folded.py``).
     """
     final = Path(path)
     plan = model.meta.get(META_PARTITION)
     if not isinstance(plan, PartitionPlan):
         raise UsageError("save_partitioned: the model carries no partition plan")
+    if folded_file is None:
+        folded_file = plan.folded_file
     if not plan.is_current(model):
         plan = plan_partition(model, **plan.options)
     threshold = int(DEFAULT_THRESHOLD if threshold is None else threshold)
@@ -247,8 +258,14 @@ def save_partitioned(
     inline = set((model.meta.get(META_SAVE) or {}).get("inline", ()))
     slots = {id(t): (t, s) for t, s in iter_tensor_slots(model)}
     kept = {tid for tid, (t, _) in slots.items() if t.name and t.name in inline}
+    folded: set[int] = set()
+    if folded_file:
+        part_of = {id(facts.nodes[i]): p.index for p in parts for i in p.nodes}
+        names = folded_in_parts(model.graph, part_of)
+        folded = {tid for tid, (t, _) in slots.items() if t.name and t.name in names}
     originals: list[tuple[ir.TensorProtocol, Callable]] = []
     owner: dict[int, tuple[int, int, int]] = {}  # tensor id -> (part, offset, length)
+    files: dict[int, str] = {}  # tensor id -> the data file that holds it
     external_count = external_bytes = inline_count = 0
     total = sum(
         slots[tid][0].nbytes
@@ -269,31 +286,37 @@ def save_partitioned(
                     and tid not in kept
                     and slots[tid][0].nbytes >= threshold
                 ]
-                if not todo:
-                    continue
-                fd = os.open(tmp / part_data_file(part.index), os.O_WRONLY | os.O_CREAT, 0o644)
-                try:
-                    offset = 0
-                    for tid in todo:
-                        tensor = slots[tid][0]
-                        offset = _align(offset, alignment)
-                        length = write_tensor_at(fd, tensor, offset)
-                        owner[tid] = (part.index, offset, length)
-                        offset += length
-                        external_count += 1
-                        external_bytes += length
-                        if progress:
-                            progress(external_bytes, total)
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+                groups = (
+                    (part_data_file(part.index), [t for t in todo if t not in folded]),
+                    (part_folded_file(part.index), [t for t in todo if t in folded]),
+                )
+                for fname, tids in groups:
+                    if not tids:
+                        continue
+                    fd = os.open(tmp / fname, os.O_WRONLY | os.O_CREAT, 0o644)
+                    try:
+                        offset = 0
+                        for tid in tids:
+                            tensor = slots[tid][0]
+                            offset = _align(offset, alignment)
+                            length = write_tensor_at(fd, tensor, offset)
+                            owner[tid] = (part.index, offset, length)
+                            files[tid] = fname
+                            offset += length
+                            external_count += 1
+                            external_bytes += length
+                            if progress:
+                                progress(external_bytes, total)
+                        os.fsync(fd)
+                    finally:
+                        os.close(fd)
             for tid, (tensor, setter) in slots.items():
                 originals.append((tensor, setter))
                 if tid in owner:
-                    k, off, length = owner[tid]
+                    _, off, length = owner[tid]
                     setter(
                         ir.ExternalTensor(
-                            part_data_file(k),
+                            files[tid],
                             off,
                             length,
                             tensor.dtype,
@@ -311,7 +334,7 @@ def save_partitioned(
             for tensor, setter in reversed(originals):
                 setter(tensor)
             originals.clear()
-            manifest = _write_parts(proto, model, facts, parts, owner, tmp, alignment)
+            manifest = _write_parts(proto, model, facts, parts, owner, files, tmp, alignment)
             manifest.source = {
                 "path": source_path(model),
                 "plan": plan.to_dict(),
@@ -329,7 +352,7 @@ def save_partitioned(
             setter(tensor)
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
-    files = [final / p.file for p in manifest.parts]
+    part_files = [final / p.file for p in manifest.parts]
     datas = sorted({final / r[0] for p in manifest.parts for r in p.weight_ranges})
     return PartitionSaveInfo(
         path=str(final),
@@ -337,7 +360,7 @@ def save_partitioned(
         external_tensors=external_count,
         external_bytes=external_bytes,
         inline_tensors=inline_count,
-        model_file_bytes=sum(f.stat().st_size for f in files),
+        model_file_bytes=sum(f.stat().st_size for f in part_files),
         data_file_bytes=sum(f.stat().st_size for f in datas),
         parts=len(manifest.parts),
         manifest=str(final / MANIFEST_NAME),
@@ -358,12 +381,23 @@ def _commit(tmp: Path, final: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+def _main_data(
+    index: int, tids: list[int], owner: dict[int, tuple[int, int, int]], files: dict[int, str]
+) -> str | None:
+    """The part's own data file: ``part_NNN.data``, or its folded file when that is all it has."""
+    own = {files[t] for t in tids if t in owner and owner[t][0] == index}
+    if not own:
+        return None
+    return part_data_file(index) if part_data_file(index) in own else part_folded_file(index)
+
+
 def _write_parts(
     proto: onnx.ModelProto,
     model: ir.Model,
     facts: GraphFacts,
     parts: list[_Part],
     owner: dict[int, tuple[int, int, int]],
+    files: dict[int, str],
     folder: Path,
     alignment: int,
 ) -> Manifest:
@@ -429,18 +463,14 @@ def _write_parts(
         mp.graph.CopyFrom(gp)
         onnx.save_model(mp, folder / part_file(part.index))
         ranges = sorted(
-            {
-                (part_data_file(owner[tid][0]), owner[tid][1], owner[tid][2])
-                for tid in part.tensor_ids
-                if tid in owner
-            }
+            {(files[tid], owner[tid][1], owner[tid][2]) for tid in part.tensor_ids if tid in owner}
         )
         own = sum(owner[t][2] for t in part.tensor_ids if t in owner and owner[t][0] == part.index)
         specs.append(
             PartSpec(
                 index=part.index,
                 file=part_file(part.index),
-                data=part_data_file(part.index) if own else None,
+                data=_main_data(part.index, part.tensor_ids, owner, files),
                 inputs=inputs,
                 outputs=outputs,
                 nodes=len(part.nodes),
@@ -454,7 +484,7 @@ def _write_parts(
             "name": names.get(tid, ""),
             "bytes": owner[tid][2],
             "parts": users,
-            "file": part_data_file(owner[tid][0]),
+            "file": files[tid],
         }
         for tid, users in tensor_users.items()
         if len(users) > 1 and tid in owner

@@ -374,6 +374,7 @@ class ChunkPass(Pass):
     )
     targets = ("activations",)
     exact = "atol 1e-4, rtol 1e-4"
+    tolerance = (1e-4, 1e-4)
 
     @dataclass
     class Options:

@@ -194,6 +194,7 @@ class RecomputePass(Pass):
     )
     targets = ("activations",)
     exact = "atol 1e-4, rtol 1e-4 (same kernels on the same inputs)"
+    tolerance = (1e-4, 1e-4)
 
     @dataclass
     class Options:

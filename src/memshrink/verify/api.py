@@ -15,12 +15,18 @@ from typing import Any
 
 import numpy as np
 
+from memshrink import tolerance as stated_tolerance
 from memshrink.errors import MemshrinkError, UsageError
 from memshrink.verify.compare import DEFAULT_ATOL, DEFAULT_RTOL, compare_outputs
 from memshrink.verify.inputs import FeedInfo, load_feeds, make_feeds
 from memshrink.verify.kinds import ModelRef, read_io, resolve_model
 from memshrink.verify.modelinfo import ModelIO
-from memshrink.verify.precision import reduced_precision, widened_tolerances
+from memshrink.verify.precision import (
+    FULL_PRECISION_OPTIONS,
+    reduced_precision,
+    unstable_outputs,
+    widened_tolerances,
+)
 from memshrink.verify.report import Budget, Comparison, ProfileReport, VerifyReport
 from memshrink.verify.runner import (
     STATUS_OK,
@@ -96,8 +102,9 @@ def _empty_model(workdir: Path) -> Path:
 def _cuda_baseline(
     wd: Path, timeout: float, provider_options: Mapping[str, Mapping[str, Any]] | None,
     python: PythonArg, progress: Progress, backends: Sequence[str],
-) -> int | None:  # fmt: skip
-    """GPU memory of an empty CUDA session (context + EP) in its own process, or None."""
+) -> dict[str, int] | None:  # fmt: skip
+    """GPU memory of an empty CUDA session (context + EP) in its own process, per stage
+    (``session``, ``run1``: ``gpu_delta`` compares each stage with its own), or None."""
     if "cuda" not in backends:
         return None
     feeds = wd / "empty-feeds.npz"
@@ -107,9 +114,9 @@ def _cuda_baseline(
         feed_names=["x"], output_names=["y"], runs=1, timeout=timeout,
         provider_options=(provider_options or {}).get("cuda"), python=python, progress=progress,
     )  # fmt: skip
-    peaks = [(s.get("gpu") or {}).get("peak") for s in r.stages]
-    vals = [v for v in peaks if v is not None]
-    return max(vals) if r.ok and vals else None
+    peaks = {s["name"]: (s.get("gpu") or {}).get("peak") for s in r.stages}
+    vals = {k: int(v) for k, v in peaks.items() if v is not None}
+    return vals if r.ok and vals else None
 
 
 def _settings(**kw: Any) -> dict[str, Any]:
@@ -125,8 +132,8 @@ def verify(
     dims: Mapping[str, int] | None = None,
     feeds: FeedsArg = None,
     runs: int = 3,
-    atol: float = DEFAULT_ATOL,
-    rtol: float = DEFAULT_RTOL,
+    atol: float | None = None,
+    rtol: float | None = None,
     tolerances: Mapping[str, tuple[float, float]] | None = None,
     max_peak: int | str | None = None,
     timeout: float = 600.0,
@@ -142,7 +149,10 @@ def verify(
 
     ``backends``: names from ``cpu, openvino, ort-openvino, cuda`` or ``"all"`` (then a backend
     that is unavailable is reported as unsupported without failing the verification).
-    ``tolerances`` maps output name -> (atol, rtol). ``max_peak`` (bytes or ``"500MiB"``) bounds
+    ``tolerances`` maps output name -> (atol, rtol). ``atol``/``rtol`` default to 1e-5; when
+    none of the three is given and the rewritten model records the tolerance its memshrink
+    passes state (``memshrink.tolerance``), that is used instead (never below 1e-5) and
+    ``settings["tolerance_source"]`` says so. ``max_peak`` (bytes or ``"500MiB"``) bounds
     the rewritten model's absolute peak RSS on every backend. ``provider_options`` maps backend ->
     options (CUDA/OpenVINO EP provider options; OpenVINO native: compile config, ``device``).
     """
@@ -165,6 +175,7 @@ def verify(
                 f"the rewritten model's inputs ({', '.join(names_r)}) differ from the original's "
                 f"({', '.join(names_o)})"
             )
+        atol, rtol, source, stated = _tolerance(atol, rtol, tolerances, io_r)
         arrays, infos = _feeds(io_o, ref_o.path, feeds, shapes, dims, int_ranges, seed)
         feeds_path, feed_names = _write_feeds(wd, arrays)
         gpu_base = _cuda_baseline(wd, timeout, provider_options, python, progress, backend_list)
@@ -191,6 +202,18 @@ def verify(
                 )
         out_names = [o.name for o in io_o.outputs]
         comparisons = _compare_pairs(runs_out, backend_list, out_names, atol, rtol, tolerances)
+        for c in comparisons:
+            if c.status == "mismatch":
+                pair = [r for r in runs_out if r.backend == c.backend]
+                full = next(
+                    (x.outputs for x in runs_out if x.label == "original" and x.backend == "cpu"),
+                    None,
+                )
+                _recheck_at_full_precision(
+                    c, pair, full, (ref_o, io_o), (ref_r, io_r), wd, feeds_path, feed_names,
+                    timeout, session_options, provider_options, python, progress,
+                    atol, rtol, tolerances,
+                )  # fmt: skip
         cross = _cross_backend(runs_out, backend_list, out_names, atol, rtol, tolerances)
         budgets = _budgets(runs_out, backend_list, limit)
         for r in runs_out:
@@ -198,6 +221,8 @@ def verify(
     settings = _settings(
         atol=atol,
         rtol=rtol,
+        tolerance_source=source,
+        stated_tolerance=stated.to_dict() if stated else None,
         tolerances={k: list(v) for k, v in (tolerances or {}).items()},
         comparison="|out - ref| <= atol + rtol*|ref|; NaN must match NaN; Inf must match exactly",
         runs=runs,
@@ -216,11 +241,91 @@ def verify(
     )  # fmt: skip
 
 
+def _tolerance(
+    atol: float | None,
+    rtol: float | None,
+    tolerances: Mapping[str, tuple[float, float]] | None,
+    io: ModelIO,
+) -> tuple[float, float, str, stated_tolerance.StatedTolerance | None]:
+    """(atol, rtol, where they come from, the rewrite's stated record or None).
+
+    Why the stated one: a rewrite is promised within what its passes state, not within
+    verify's defaults (docs/verify.md, "Stated tolerance"). A user's value always wins."""
+    stated = stated_tolerance.from_metadata(io.metadata)
+    if atol is not None or rtol is not None or tolerances:
+        a = DEFAULT_ATOL if atol is None else atol
+        return a, DEFAULT_RTOL if rtol is None else rtol, "user", stated
+    if stated is None:
+        return DEFAULT_ATOL, DEFAULT_RTOL, "default", None
+    a, r = max(DEFAULT_ATOL, stated.atol), max(DEFAULT_RTOL, stated.rtol)
+    return a, r, f"stated by the rewrite: {stated.describe()}", stated
+
+
+def _recheck_at_full_precision(
+    c: Comparison, pair: list[RunResult], full: Mapping[str, np.ndarray] | None,
+    original: tuple[ModelRef, ModelIO], rewritten: tuple[ModelRef, ModelIO], wd: Path,
+    feeds_path: Path, feed_names: list[str], timeout: float,
+    session_options: Mapping[str, Any] | None,
+    provider_options: Mapping[str, Mapping[str, Any]] | None, python: PythonArg,
+    progress: Progress, atol: float, rtol: float,
+    tolerances: Mapping[str, tuple[float, float]] | None,
+) -> None:  # fmt: skip
+    """Compare again at f32 on the same backend where its reduced precision has no stable answer.
+
+    Why: on OpenVINO in bf16 a detector's NMS/TopK over near-tied scores picks other boxes than
+    ORT CPU for the *original* (FCOS: max abs 225, 43 of 100 labels other). Any rewrite that
+    moves the rounding moves those picks as well, so comparing rewritten@bf16 to original@bf16
+    measures bf16, not the rewrite. When every output that mismatches here, or one of them,
+    has such an unstable original (``precision.unstable_outputs``), both models run once more on
+    this backend at f32 and that comparison, at the stated tolerance, decides; the bf16 one stays
+    in the report (``reduced_precision_outputs``) and the note says so. Backends without an f32
+    switch (``FULL_PRECISION_OPTIONS``) and outputs that are mere rounding are left as they are.
+    """
+    o = next((r for r in pair if r.label == "original"), None)
+    low = reduced_precision(o.child.get("assumptions")) if o else None
+    force = FULL_PRECISION_OPTIONS.get(c.backend)
+    if o is None or o.outputs is None or not low or not force or c.backend == "cpu":
+        return
+    names = [x.name for x in c.outputs]
+    unstable = unstable_outputs(names, full, o.outputs)
+    bad = [x.name for x in c.outputs if not x.ok]
+    if not unstable or not set(bad) & set(unstable):
+        return
+    opts = {k: dict(v) for k, v in (provider_options or {}).items()}
+    opts[c.backend] = {**opts.get(c.backend, {}), **force}
+    reruns = []
+    for label, (ref, io) in (("original", original), ("rewritten", rewritten)):
+        r = _run(ref, f"{label}-f32", c.backend, wd, feeds_path, feed_names, io, 1, timeout,
+                 session_options, opts, python, None, progress)  # fmt: skip
+        reruns.append(r)
+    ro, rr = reruns
+    c.recheck = {
+        "why": f"{c.backend} computed in {low}; the original's {', '.join(unstable)} there differ "
+        "from original@cpu beyond rounding (another answer, e.g. NMS/TopK picks)",
+        "provider_options": force,
+        "runs": [{"model": r.label, "status": r.status, "error": r.error} for r in reruns],
+    }
+    if ro.outputs is None or rr.outputs is None:
+        why = f"f32 re-check did not run: {ro.status}/{rr.status}"
+        c.note = f"{c.note}; {why}" if c.note else why
+        return
+    c.reduced_precision_outputs = c.outputs
+    c.outputs = compare_outputs(names, ro.outputs, rr.outputs, atol, rtol, tolerances)
+    c.status = "match" if all(x.ok for x in c.outputs) else "mismatch"
+    ro.outputs = rr.outputs = None
+    c.note = (
+        f"compared at f32 on {c.backend} (INFERENCE_PRECISION_HINT=f32): at {low} the original "
+        f"itself gives another answer than on cpu for {', '.join(unstable)} (beyond rounding), so "
+        f"rewritten@{low} vs original@{low} ({', '.join(bad)} differ) measures {low}, not the "
+        "rewrite; the memory figures above are the default-precision runs"
+    )
+
+
 def _run(
     ref: ModelRef, label: str, backend: str, wd: Path, feeds_path: Path, feed_names: list[str],
     io: ModelIO, runs: int, timeout: float, session_options: Mapping[str, Any] | None,
     provider_options: Mapping[str, Mapping[str, Any]] | None, python: PythonArg,
-    gpu_base: int | None, progress: Progress, keep_outputs: bool = True,
+    gpu_base: dict[str, int] | None, progress: Progress, keep_outputs: bool = True,
 ) -> RunResult:  # fmt: skip
     res = run_child(
         ref, label, backend, workdir=wd, feeds_path=feeds_path, feed_names=feed_names,
@@ -230,7 +335,9 @@ def _run(
         progress=progress, keep_outputs=keep_outputs,
     )  # fmt: skip
     if res.child.get("gpu") is not None:
-        res.child["gpu"]["empty_session_baseline"] = gpu_base
+        # after its run (what estimate --backend cuda predicts over), and per stage
+        res.child["gpu"]["empty_session_baseline"] = max(gpu_base.values()) if gpu_base else None
+        res.child["gpu"]["empty_session_stages"] = gpu_base
     return res
 
 

@@ -60,6 +60,19 @@ def kind_of(ref: ModelRef) -> Kind:
     return next(k for k in KINDS if k.name == ref.kind)
 
 
+def _check_loadable(path: Path) -> None:
+    """Fail before any child runs when the model or its external data can't be used (exit 6).
+
+    Why: a missing ``OUT.data`` used to surface as a crashed backend run (exit 5) after the
+    original's runs; ``load`` reads the structure lazily (weights stay on disk) and checks every
+    external-data reference, as ``optimize`` and ``estimate`` do."""
+    try:
+        from memshrink.model import load
+    except ImportError:  # a runtime-only interpreter: the child reports it
+        return
+    load(path)
+
+
 def resolve_model(obj: Any, label: str, tmpdir: str | os.PathLike | None = None) -> ModelRef:
     """A path is used as is; an ``onnx_ir.Model``/``onnx.ModelProto`` is saved to ``tmpdir``."""
     if isinstance(obj, (str, os.PathLike)):
@@ -68,6 +81,8 @@ def resolve_model(obj: Any, label: str, tmpdir: str | os.PathLike | None = None)
             raise ModelLoadError(f"{label} model {path}: no such file")
         for kind in KINDS:
             if kind.detect(path):
+                if kind.name == "onnx":
+                    _check_loadable(path)
                 return ModelRef(kind.name, path.resolve())
         raise ModelLoadError(f"{label} model {path}: not a model this verifier can run")
     mod = type(obj).__module__

@@ -20,7 +20,8 @@ from memshrink.errors import ModelLoadError
 from memshrink.protowire import LEN, VARINT, Truncated, iter_fields, read_varint
 
 # Field numbers from onnx.proto.
-_MODEL_GRAPH = 7
+_MODEL_GRAPH, _MODEL_METADATA = 7, 14
+_ENTRY_KEY, _ENTRY_VALUE = 1, 2
 _GRAPH_NODE, _GRAPH_INIT, _GRAPH_INPUT, _GRAPH_OUTPUT = 1, 5, 11, 12
 _TENSOR_DIMS, _TENSOR_NAME = 1, 8
 
@@ -45,6 +46,7 @@ class ModelIO:
     inputs: list[TensorInfo]
     outputs: list[TensorInfo]
     index_bounds: dict[str, int] = field(default_factory=dict)
+    metadata: dict[str, str] = field(default_factory=dict)  # the model's metadata_props
 
 
 def _fields(buf: mmap.mmap, start: int, end: int) -> Iterator[tuple[int, int, Any]]:
@@ -104,9 +106,14 @@ def read_model_io(path: str | os.PathLike) -> ModelIO:
 
 def _scan(buf: mmap.mmap) -> ModelIO:
     graph = None
+    metadata: dict[str, str] = {}
     for fnum, wt, val in _fields(buf, 0, len(buf)):
         if fnum == _MODEL_GRAPH and wt == 2:
             graph = val
+        elif fnum == _MODEL_METADATA and wt == 2:
+            entry = {k: bytes(buf[v[0] : v[1]]).decode("utf-8", "replace")
+                     for k, w, v in _fields(buf, *val) if w == 2}  # fmt: skip
+            metadata[entry.get(_ENTRY_KEY, "")] = entry.get(_ENTRY_VALUE, "")
     if graph is None:
         raise ModelLoadError("no graph in the file (not an ONNX model?)")
     inits: dict[str, list[int]] = {}
@@ -132,7 +139,8 @@ def _scan(buf: mmap.mmap) -> ModelIO:
         if vi.name not in inits
     ]
     outs = [TensorInfo(vi.name, vi.type.tensor_type.elem_type, _dims_of(vi)) for vi in outputs]
-    return ModelIO(ins, outs, _gather_bounds(nodes, inits, {i.name for i in ins}))
+    bounds = _gather_bounds(nodes, inits, {i.name for i in ins})
+    return ModelIO(ins, outs, bounds, metadata)
 
 
 def _gather_bounds(

@@ -35,9 +35,12 @@ class Comparison:
     status: str  # match | mismatch | not-compared
     outputs: list[OutputComparison] = field(default_factory=list)
     note: str | None = None
+    # set when the verdict comes from a re-run at full precision (``api._recheck_at_full_precision``)
+    recheck: dict[str, Any] | None = None
+    reduced_precision_outputs: list[OutputComparison] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "backend": self.backend,
             "reference": self.reference,
             "candidate": self.candidate,
@@ -45,6 +48,12 @@ class Comparison:
             "note": self.note,
             "outputs": [o.to_dict() for o in self.outputs],
         }
+        if self.recheck is not None:
+            out["recheck"] = self.recheck
+            out["reduced_precision_outputs"] = [
+                o.to_dict() for o in self.reduced_precision_outputs or []
+            ]
+        return out
 
 
 @dataclass
@@ -80,24 +89,40 @@ def _run_line(r: RunResult) -> str:
 
 
 def _gpu_lines(runs: list[RunResult]) -> list[str]:
+    """GPU memory per stage over the empty CUDA session at the same stage (``gpu_delta``); a
+    figure below it is printed as ``~0`` with a note, never as a negative size."""
+    from memshrink.verify.gpu_delta import SESSION_STAGE, gpu_deltas
+
     lines: list[str] = []
+    below: list[str] = []
     for r in runs:
         gpu = r.child.get("gpu")
         if not gpu:
             continue
         base = gpu.get("empty_session_baseline") or 0
+        empty = gpu.get("empty_session_stages") or None
         if not lines:
             lines.append(
-                "GPU memory, MiB over an empty CUDA session measured in its own process "
-                "(NVML per-process, 1 ms polling; absolute in brackets):"
+                "GPU memory, MiB over an empty CUDA session at the same stage, measured in its "
+                "own process (NVML per-process, 1 ms polling; absolute in brackets):"
             )
         parts = []
-        for s in r.stages:
-            g = s.get("gpu") or {}
-            if g.get("peak") is not None:
-                parts.append(f"{s['name']} {_mib(g['peak'] - base, True)} [{_mib(g['peak'])}]")
+        for d in gpu_deltas(r.stages, base, empty):
+            shown = "~0" if d.clamped else _mib(d.delta, True)
+            parts.append(f"{d.stage} {shown} [{_mib(d.peak)}]")
+            if d.clamped:
+                below.append(f"{r.label} {d.stage} {_mib(-d.raw)} MiB")
+        where = (
+            f"{_mib(empty[SESSION_STAGE])} / {_mib(base)} MiB (session / after its run)"
+            if empty and SESSION_STAGE in empty
+            else f"{_mib(base)} MiB"
+        )
+        lines.append(f"  {r.label:<9} {r.backend:<5} empty session {where}; " + ", ".join(parts))
+    if below:
         lines.append(
-            f"  {r.label:<9} {r.backend:<5} baseline {_mib(base)} (context+EP); " + ", ".join(parts)
+            "  ~0: below the empty session at that stage ("
+            + ", ".join(below)
+            + "): NVML granularity or a kernel the empty session loaded; not a saving"
         )
     return lines
 
@@ -127,8 +152,12 @@ def _plot(series: dict[str, dict[str, list[tuple[str, int | None]]]], title: str
         ax.legend()
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    from memshrink.atomic import write_atomic
+
+    try:
+        write_atomic(path, lambda f: fig.savefig(f, format="png", dpi=100))
+    finally:
+        plt.close(fig)
     return path
 
 
@@ -205,6 +234,7 @@ class VerifyReport:
             + (f", per output {s['tolerances']}" if s.get("tolerances") else "")
             + f"; {s['runs']} runs; seed {s['seed']}; inputs: "
             + ", ".join(f"{i.name}{list(i.shape)} {i.dtype}" for i in self.inputs),
+            *_tolerance_lines(s),
             "",
             "Peak RSS per stage, MiB over each process's baseline (absolute MiB in brackets):",
             f"  {'backend':<12} {'stage':<9} {'original':>14} {'rewritten':>14} {'change':>8}",
@@ -237,8 +267,15 @@ class VerifyReport:
                 lines.append(
                     f"  {c.backend:<12} {'(all)':<20} {'':>9} {'':>9} {'':>12}  {c.status}: {c.note}"
                 )
+            for oc in c.reduced_precision_outputs or []:
+                lines.append(_output_line(f"{c.backend}*", oc, info=True))
             for oc in c.outputs:
-                lines.append(_output_line(c.backend, oc))
+                lines.append(_output_line(c.backend + ("@f32" if c.recheck else ""), oc))
+            if c.reduced_precision_outputs:
+                lines.append(
+                    f"  {c.backend + '*':<12} = at the backend's default precision, superseded by "
+                    "the @f32 lines (not a verdict)"
+                )
             if c.outputs and c.note:
                 lines.append(f"  {c.backend:<12} note: {c.note}")
         if self.cross_backend:
@@ -303,6 +340,18 @@ class VerifyReport:
                         (s["name"], _stage_peak_delta(run, s["name"])) for s in run.stages
                     ]
         return _plot(series, "Peak RSS per stage: original vs rewritten", os.fspath(path))
+
+
+def _tolerance_lines(settings: dict[str, Any]) -> list[str]:
+    """A loud line when the tolerance is not verify's default but the one the rewrite states."""
+    source = str(settings.get("tolerance_source") or "")
+    if not source.startswith("stated"):
+        return []
+    return [
+        f"  TOLERANCE atol {settings['atol']:g}, rtol {settings['rtol']:g}: {source} "
+        "(recorded in the rewritten model; verify's defaults are atol 1e-5, rtol 1e-5; "
+        "give --atol/--rtol to compare stricter)"
+    ]
 
 
 def _mismatch_reason(backend: str, oc: OutputComparison) -> str:

@@ -40,6 +40,13 @@ RISE, RISE_BYTES = 0.05, 8 * MiB
 #: stage without them; it is predicted only after OpenVINO passed).
 PER_KERNEL = frozenset({"openvino"})
 HEADS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
+#: How far a backend's measured rise (peak after / peak before) has been above the predicted one,
+#: per backend: the cap is judged on the prediction times (1 + this), so a layout kept at the
+#: cap's edge stays within it when measured. OpenVINO: DeiT's batch x2 split, predicted
+#: 71.2 -> 86.3 MiB (x1.212), measured 68 -> 87 (x1.279), 5.5 % over; the other rises of
+#: session 8's sweep were 0.84-1.023 of the prediction (docs/chunk.md, "The cap's margin").
+#: The EP: 0.97-0.98 on its two rises, so none.
+CAP_MARGIN = {"openvino": 0.06}
 
 
 def rank(ok: Sequence[dict[str, Any]], budget: int, keys: Callable[[dict[str, Any]], tuple],
@@ -167,8 +174,10 @@ class Chooser:
                 row = tried.setdefault(i, {"candidate": _label(cand)})
                 why, cost = self._raises(trial, before, prefer, kernels(trial) - base_kernels, row)
                 estimated += cost
-                if why is None and self.origin and self.cap > 0:
+                if why is None and self.cap > 0:
                     # within 5 % of this step's model, but maybe over the cap of the pass's
+                    # input, or of the saved files (the in-memory 5 % misses a lost folded
+                    # file: EfficientFormer spatial x2, +3.9 % in memory, +13.6 % saved)
                     rise = self._worst_rise(trial, before, prefer, row)
                     if rise is not None:
                         why = f"{rise[0]}: {self._over(rise[1])}"
@@ -197,13 +206,13 @@ class Chooser:
         if capped:
             self.report["refused"] = (
                 f"every layout tried raises {', '.join(prefer)}'s predicted peak by more than "
-                f"{self.cap:.0%} (prefer_cap) or a guarded backend"
+                f"{self.cap:.0%} (prefer_cap, with the prediction's margin) or a guarded backend"
             )
         return None
 
     def _over(self, rise: float) -> str:
         of = " over the pass's input" if self.origin else ""
-        return f"predicted peak +{rise:.0%}{of} > {self.cap:.0%}"
+        return f"predicted peak +{rise:.0%}{of} > {self.cap:.0%} with the prediction's margin"
 
     def _worst_rise(self, trial: ir.Model, before: dict[str, dict[str, int]],
                     prefer: list[str], row: dict[str, Any]) -> tuple[str, float] | None:  # fmt: skip
@@ -213,17 +222,23 @@ class Chooser:
         records the worst relative rise."""
         worst = 0.0
         for b in prefer:
-            old = (self.origin.get(b) or before[b])["peak"]
-            limit = max(old * (1 + self.cap), old + RISE_BYTES)
+            # both as their saved files will be predicted (``saved_peak``: the folded weights'
+            # file released after compile, which an in-memory estimate does not credit)
+            base = self.origin.get(b) or before[b]
+            old = base.get("saved_peak", base["peak"])
+            margin = 1 + CAP_MARGIN.get(b, 0.0)  # a safe bound: rises have measured higher
+            limit = max(old * (1 + self.cap) / margin, old + RISE_BYTES)
             fig = row.get(b)
-            if fig is not None and "bound" in fig and fig["bound"] > limit:
-                return b, fig["bound"] / old - 1
+            credit = base["peak"] - old  # the bound is on the uncredited peak
+            if fig is not None and "bound" in fig and fig["bound"] - credit > limit:
+                return b, (fig["bound"] - credit) / old - 1
             if fig is None or "peak" not in fig:
                 fig = row[b] = process_figures(trial, self.context, b)
-            worst = max(worst, fig["peak"] / old - 1)
+            new = fig.get("saved_peak", fig["peak"])
+            worst = max(worst, new / old - 1)
             row["rise"] = round(worst, 4)
-            if fig["peak"] > limit:
-                return b, fig["peak"] / old - 1
+            if new > limit:
+                return b, new / old - 1
         return None
 
     def _guard_ok(self, trial: ir.Model, before: dict[str, Any], row: dict[str, Any]) -> bool:
