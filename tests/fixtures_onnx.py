@@ -137,3 +137,30 @@ def assert_bit_identical(a: list[np.ndarray], b: list[np.ndarray]) -> None:
     for x, y in zip(a, b, strict=True):
         assert x.dtype == y.dtype and x.shape == y.shape
         assert np.array_equal(x, y, equal_nan=True)
+
+
+def conv_bn_conv() -> onnx.ModelProto:
+    """Conv(cw1) -> BatchNormalization -> Conv(cw2) -> Relu, x and y [2, 16, 8, 8].
+
+    The two-data-files fixture: OpenVINO folds cw1 into its BN (``OUT.onnx.folded.data``),
+    cw2 stays as stored (``OUT.onnx.data``)."""
+    rng = np.random.default_rng(0)
+
+    def w(name: str, *shape: int) -> onnx.TensorProto:
+        return numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "cw1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c1", "g", "b", "mu", "var"], ["n1"]),
+        helper.make_node("Conv", ["n1", "cw2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c2"], ["y"]),
+    ]
+    inits = [
+        w("cw1", 16, 16, 3, 3), w("cw2", 16, 16, 3, 3), w("g", 16), w("b", 16), w("mu", 16),
+        numpy_helper.from_array(np.ones(16, np.float32), "var"),
+    ]  # fmt: skip
+    g = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 16, 8, 8])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 16, 8, 8])], inits,
+    )  # fmt: skip
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)

@@ -12,36 +12,11 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from fixtures_onnx import conv_bn_conv
 
 from memshrink.cli import main
 from memshrink.model import load
 from memshrink.writer import data_files
-
-
-def _model() -> onnx.ModelProto:
-    """Conv(cw1) -> BatchNormalization (OpenVINO folds cw1: the folded file),
-    Conv(cw2) -> Relu (kept as is: the main data file)."""
-    rng = np.random.default_rng(0)
-
-    def w(name: str, *shape: int) -> onnx.TensorProto:
-        return numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
-
-    nodes = [
-        helper.make_node("Conv", ["x", "cw1"], ["c1"], pads=[1, 1, 1, 1]),
-        helper.make_node("BatchNormalization", ["c1", "g", "b", "mu", "var"], ["n1"]),
-        helper.make_node("Conv", ["n1", "cw2"], ["c2"], pads=[1, 1, 1, 1]),
-        helper.make_node("Relu", ["c2"], ["y"]),
-    ]
-    inits = [
-        w("cw1", 16, 16, 3, 3), w("cw2", 16, 16, 3, 3), w("g", 16), w("b", 16), w("mu", 16),
-        numpy_helper.from_array(np.ones(16, np.float32), "var"),
-    ]  # fmt: skip
-    g = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 16, 8, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 16, 8, 8])], inits,
-    )  # fmt: skip
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
 
 
 def _run(path: Path, x: np.ndarray) -> np.ndarray:
@@ -54,7 +29,7 @@ def test_optimize_names_both_data_files_and_the_moved_folder_works(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     src = tmp_path / "in.onnx"
-    onnx.save_model(_model(), src)
+    onnx.save_model(conv_bn_conv(), src)
     before = src.read_bytes()
     (tmp_path / "a").mkdir()
     out = tmp_path / "a" / "m.onnx"
@@ -84,5 +59,5 @@ def test_optimize_names_both_data_files_and_the_moved_folder_works(
 
 def test_data_files_of_an_embedded_model_is_empty(tmp_path: Path) -> None:
     src = tmp_path / "in.onnx"
-    onnx.save_model(_model(), src)
+    onnx.save_model(conv_bn_conv(), src)
     assert data_files(load(src)) == []

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from fixtures_onnx import conv_bn_conv
 
 from memshrink.cli import main
 from memshrink.errors import ModelSaveError
@@ -17,31 +16,6 @@ from memshrink.manager import PassContext
 from memshrink.model import load
 from memshrink.transforms.external_data import ExternalDataPass
 from memshrink.writer import data_files, save_model
-
-
-def _model() -> onnx.ModelProto:
-    """Conv(cw1) -> BatchNormalization: OpenVINO folds cw1 (``OUT.folded.data``);
-    Conv(cw2) -> Relu keeps cw2 (``OUT.data``)."""
-    rng = np.random.default_rng(0)
-
-    def w(name: str, *shape: int) -> onnx.TensorProto:
-        return numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
-
-    nodes = [
-        helper.make_node("Conv", ["x", "cw1"], ["c1"], pads=[1, 1, 1, 1]),
-        helper.make_node("BatchNormalization", ["c1", "g", "b", "mu", "var"], ["n1"]),
-        helper.make_node("Conv", ["n1", "cw2"], ["c2"], pads=[1, 1, 1, 1]),
-        helper.make_node("Relu", ["c2"], ["y"]),
-    ]
-    inits = [
-        w("cw1", 16, 16, 3, 3), w("cw2", 16, 16, 3, 3), w("g", 16), w("b", 16), w("mu", 16),
-        numpy_helper.from_array(np.ones(16, np.float32), "var"),
-    ]  # fmt: skip
-    g = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 16, 8, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 16, 8, 8])], inits,
-    )  # fmt: skip
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
 
 
 def _with_policy(src: Path, folded_file: bool):  # type: ignore[no-untyped-def]
@@ -58,7 +32,7 @@ def _names(folder: Path) -> set[str]:
 
 def test_resave_without_folded_weights_removes_the_old_folded_file(tmp_path: Path) -> None:
     src = tmp_path / "in.onnx"
-    onnx.save_model(_model(), src)
+    onnx.save_model(conv_bn_conv(), src)
     out_dir = tmp_path / "o"
     out_dir.mkdir()
     (out_dir / "notes.txt").write_text("mine")  # a user's file beside OUT
@@ -82,7 +56,7 @@ def test_resave_without_folded_weights_removes_the_old_folded_file(tmp_path: Pat
 
 def test_a_failed_save_keeps_the_old_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     src = tmp_path / "in.onnx"
-    onnx.save_model(_model(), src)
+    onnx.save_model(conv_bn_conv(), src)
     out = tmp_path / "m.onnx"
     save_model(_with_policy(src, folded_file=True), out)
     before = {
@@ -101,7 +75,7 @@ def test_a_failed_save_keeps_the_old_set(tmp_path: Path, monkeypatch: pytest.Mon
 
 def test_optimize_says_what_it_removed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     src = tmp_path / "in.onnx"
-    onnx.save_model(_model(), src)
+    onnx.save_model(conv_bn_conv(), src)
     out = tmp_path / "m.onnx"
     assert main(["optimize", str(src), str(out), "--passes", "external-data"]) == 0
     assert (tmp_path / "m.onnx.folded.data").is_file()
@@ -117,8 +91,8 @@ def test_optimize_removes_a_sidecar_that_describes_an_earlier_input(tmp_path: Pa
     """IN with a sidecar, then another IN without one, to the same OUT: the old ``OUT.onnx.json``
     would feed ``estimate OUT`` another model's shapes; it goes, and the report says so."""
     a, b = tmp_path / "a.onnx", tmp_path / "b.onnx"
-    onnx.save_model(_model(), a)
-    onnx.save_model(_model(), b)
+    onnx.save_model(conv_bn_conv(), a)
+    onnx.save_model(conv_bn_conv(), b)
     (tmp_path / "a.onnx.json").write_text('{"inputs": [{"name": "x", "shape": [2, 16, 8, 8]}]}')
     out = tmp_path / "m.onnx"
     assert main(["optimize", str(a), str(out), "--passes", "prune", "-q"]) == 0

@@ -14,8 +14,9 @@ with the default arena (kNextPowerOfTwo) and once with ``kSameAsRequested``, and
 with ``cudnn_conv_algo_search=HEURISTIC`` (the workspace of the exhaustive search). Small
 hand-made graphs (one MatMul, one Conv, one large Add) isolate cuBLAS, cuDNN and the arena.
 
-The table compares per stage: GPU (MiB over the empty session) and host (MiB over the
-child's post-import baseline); error = (predicted - measured) / measured.
+The table compares per stage: GPU (MiB over the empty session at the same stage, as verify
+prints it: ``session`` over its creation figure, runs over it after its run) and host (MiB over
+the child's post-import baseline); error = (predicted - measured) / measured.
 """
 
 from __future__ import annotations
@@ -219,6 +220,8 @@ def profile_row(path: str, dims: dict[str, int]) -> dict[str, Any]:
         "status": r.status,
         "error": r.error,
         "gpu_empty_session": base,
+        # per stage (session, run1): verify compares each stage with its own (gpu_delta)
+        "gpu_empty_session_stages": gpu.get("empty_session_stages"),
         "host_baseline": r.baseline_rss,
         "gpu_before_cuda_init": gpu.get("before_cuda_init"),
         "driver": gpu.get("driver"),
@@ -313,6 +316,15 @@ def _pct(p: float, m: float) -> str:
     return f"{100 * (p - m) / abs(m):+.1f}%" if m else "n/a"
 
 
+def _empty_at(prof: dict[str, Any], stage: str) -> int:
+    """The empty session's figure verify subtracts at ``stage`` (the same stage; rows measured
+    before per-stage figures were recorded: the after-run figure, as verify did then)."""
+    from memshrink.verify.gpu_delta import matched_baseline
+
+    stages = prof.get("gpu_empty_session_stages")
+    return matched_baseline(stage, stages, int(prof["gpu_empty_session"]))
+
+
 def table_rows(results: dict[str, Any], names: list[str] | None) -> list[dict[str, Any]]:
     """Predicted vs measured per model and stage (MiB), GPU and host."""
     from memshrink.estimate import estimate
@@ -335,14 +347,13 @@ def table_rows(results: dict[str, Any], names: list[str] | None) -> list[dict[st
         est = estimate(local, backend="cuda", dims=row.get("dims") or None)
         dev = est.prediction.details["device"]
         host = est.prediction.details["host"]
-        base = prof["gpu_empty_session"]
         profs = [prof, *results.get("repeats", {}).get(name, [])]
         for key, stage in VERIFY_STAGES["cuda"].items():
             s = prof["stages"].get(stage)
             if s is None:
                 continue
             seen = [
-                (p["stages"][stage]["gpu_peak"] - p["gpu_empty_session"]) / MiB
+                (p["stages"][stage]["gpu_peak"] - _empty_at(p, stage)) / MiB
                 for p in profs
                 if p.get("status") == "ok" and stage in p["stages"]
             ]
@@ -351,7 +362,7 @@ def table_rows(results: dict[str, Any], names: list[str] | None) -> list[dict[st
                     "model": name,
                     "stage": key,
                     "gpu_pred": dev[key] / MiB,
-                    "gpu_meas": (s["gpu_peak"] - base) / MiB,
+                    "gpu_meas": (s["gpu_peak"] - _empty_at(prof, stage)) / MiB,
                     "gpu_spread": (min(seen), max(seen), len(seen)),
                     "host_pred": host[key] / MiB,
                     "host_meas": (s["host_peak"] - prof["host_baseline"]) / MiB,

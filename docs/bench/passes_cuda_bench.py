@@ -39,12 +39,17 @@ ATOL = RTOL = 1e-4
 
 
 def _gpu_stages(run: dict[str, Any]) -> dict[str, int | None]:
+    """GPU per stage over the empty session at the same stage, as verify prints it."""
+    from memshrink.verify.gpu_delta import matched_baseline
+
     gpu = run.get("gpu") or {}
-    base = gpu.get("empty_session_baseline") or 0
+    after_run = int(gpu.get("empty_session_baseline") or 0)
+    empty = gpu.get("empty_session_stages")
     out: dict[str, int | None] = {}
     for s in run.get("stages") or []:
         g = s.get("gpu") or {}
-        out[s["name"]] = None if g.get("peak") is None else int(g["peak"]) - int(base)
+        base = matched_baseline(str(s["name"]), empty, after_run)
+        out[s["name"]] = None if g.get("peak") is None else int(g["peak"]) - base
     return out
 
 

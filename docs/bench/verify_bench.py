@@ -144,6 +144,8 @@ def _stage(run: dict[str, Any], name: str) -> dict[str, Any] | None:
 
 def derived(model: str, run: dict[str, Any]) -> dict[str, float]:
     """The quantities MEASURING.md reports, in MiB, from one run's stages."""
+    from memshrink.verify.gpu_delta import matched_baseline
+
     out: dict[str, float] = {}
     if run["status"] != "ok":
         return out
@@ -177,10 +179,9 @@ def derived(model: str, run: dict[str, Any]) -> dict[str, float]:
             if g.get("after") is not None:
                 out[f"gpu {s['name']} after"] = (g["after"] - base0) / MiB
                 out[f"gpu {s['name']} peak"] = ((g.get("peak") or 0) - base0) / MiB
-                if empty is not None:
-                    out[f"gpu {s['name']} over empty session"] = (
-                        (g.get("peak") or 0) - empty
-                    ) / MiB
+                if empty is not None:  # at the same stage, as verify prints it (gpu_delta)
+                    base = matched_baseline(s["name"], gpu.get("empty_session_stages"), empty)
+                    out[f"gpu {s['name']} over empty session"] = ((g.get("peak") or 0) - base) / MiB
     return out
 
 

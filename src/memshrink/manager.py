@@ -276,8 +276,8 @@ class PassManager:
             if result.modified:
                 context.invalidate()
                 # recorded at once, so a hook verifying after this pass compares at it too
-                stated = None if result.exact else p.tolerance
-                tolerance.record(model.metadata_props, [(p.name, stated)])
+                pass_tol = None if result.exact else p.tolerance
+                tolerance.record(model.metadata_props, [(p.name, pass_tol)])
             record = PassRecord(p.name, result.modified, round(seconds, 4), result.stats)
             report.passes.append(record)
             self._call("after_pass", record, model, context)

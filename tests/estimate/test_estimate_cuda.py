@@ -17,6 +17,7 @@ from memshrink.estimate import ort as ortsim
 from memshrink.estimate.backends import VERIFY_STAGES
 from memshrink.estimate.graph import build_view
 from memshrink.estimate.schedule import schedule
+from memshrink.verify.gpu_delta import matched_baseline
 
 MiB = 1 << 20
 F = TensorProto.FLOAT
@@ -89,17 +90,38 @@ def test_add_relu_matches_the_measured_arena_regions():
     assert (dev.weights_reserved, dev.run_1, dev.steady_state) == (16 * MiB, 64 * MiB, 64 * MiB)
 
 
-def test_stage_figures_are_deltas_over_the_empty_session():
+def test_stage_figures_are_deltas_over_the_empty_session_at_the_same_stage():
+    # What verify prints (verify/gpu_delta.py): session creation over the empty session's
+    # creation figure (context + EP), runs over the empty session after its run (+ handles and
+    # kernels its first run loads). So session creation is the weights' arena regions alone.
     n = 16 * MiB // 4
     est = estimate(_add_relu(n), backend="cuda")
     c = cuda.CUDA_CALIBRATION
     peaks = est.stage_peaks()
-    assert peaks["session_creation"] == 16 * MiB - int(c["cuda_first_run"])
+    assert peaks["session_creation"] == 16 * MiB  # was 16 - 72 (the after-run baseline)
     assert peaks["run_1"] == 64 * MiB + int(c["cuda_run_modules"])
     assert peaks == est.prediction.details["device"]
+    empty = est.prediction.details["empty_session"]
+    assert empty["session_creation"] == int(c["cuda_session"])
+    assert empty["run_1"] == empty["steady_state"] == int(c["cuda_session"] + c["cuda_first_run"])
     absolute = est.prediction.details["device_absolute"]
-    base = int(c["cuda_session"] + c["cuda_first_run"])  # the empty session, measured alone
-    assert all(absolute[k] - base == v for k, v in peaks.items())
+    assert all(absolute[k] - empty[k] == v for k, v in peaks.items())
+
+
+def test_a_model_without_weights_is_predicted_at_the_empty_session():
+    # The verifier's own empty session (one Identity, no weights) over itself: 0 at every stage
+    # but the runs' extra kernels; before, -72 MiB at session creation.
+    g = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        "empty",
+        [helper.make_tensor_value_info("x", F, [1])],
+        [helper.make_tensor_value_info("y", F, [1])],
+    )
+    est = estimate(helper.make_model(g), backend="cuda")
+    peaks = est.stage_peaks()
+    assert peaks["session_creation"] == 0
+    assert min(peaks.values()) >= 0
+    assert "over an empty CUDA session at the same stage" in est.format_table()
 
 
 def test_conv_workspace_takes_arena_memory():
@@ -494,12 +516,16 @@ def test_prediction_agrees_with_the_verifier_on_a_gpu(tmp_path: Path) -> None:
         dev, host = est.prediction.details["device"], est.prediction.details["host"]
         run = profile(str(path), backends=("cuda",), runs=3, python={"cuda": py}).runs[0]
         assert run.ok, run.error
-        base = run.child["gpu"]["empty_session_baseline"]
+        gpu = run.child["gpu"]
         hbase = run.baseline_rss or 0
         for s in run.stages:
             if s["name"] not in stages:
                 continue
             key = stages[s["name"]]
+            # what verify prints: over the empty session at the same stage (gpu_delta)
+            base = matched_baseline(
+                s["name"], gpu.get("empty_session_stages"), gpu["empty_session_baseline"]
+            )
             meas, pred = s["gpu"]["peak"] - base, dev[key]
             print(path.name, key, "gpu", pred // MiB, meas // MiB, "host", host[key] // MiB)
             # Device: within 10 % or 16 MiB (NVML granularity 2 MiB; arena order effects).

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from memshrink.estimate import ort as ortsim
-from memshrink.estimate import ort_fp16, ort_identity
+from memshrink.estimate import ort_fp16, ort_identity, ort_ml
 from memshrink.estimate.gather_pages import gather_pages
 from memshrink.estimate.glibc_heap import GlibcHeap, hole_shares
 from memshrink.estimate.graph import GraphInfo, ModelView
@@ -107,10 +107,19 @@ def _ort_cpu(
         ort_graph=g if g is not view.graph else None,
     )
     assumptions += ww.assumptions
+    # ai.onnx.ml forests: the kernels' parsed trees (attributes, not initializers; ort_ml.py)
+    trees = ort_ml.tree_ensemble_bytes(view.graph)
+    if trees:
+        assumptions.append(
+            f"tree ensembles: {trees / MiB:.1f} MiB of ORT's parsed trees "
+            f"({ort_ml.TREE_BYTES_PER_NODE} B a node, {ort_ml.TREE_BYTES_PER_LEAF_ENTRY} B a "
+            "leaf entry), from session creation on"
+        )
     ovh = int(
         c["ort_session_anon"]
         + c["ort_session_anon_per_node"] * len(view.graph.nodes)
         + c["ort_session_file"]
+        + trees
     )
     sc = Stage(
         "session_creation",

@@ -17,9 +17,12 @@ Rules, from ``onnxruntime/core`` (1.31) and ORT's own arena log on an H200 (``do
   released.
 * Memory pattern (on by default): run 1 allocates tensor by tensor, later runs one block of the
   traced best-fit peak.
-* Fixed costs, calibrated once (``CUDA_CALIBRATION``): the empty-session baseline the verifier
-  subtracts already holds the CUDA context, the EP and the state its first run loads (cuBLAS and
-  cuDNN handles, lazily loaded kernels): at session creation a model is ``first_run`` below it.
+* Fixed costs, calibrated once (``CUDA_CALIBRATION``): the verifier compares each stage with an
+  empty session (its own process) at the same stage (``verify/gpu_delta.py``): ``session`` with
+  the empty session's creation figure (context + EP, ``cuda_session``), each run with the empty
+  session after its run, which adds what any first run loads (cuBLAS and cuDNN handles, lazily
+  loaded kernels, ``cuda_first_run``). So neither fixed cost is in a stage figure: session
+  creation is the weights' arena regions alone, a run the arena plus ``cuda_run_modules``.
 * Host: CUDA/ORT libraries at session creation, the weights staged on the host while they are
   copied (embedded: the ModelProto, plus a staging buffer when it exceeds glibc's mmap
   threshold; external: a constant 128 MiB measured on six models of 64-474 MiB; both: the
@@ -54,7 +57,7 @@ MiB = 1 << 20
 CUDA_CALIBRATION: dict[str, float] = {
     # Device (NVML per process).
     "cuda_session": 594 * MiB,  # context + EP after creating a session with no weights
-    "cuda_first_run": 72 * MiB,  # what any first run adds (handles, kernels): in the baseline
+    "cuda_first_run": 72 * MiB,  # what any first run adds (handles, kernels): in run baselines
     "cuda_run_modules": 2 * MiB,  # kernels of a real model beyond the empty session's
     "cuda_conv_workspace": 1.0,  # x a Conv's output: the cuDNN algorithm's arena workspace
     # Host (VmHWM over the child's baseline).
@@ -320,12 +323,22 @@ def simulate_device(
     return DeviceModel(after_weights, run_1, arena_.reserved, sum(weights), list(arena_.regions))
 
 
-def _stage_figures(dev: DeviceModel) -> dict[str, int]:
-    """GPU memory over the empty-session baseline per stage, as ``predict`` reports it."""
+def empty_session(stage: str) -> int:
+    """NVML bytes of the empty CUDA session at ``stage``, what the verifier subtracts there
+    (``verify.gpu_delta.matched_baseline``): context + EP at session creation, plus what its
+    first run loads (handles, kernels) at every run stage."""
     c = CUDA_CALIBRATION
-    first, modules = int(c["cuda_first_run"]), int(c["cuda_run_modules"])
+    first = 0 if stage == "session_creation" else int(c["cuda_first_run"])
+    return int(c["cuda_session"]) + first
+
+
+def _stage_figures(dev: DeviceModel) -> dict[str, int]:
+    """GPU memory over the empty session at the same stage, as ``predict`` reports it: the
+    arena alone at session creation (the empty session's creation figure holds the context and
+    the EP, and no first-run state yet), the arena and a real model's extra kernels after a run."""
+    modules = int(CUDA_CALIBRATION["cuda_run_modules"])
     return {
-        "session_creation": dev.weights_reserved - first,
+        "session_creation": dev.weights_reserved,
         "run_1": dev.run_1 + modules,
         "steady_state": dev.steady_state + modules,
     }
@@ -552,13 +565,12 @@ def predict(
     rules = ortsim.session_options_rules({k: str(v) for k, v in opts.items()})
     plan = ortsim.plan(g, order, reuse=bool(rules["enable_mem_reuse"]), fusions=False)
     dev = simulate_device(g, plan, order, mem_pattern=bool(rules["enable_mem_pattern"]))
-    c = CUDA_CALIBRATION
-    first, modules = int(c["cuda_first_run"]), int(c["cuda_run_modules"])
-    sc = Stage("session_creation", weights_anon=dev.weights_reserved, overhead=-first)
+    modules = int(CUDA_CALIBRATION["cuda_run_modules"])
+    sc = Stage("session_creation", weights_anon=dev.weights_reserved)
     sc.notes.append(
         f"device: {dev.weights / MiB:.0f} MiB of initializers in arena regions of "
-        f"{dev.weights_reserved / MiB:.0f} MiB (power-of-two growth); the empty-session "
-        f"baseline's first-run state ({first / MiB:.0f} MiB) is not loaded yet"
+        f"{dev.weights_reserved / MiB:.0f} MiB (power-of-two growth), over the empty session "
+        f"at creation ({empty_session('session_creation') / MiB:.0f} MiB: context + EP)"
     )
     r1 = Stage("run_1", dev.weights_reserved, 0, dev.run_1 - dev.weights_reserved, modules)
     r1.notes.append("device: inputs and planned activations in the same arena (reserved bytes)")
@@ -591,16 +603,12 @@ def predict(
     planners = all_planners(bufs, len(order))
     planners["cuda_arena_run_1"] = dev.run_1 - dev.weights_reserved
     planners["cuda_arena_steady_state"] = dev.steady_state - dev.weights_reserved
-    session_abs = int(c["cuda_session"])
     details = {
         "plan": plan,
         "device": {s.name: s.peak for s in stages},
         "device_range": spread,
-        "device_absolute": {
-            "session_creation": session_abs + dev.weights_reserved,
-            "run_1": session_abs + first + modules + dev.run_1,
-            "steady_state": session_abs + first + modules + dev.steady_state,
-        },
+        "device_absolute": {s.name: empty_session(s.name) + int(s.peak) for s in stages},
+        "empty_session": {s.name: empty_session(s.name) for s in stages},
         "host": host,
         "arena_regions": dev.regions,
         "weights_on_device": dev.weights,
@@ -609,7 +617,9 @@ def predict(
         "ORT CUDA EP, default provider options (arena kNextPowerOfTwo, no gpu_mem_limit), "
         f"cudnn_conv_algo_search={search} ({CONV_ALGO_SEARCH}), lazy CUDA module loading",
         "device figures: NVML per-process memory over an empty CUDA session measured in its own "
-        "process (the verifier's method); absolute NVML figures in details['device_absolute']",
+        "process at the same stage (the verifier's method: session creation over its creation, "
+        "runs over it after its run; details['empty_session']); absolute NVML figures in "
+        "details['device_absolute']",
         "calibrated on one H200 with onnxruntime-gpu 1.31.1; other GPUs/drivers change the "
         "fixed costs",
         "weights copied to the device in file order; ORT's order is a per-process hash order, "

@@ -43,7 +43,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from memshrink.estimate import ov_read
+from memshrink.estimate import ov_read, ov_slices
 from memshrink.estimate.disjoint import find_root
 from memshrink.estimate.graph import GraphInfo, ModelView, NodeInfo
 from memshrink.estimate.host import normalize_precision, ov_default_precision
@@ -92,6 +92,14 @@ OV_CALIBRATION: dict[str, float] = {
     # +0.056 / +0.054: the block's kernel is 0.36 (bf16) / 0.46 (f32), the rest its nodes.
     "ov_per_mha": 0.36 * MiB,
     "ov_per_mha_f32": 0.46 * MiB,
+    # ... when the scores' last dim is wider than 32 (``mha_wide_count``) the static kernel costs
+    # more, flat in the width: N = 4 -> 16 blocks on [1, 4, S, 64] inputs, block minus the same
+    # MatMuls with a Relu for the Softmax, compile anon at bf16 / f32: S = 32 0.365 / 0.434,
+    # 64 0.632 / 0.612, 128 0.65 / 0.62, 256 0.673 / 0.603 (session 9: S = 784 0.58 / 0.80).
+    # Measured 2026-11-27, docs/estimate.md, "Session 9: the heads split's copies".
+    "ov_per_mha_wide": 0.63 * MiB,
+    "ov_per_mha_wide_f32": 0.66 * MiB,
+    "ov_mha_narrow_dim": 32,
     # ... and with a symbolic sequence (T5 / Whisper decoders: tokenized too, session 9), the
     # kernel is compiled for dynamic shapes: 64 heads [1, S, 32] x [1, 32, S] -> Softmax ->
     # x [1, S, 32], S symbolic: +0.914 MiB each at compile (bf16), +1.235 (f32); the same
@@ -782,11 +790,55 @@ def mha_internal(g: GraphInfo, dynamic: bool = True) -> set[str]:
     return out
 
 
+def mha_folded_transposes(g: GraphInfo, inner: set[str]) -> set[str]:
+    """Outputs of Transposes swapping the last two dims that only an MHA block's first MatMul
+    reads (K^T): the plugin folds them into the MatMul (``transpose_b``), so no buffer. Runtime
+    graph of one core on Q/K/V inputs [4, 12, 512, 64] (whole or split by heads): no Transpose
+    node, the Subgraph's layers ``sc0,p0,y0`` (2026-11-27, docs/estimate.md, "Session 9: the
+    heads split's copies")."""
+    out: set[str] = set()
+    for name in inner:
+        t = g.tensors.get(name)
+        if t is None or t.producer is None or g.nodes[t.producer].op_type != "MatMul":
+            continue
+        mm = g.nodes[t.producer]
+        kt = g.tensors.get(mm.inputs[1]) if len(mm.inputs) > 1 else None
+        if kt is None or kt.producer is None or len(kt.consumers) != 1 or kt.is_output:
+            continue
+        tr = g.nodes[kt.producer]
+        perm = [int(p) for p in tr.attrs.get("perm", [])]
+        rank = len(perm)
+        swap = [*range(rank - 2), rank - 1, rank - 2]
+        if tr.op_type == "Transpose" and rank >= 2 and perm == swap:
+            out.add(kt.name)
+    return out
+
+
 def mha_count(g: GraphInfo, dynamic: bool = True) -> int:
     """Tokenized MHA Snippets subgraphs (``mha_internal``): one per Softmax inside one. Each
     compiles its own kernel (``ov_per_mha``), identical blocks too."""
     inner = mha_internal(g, dynamic)
     return sum(1 for n in g.nodes if n.op_type == "Softmax" and n.outputs and n.outputs[0] in inner)
+
+
+def mha_wide_count(g: GraphInfo, narrow: int, seq_dynamic: bool = False) -> int:
+    """Tokenized MHA blocks compiled for static shapes whose scores' last dim is wider than
+    ``narrow``: their kernel costs ``ov_per_mha_wide`` instead of ``ov_per_mha``. With
+    ``seq_dynamic`` the blocks ``mha_dynamic_count`` counts are left out."""
+    inner = mha_internal(g)
+    count = 0
+    for n in g.nodes:
+        if n.op_type != "Softmax" or not n.outputs or n.outputs[0] not in inner:
+            continue
+        t = g.tensors.get(n.inputs[0]) if n.inputs else None
+        if t is None or not t.shape:
+            continue
+        sym = t.sym_shape
+        if seq_dynamic and (sym is None or not all(isinstance(d, int) for d in sym[-2:])):
+            continue
+        if t.shape[-1] > narrow:
+            count += 1
+    return count
 
 
 def mha_dynamic_count(g: GraphInfo) -> int:
@@ -819,11 +871,18 @@ def ov_buffers(
     """
     bufs = tensor_buffers(g, order)
     inner = mha_internal(g, dynamic)
+    folded = mha_folded_transposes(g, inner)
     for b in bufs:
-        if b.tensors and all(t in inner for t in b.tensors):
+        if b.tensors and all(t in inner or t in folded for t in b.tensors):
             b.size = 0
     owner = {t: b for b in bufs for t in b.tensors}
     pos = positions(order)
+    for name in folded:  # the MatMul reads the Transpose's input: it lives until then
+        producer = g.tensors[name].producer
+        src = owner.get(g.nodes[producer].inputs[0]) if producer is not None else None
+        reader = pos.get(g.tensors[name].consumers[0], -1)
+        if src is not None and reader > src.end:
+            src.end = reader
 
     def merge(keep: Buffer, drop: Buffer, size: int) -> None:
         keep.start, keep.end = min(keep.start, drop.start), max(keep.end, drop.end)
@@ -869,11 +928,13 @@ def ov_buffers(
     half = precision != "f32"
     if half:
         tail = precision_tail(g)
+        back = ov_slices.f32_concat_inputs(g, tail)  # converted to f32 per core for a Concat
         for b in bufs:
             floats = [g.tensors[t].elem_type == FLOAT for t in b.tensors if t in g.tensors]
-            in_tail = any(t in tail for t in b.tensors)
+            in_tail = any(t in tail or t in back for t in b.tensors)
             if b.size and not b.is_output and floats and all(floats) and not in_tail:
                 b.size //= 2
+    ov_slices.apply(g, bufs, pos, half)  # a split graph input: one whole copy, views of it
     for name, step, size in output_reorders(g, pos, half):
         bufs.append(Buffer(len(bufs), size, step, step, [name + "/before_reorder"]))
     for name in g.inputs:  # NCHW inputs of a Conv are reordered to the blocked/NHWC layout
@@ -1182,6 +1243,7 @@ def predict(
     n_mha = mha_count(g)
     seq_dynamic = dynamic and not batch_only_dynamic(view)
     n_mha_dyn = mha_dynamic_count(g) if seq_dynamic else 0
+    n_mha_wide = mha_wide_count(g, int(c["ov_mha_narrow_dim"]), seq_dynamic)
     # Dynamic shapes: the distinct configurations' JIT code is made with the primitives, at
     # the first infer (``ov_per_conv_config``).
     jit = int(c["ov_per_conv_config"] * n_configs)
@@ -1193,7 +1255,9 @@ def predict(
         + c["ov_per_kernel"] * n_kernels
         + jit
         + c["ov_per_subgraph"] * n_sub
-        + c["ov_per_mha_f32" if precision == "f32" else "ov_per_mha"] * (n_mha - n_mha_dyn)
+        + c["ov_per_mha_f32" if precision == "f32" else "ov_per_mha"]
+        * (n_mha - n_mha_dyn - n_mha_wide)
+        + c["ov_per_mha_wide_f32" if precision == "f32" else "ov_per_mha_wide"] * n_mha_wide
         + c["ov_per_mha_dyn_f32" if precision == "f32" else "ov_per_mha_dyn"] * n_mha_dyn
     )
     cm = Stage("compile_model", overhead=fixed - lib_shift - jit_shift)
@@ -1276,7 +1340,8 @@ def predict(
         "OpenVINO CPU plugin, 1 stream (LATENCY hint): Conv/FC + simple-op fusions, "
         "Conv+Sum in place, MemorySolver greedy by size",
         f"fused edges: {len(gone)}, Snippets subgraphs: {n_sub}, MHA subgraphs: {n_mha} "
-        f"({n_mha_dyn} with a symbolic sequence), "
+        f"({n_mha_dyn} with a symbolic sequence, {n_mha_wide} static wider than "
+        f"{int(c['ov_mha_narrow_dim'])}), "
         f"Conv/FC primitives: {n_kernels} ({n_configs} distinct)",
         f"inference precision {precision} ({precision_from}): "
         + (
@@ -1293,6 +1358,7 @@ def predict(
         "kernels": n_kernels,
         "kernel_configs": n_configs,
         "mha_subgraphs": n_mha,
+        "mha_wide": n_mha_wide,
         "lib_pages": lib,
         "freed_after_compile": freed,
     }

@@ -40,12 +40,13 @@ Stages match the verifier's ``session`` / ``run1`` / ``run3``: ``session_creatio
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from memshrink.estimate import openvino
+from memshrink.estimate import openvino, ort_ml
 from memshrink.estimate.disjoint import find_root
-from memshrink.estimate.graph import GraphInfo, ModelView
+from memshrink.estimate.graph import GraphInfo, ModelView, NodeInfo
 from memshrink.estimate.lifetimes import Buffer
 from memshrink.estimate.ort import session_options_rules
 from memshrink.estimate.planners import greedy_by_size
@@ -79,6 +80,15 @@ OVEP_CALIBRATION: dict[str, float] = {
 # Ops the EP (onnxruntime-openvino 1.24.1, OpenVINO 2025.4, device CPU) leaves to ORT's CPU
 # EP, as seen in ORT's verbose node placements on the suite. Not the EP's full capability list.
 UNSUPPORTED = frozenset({"IsNaN"})
+# OpenVINO has no ai.onnx.ml ops (its frontend refuses TreeEnsemble*, ZipMap, Scaler...): the EP
+# leaves the whole domain to ORT's CPU EP (skl2onnx / onnxmltools models run that way).
+ORT_CPU_DOMAINS = frozenset({"ai.onnx.ml"})
+
+
+def on_ort_cpu(n: NodeInfo) -> bool:
+    """Whether the EP leaves node ``n`` to ORT's CPU EP."""
+    return n.op_type in UNSUPPORTED or n.domain in ORT_CPU_DOMAINS
+
 
 _STAGES = (
     ("session_creation", "compile_model"),
@@ -158,7 +168,7 @@ def subgraph_ids(g: GraphInfo) -> dict[int, int]:
     """
     run, runs = 0, {}
     for i in ort_default(g):
-        if g.nodes[i].op_type in UNSUPPORTED:
+        if on_ort_cpu(g.nodes[i]):
             run += 1
         elif i not in g.folded:  # ORT folds those before partitioning
             runs[i] = run
@@ -176,7 +186,7 @@ def subgraph_ids(g: GraphInfo) -> dict[int, int]:
 def subgraph_count(g: GraphInfo) -> int:
     """OpenVINO subgraphs the EP makes of ``g``: one without unsupported nodes (as ``predict``
     assumes), else ``subgraph_ids``' count."""
-    if not any(n.op_type in UNSUPPORTED for n in g.nodes):
+    if not any(on_ort_cpu(n) for n in g.nodes):
         return 1
     return len(set(subgraph_ids(g).values()))
 
@@ -246,6 +256,15 @@ def predict(
     """Stage peaks for ORT + OpenVINOExecutionProvider (device CPU), the verifier's way."""
     c = dict(OVEP_CALIBRATION)
     c.update(calibration or {})
+    # measured on ai.onnx.ml graphs only: an IsNaN-only graph keeps the OpenVINO path below
+    # (ep-compat's guard compares its rewrites there; not measured without a subgraph)
+    if any(n.domain in ORT_CPU_DOMAINS for n in view.graph.nodes) and not any(
+        not on_ort_cpu(n)
+        and i not in view.graph.folded
+        and n.op_type not in ("Constant", "Identity")
+        for i, n in enumerate(view.graph.nodes)
+    ):
+        return _ort_cpu_only(view, opts, c)
     ov_c = openvino.OV_CALIBRATION
     # The EP compiles for CPU with precision FP32 (its default, which sets OpenVINO's
     # INFERENCE_PRECISION_HINT to f32 whatever the host supports): native rules at f32.
@@ -272,9 +291,12 @@ def predict(
     # estimator still charges the mapped-file rule there (see docs/estimate.md).
     fused_w = int(native.details["ov_weights"]["conv_fused"]) if view.embedded else 0
     ort_copy -= int((ov_c["ov_conv_fused"] - ov_c["ov_conv"]) * fused_w)
-    fixed_anon = int(c["ovep_anon"] + c["ovep_per_node"] * ort_node_count(g))
+    # + the forests of tree-ensemble nodes, which run on ORT's CPU EP (``ort_ml``)
+    fixed_anon = int(
+        c["ovep_anon"] + c["ovep_per_node"] * ort_node_count(g) + ort_ml.tree_ensemble_bytes(g)
+    )
     fixed_file = int(c["ovep_file"])
-    cut = [n.op_type for n in g.nodes if n.op_type in UNSUPPORTED]
+    cut = [n.op_type for n in g.nodes if on_ort_cpu(n)]
     dynamic = openvino.is_dynamic(view, opts)
     # Dynamic input dims, one subgraph, embedded weights: BasicBackend keeps the subgraph's
     # ModelProto (weights inlined) while OpenVINO reads the serialized string it was given:
@@ -417,4 +439,50 @@ def predict(
         native.weights,
         details,
         assumptions,
+    )
+
+
+def _ort_cpu_only(
+    view: ModelView, opts: Mapping[str, Any], c: Mapping[str, float]
+) -> BackendPrediction:
+    """No node for OpenVINO (an skl2onnx forest, a LightGBM regressor; ``Identity`` nodes do not
+    count, as in ``ort_node_count``: a TreeEnsemble + Identity model compiled nothing either): the EP compiles
+    nothing and ORT's CPU EP runs the graph, so ORT CPU's prediction plus the EP's fixed cost
+    (its libraries and contexts load anyway). Measured on 4 such models: EP session 27.7-28.6
+    MiB, ORT CPU 10.3-11.3, difference 17.3-17.4 (fixed cost: 1.3 + 16.4 = 17.7)."""
+    from memshrink.estimate.backends import PREDICTORS
+    from memshrink.estimate.schedule import schedule as make_schedule
+
+    cpu = PREDICTORS["ort"](view, make_schedule(view.graph, "ort_default"), opts, "ort_default")
+    fixed = int(c["ovep_anon"] + c["ovep_file"])
+    stages = [
+        dataclasses.replace(
+            s,
+            overhead=s.overhead + fixed,
+            notes=[*s.notes],
+            modes={k: v + fixed for k, v in s.modes.items()},
+        )
+        for s in cpu.stages
+    ]
+    stages[0].notes.append("no node for OpenVINO: ORT's CPU EP runs the whole graph")
+    assumptions = [
+        "ORT OpenVINO EP, device_type CPU: no node OpenVINO can take (ai.onnx.ml or "
+        f"{', '.join(sorted(UNSUPPORTED))} only): ORT CPU's prediction plus the EP's fixed "
+        f"cost, {fixed / MiB:.1f} MiB"
+    ] + cpu.assumptions
+    details = {**cpu.details, "ovep_subgraphs": 0}
+    if "glibc_band" in details:
+        details["glibc_band"] = {
+            k: (lo + fixed, hi + fixed) for k, (lo, hi) in details["glibc_band"].items()
+        }
+    return BackendPrediction(
+        "ort-openvino",
+        "ort_default",
+        cpu.order,
+        stages,
+        cpu.planners,
+        cpu.weights,
+        details,
+        assumptions,
+        graph=cpu.graph,
     )

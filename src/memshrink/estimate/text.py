@@ -25,6 +25,33 @@ RUNTIMES = {
 }
 
 
+def _partial_line(est: Estimate) -> str:
+    """Why some sizes are unknown: unbound input dims (the user can fix that), or ops whose
+    output shapes ONNX shape inference does not derive even from bound inputs (skl2onnx's
+    TreeEnsembleClassifier, ZipMap's sequence of maps): asking for bindings there misleads."""
+    n = len(est.unknowns)
+    if any(d < 0 for dims in est.view.bindings.values() for d in dims):
+        return (
+            f"PARTIAL: {n} tensor(s) of unknown size are counted as 0; bind the inputs' "
+            "symbolic dims with --shape NAME=D1,D2 or --dim SYMBOL=N for a full estimate"
+        )
+    g = est.view.graph
+    ops = sorted(
+        {
+            f"{node.domain + '.' if node.domain not in ('', 'ai.onnx') else ''}{node.op_type}"
+            for name in est.unknowns
+            if (t := g.tensors.get(name)) is not None and t.producer is not None
+            for node in [g.nodes[t.producer]]
+        }
+    )
+    return (
+        f"PARTIAL: {n} tensor(s) of unknown size are counted as 0: every input is bound, but "
+        "shape inference gives no size for outputs of "
+        + (", ".join(ops) if ops else "some ops")
+        + " (non-tensor values such as sequences and maps have none)"
+    )
+
+
 def format_estimate(est: Estimate, verbose: bool = False) -> str:
     """Heading, stage table, notes (spread over processes, partial shapes), top tensors, assumptions."""
     p = est.prediction
@@ -34,17 +61,14 @@ def format_estimate(est: Estimate, verbose: bool = False) -> str:
         f"(--backend {p.backend}); predicted from the graph, nothing was run",
     ]
     if est.partial:
-        rows.append(
-            f"PARTIAL: {len(est.unknowns)} tensor(s) of unknown size are counted as 0; bind the "
-            "inputs' symbolic dims with --shape NAME=D1,D2 or --dim SYMBOL=N for a full estimate"
-        )
+        rows.append(_partial_line(est))
     host = p.details.get("host") if p.backend == "cuda" else None
     rows.append(
         "peak memory per stage over an empty process (runtime imported, no model); weights anon = "
         "copies on the heap, weights file = pages mapped from the model's files"
         if host is None
-        else "GPU memory per stage over an empty CUDA session (so the fixed part can be "
-        "negative); host peak over the process baseline"
+        else "GPU memory per stage over an empty CUDA session at the same stage (as verify "
+        "prints it: at its creation, then after its run); host peak over the process baseline"
     )
     rows += _stage_table(est, host)
     rows += _device_range(est)

@@ -18,7 +18,7 @@ from typing import Any
 
 def run_partitioned(child: Any) -> list[Any]:
     """Run ``child.spec`` (kind ``partition``) and return the last run's outputs."""
-    from memshrink.runtime.backends import BackendUnavailable
+    from memshrink.runtime.backends import BackendUnavailable, preload
     from memshrink.runtime.session import PartitionedSession
     from memshrink.verify.child import Unsupported, _load_feeds, cuda_gpu_probe
 
@@ -30,6 +30,11 @@ def run_partitioned(child: Any) -> list[Any]:
     child.result.setdefault("assumptions", {})
     popts = {k: str(v) for k, v in (spec.get("provider_options") or {}).items()}
     gpu_probe, _ = cuda_gpu_probe(child, backend, popts)
+    try:
+        # the runtime in the baseline, as for a single model (its libraries are not the model's)
+        preload(backend, spec.get("provider_options") or None)
+    except BackendUnavailable as exc:
+        raise Unsupported(str(exc)) from exc
     child.start_meter(gpu_probe)
     try:
         with child.stage("session"):
