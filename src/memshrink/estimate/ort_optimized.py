@@ -994,7 +994,8 @@ class _Rewriter:
                 continue
             if sx is None or sy is None or len(sx) != 4 or len(sy) != 4:
                 return False
-            if sx[d] != sy[d] or (isinstance(sx[d], int) and sx[d] <= 0) or sx[d] in ("", None):
+            v = sx[d]
+            if v != sy[d] or v is None or v == "" or (isinstance(v, int) and v <= 0):
                 return False
         return True
 
