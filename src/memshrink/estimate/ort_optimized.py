@@ -4,7 +4,8 @@ With the default ``ORT_ENABLE_ALL`` the CPU session does not run the graph as wr
 rewrites change which activations exist, how big they are and in which order they are made
 (read in ``onnxruntime/core/optimizer``; checked against ``optimized_model_filepath`` dumps):
 
-* level 1: ``EliminateDropout``; in place (the Conv keeps its node index) ``ConvBNFusion``,
+* level 1: ``EliminateDropout``; ``PadFusion`` (a zero Pad of H/W into the Conv reading it);
+  in place (the Conv keeps its node index) ``ConvBNFusion``,
   ``ConvMulFusion``, ``ConvAddFusion`` fold a BatchNormalization / Mul / Add of constants into
   the Conv, repeated until nothing matches;
 * level 1, transformer shapes: Transpose -> size-1 Reshape -> Transpose merged, Slices that
@@ -12,7 +13,8 @@ rewrites change which activations exist, how big they are and in which order the
   attention block's projections, which the level-2 run of ``MatMulAddFusion`` fuses);
 * level 2, ``GemmActivationFusion`` and ``ConvActivationFusion``: Gemm/Conv + an activation
   become one new ``FusedGemm``/``FusedConv`` node; Add + LayerNormalization ->
-  ``SkipLayerNormalization``, MatMul of scalar-scaled inputs -> ``FusedMatMul`` (checked
+  ``SkipLayerNormalization``, ``x * Sigmoid(x)`` -> ``QuickGelu`` (tf2onnx's Swish), MatMul
+  of scalar-scaled inputs -> ``FusedMatMul`` (checked
   against ORT's dump of the batch-chunked BERT: the same op counts, and its memory-pattern
   block to the byte; FastGelu (GPT-2's tanh Gelu), BiasGelu and Attention fusions are not
   emulated: BERT's Erf Gelu stays unfused in ORT too);
@@ -20,8 +22,12 @@ rewrites change which activations exist, how big they are and in which order the
   Conv/FusedConv with constant weights, block-aligned channels (or fewer input channels than a
   block: NCHW input read directly) become ``nchwc`` Conv nodes whose outputs are padded to the
   block; MaxPool/AveragePool (channels aligned), and — when every producer is NCHWc —
-  Global pools, Concat on axis 1, Add/Sum, Mul, Relu/Sigmoid/Tanh and BatchNormalization follow;
-  a Mul by a per-channel constant becomes a depthwise NCHWc Conv.
+  Global pools, Concat on axis 1, Add/Sum, Mul, Relu/Sigmoid/Tanh, QuickGelu and
+  BatchNormalization follow; a Mul by a per-channel constant becomes a depthwise NCHWc Conv;
+  ``Transpose`` to NCHW before a ReorderInput / to NHWC after a blocked tensor becomes a
+  ``channels_last`` Reorder. An Add whose input shapes ORT cannot prove equal (it traces each
+  dim to the tensor it derives from, ``NchwcArgument::Shape``, then compares declared dims)
+  runs on the blocked tensors through ``Reshape``s, unfused.
   An Add of a single-use, activation-free NCHWc Conv and another NCHWc tensor of the same
   shape is fused as the Conv's ``Sum`` input (the kernel accumulates into that buffer:
   ``MayInplace(3, 0)``); a later activation then fuses too. ``ReorderInput`` nodes convert
