@@ -175,3 +175,14 @@ def test_swish_fusion_lowers_the_run_estimate(tmp_path):
     a = estimate(path, dims={"unk__1": BATCH}).stage_peaks()["run_1"]
     b = estimate(path2, dims={"unk__1": BATCH}).stage_peaks()["run_1"]
     assert abs(a - b) <= 0.01 * b
+
+
+def test_pad_by_a_nonzero_constant_stays(tmp_path):
+    """A Pad with a ``constant_value`` of 1 is not a Conv's zero padding: ORT keeps it (and
+    so does the emulation, which reads no constant values and keeps any Pad with one)."""
+    m = tf2onnx_block(alpha=False, se=False)
+    pad = next(n for n in m.graph.node if n.op_type == "Pad")
+    pad.input.append("padv")
+    m.graph.initializer.append(numpy_helper.from_array(np.array(1.0, np.float32), "padv"))
+    ops = _check(m, tmp_path)
+    assert ops["Pad"] == 1
