@@ -230,3 +230,9 @@ def test_cli_dim_bound_parsing():
         _dim_bounds(["nz"])
     with pytest.raises(UsageError):
         _dim_bounds(["nz=-1"])
+
+
+def test_table_says_bounded():
+    """The console table says, before the figures, that some sizes are bounds."""
+    text = estimate(_nonzero_chain()).format_table()
+    assert "BOUNDED: 4 tensor(s)" in text and "NonZero" in text
