@@ -236,3 +236,39 @@ def test_table_says_bounded():
     """The console table says, before the figures, that some sizes are bounds."""
     text = estimate(_nonzero_chain()).format_table()
     assert "BOUNDED: 4 tensor(s)" in text and "NonZero" in text
+
+
+def test_loop_scan_output_is_trip_count_times_one_iteration():
+    """Loop with M = 5 (a constant) whose body emits x + i ([3] f32) as a scan output: ONNX's
+    inference leaves the first dim unknown; the rule gives [5, 3]."""
+    body = helper.make_graph(
+        [
+            helper.make_node("Identity", ["c_in"], ["c_out"]),
+            helper.make_node("Cast", ["i"], ["fi"], to=F),
+            helper.make_node("Add", ["x", "fi"], ["s"]),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", I64, []),
+            helper.make_tensor_value_info("c_in", TensorProto.BOOL, []),
+        ],
+        [
+            helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("s", F, [3]),
+        ],
+    )
+    m = _model(
+        [
+            helper.make_node("Loop", ["M", "cond"], ["scan"], body=body),
+            helper.make_node("Relu", ["scan"], ["y"]),
+        ],
+        [helper.make_tensor_value_info("x", F, [3])],
+        [helper.make_tensor_value_info("y", F, None)],
+        [
+            numpy_helper.from_array(np.array(5, np.int64), "M"),
+            numpy_helper.from_array(np.array(True), "cond"),
+        ],
+    )
+    g = build_view(m).graph
+    assert g.tensors["scan"].shape == (5, 3) and g.tensors["y"].shape == (5, 3)
+    assert g.bounded["scan"] == "Loop: trip count 5 x one iteration"

@@ -109,7 +109,7 @@ def rule(
         if m is not None and body is not None:
             n_carried = len(node.input) - 2
             for i, o in enumerate(node.output):
-                j = 1 + n_carried + (i - n_carried)  # body outputs: cond, carried, scans
+                j = 1 + i  # body outputs: cond, carried..., scans...; node's: carried..., scans...
                 if o and i >= n_carried and j < len(body.output):
                     s = _conc(shapes.get(body.output[j].name))
                     if s is not None:
