@@ -272,3 +272,15 @@ def test_loop_scan_output_is_trip_count_times_one_iteration():
     g = build_view(m).graph
     assert g.tensors["scan"].shape == (5, 3) and g.tensors["y"].shape == (5, 3)
     assert g.bounded["scan"] == "Loop: trip count 5 x one iteration"
+
+
+def test_passes_never_write_a_bound_into_the_model():
+    """The bound is for memory only: ``inplace`` must not declare it (ORT would plan a
+    data-dependent tensor as static) and ``chunk`` must not slice by it."""
+    from memshrink.transforms.chunk import _shapes
+    from memshrink.transforms.inplace import declared_shapes
+
+    est = estimate(_nonzero_chain())
+    assert not set(declared_shapes(est.view, None)) & set(est.view.graph.bounded)
+    shapes = _shapes(est)
+    assert shapes["nz"] is None and shapes["y"] is None and shapes["m"] == (4, 256)
