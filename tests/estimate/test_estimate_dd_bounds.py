@@ -284,3 +284,9 @@ def test_passes_never_write_a_bound_into_the_model():
     assert not set(declared_shapes(est.view, None)) & set(est.view.graph.bounded)
     shapes = _shapes(est)
     assert shapes["nz"] is None and shapes["y"] is None and shapes["m"] == (4, 256)
+
+
+def test_dim_bound_on_a_tensor_that_is_no_source_is_an_error():
+    """A typo, or a tensor whose size is known, must not be ignored silently."""
+    with pytest.raises(UsageError, match="--dim-bound names y"):
+        estimate(_nonzero_chain(), dim_bounds={"y": 3})

@@ -24,7 +24,7 @@ import onnx
 import onnx_ir as ir
 
 from memshrink.bindings import Dim, bind_input_shapes, load_sidecar
-from memshrink.errors import ModelLoadError, UnboundDimensionError
+from memshrink.errors import ModelLoadError, UnboundDimensionError, UsageError
 from memshrink.estimate import dd_bounds, shape_values
 from memshrink.transforms.weight_io import read_array
 
@@ -905,6 +905,12 @@ def build_view(
         weight_bytes += nb
         ext_bytes += nb if ext else 0
     graph = _build_graph(sym_proto.graph, sym_types, conc_types, init_info, set())
+    unused = sorted(set(dim_bounds or {}) - {n for n, h in bounded.items() if h == "--dim-bound"})
+    if unused:
+        raise UsageError(
+            f"--dim-bound names {', '.join(unused)}: no data-dependent tensor of unknown size "
+            "by that name (the estimate's assumptions list the ones it bounds)"
+        )
     graph.bounded = {n: how for n, how in bounded.items() if n in graph.tensors}
     fold_constants(graph)
     _mark_zero_biases(graph, g)
