@@ -56,11 +56,14 @@ def _bounded_line(bounded: dict[str, str]) -> str:
     """Sizes that depend on data are at their upper bound (``dd_bounds``): say so up front,
     since a budget reads differently from a typical size."""
     rules = [how for how in bounded.values() if not how.startswith("follows")]
-    ops = sorted({how.split(":")[0] for how in rules})
+    ops = sorted({how.split(":")[0] for how in rules if how != "--dim-bound"})
+    given = sum(how == "--dim-bound" for how in rules)
     return (
         f"BOUNDED: {len(bounded)} tensor(s) whose size depends on data ({', '.join(ops)} "
         "outputs and what follows) are sized at their upper bound, a budget not a typical "
-        "size; --verbose lists the rules, --dim-bound TENSOR=N sets one"
+        "size"
+        + (f" ({given} source(s) set by --dim-bound)" if given else "")
+        + "; --verbose lists the rules, --dim-bound TENSOR=N sets one"
     )
 
 
