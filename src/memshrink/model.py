@@ -18,7 +18,7 @@ import onnx
 import onnx_ir as ir
 
 from memshrink import opaque_types
-from memshrink.errors import ExternalDataError, ModelLoadError, UsageError
+from memshrink.errors import ModelLoadError, UsageError
 from memshrink.protoscan import scan_model_file
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -206,39 +206,17 @@ def _set_attribute_tensor_base_dir(model: ir.Model, base_dir: str) -> None:
 
 def validate_external_data(model: ir.Model, base_dir: str) -> None:
     """Refuse references that escape the model's folder, point at missing files or run past EOF."""
-    base_real = os.path.realpath(base_dir)
+    from memshrink.extrefs import ExternalRef, check_ref
+
     sizes: dict[str, int] = {}
     for tensor, _ in iter_tensor_slots(model):
         if not isinstance(tensor, ir.ExternalTensor):
             continue
-        location = os.fspath(tensor.location)
-        name = tensor.name or "<unnamed>"
-        if os.path.isabs(location) or ".." in Path(location).parts:
-            raise ExternalDataError(
-                f"tensor {name!r}: external data location {location!r} escapes the model's "
-                "folder (absolute or '..' paths are refused, never read)"
-            )
-        full = os.path.realpath(os.path.join(base_dir, location))
-        if not (full == base_real or full.startswith(base_real + os.sep)):
-            raise ExternalDataError(
-                f"tensor {name!r}: external data location {location!r} resolves outside "
-                "the model's folder (symlink?); refused"
-            )
-        if full not in sizes:
-            try:
-                sizes[full] = os.path.getsize(full)
-            except OSError:
-                raise ExternalDataError(
-                    f"tensor {name!r}: external data file {location!r} is missing "
-                    f"(looked in {base_dir})"
-                ) from None
-        offset = tensor.offset or 0
-        length = tensor.length if tensor.length is not None else tensor.nbytes
-        if offset + length > sizes[full]:
-            raise ExternalDataError(
-                f"tensor {name!r}: external data {location!r} is shorter than its reference "
-                f"(needs bytes {offset}..{offset + length}, file has {sizes[full]})"
-            )
+        ref = ExternalRef(
+            tensor.name or "", os.fspath(tensor.location), tensor.offset or 0, tensor.length,
+            tensor.nbytes,
+        )  # fmt: skip
+        check_ref(ref, base_dir, sizes)
 
 
 def materialize(tensor: ir.TensorProtocol) -> ir.TensorProtocol:

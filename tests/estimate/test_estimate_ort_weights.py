@@ -423,3 +423,28 @@ def test_attention_gemms_pack_after_level_1_in_a_chunked_block(tmp_path):
     measured = stage["peak"] - stage["before"]  # growth over the child's baseline
     # rtol 8 %: half the gap to the one-group order (+26 %)
     assert abs(pred.peak - measured) <= 0.08 * measured, (pred.peak / MiB, measured / MiB)
+
+
+def test_shared_b_is_sized_once_per_weight(tmp_path, monkeypatch):
+    """A deduplicated B read by N MatMuls gives N packing events; its packed size is worked out
+    once, not once per event (each sizing walks all N readers: N^2 per estimate, the 5,000-node
+    graph's ``chunk`` pass spent minutes there). Known answer: B 64x48 f32, N = 40 readers with
+    N = 48 outputs -> packed 48 (a multiple of 16) x 64 x 4 B = 12 KiB; one copy kept; the
+    transient is the source (12 KiB) plus one duplicate (12 KiB)."""
+    import memshrink.estimate.ort_weights as ow
+
+    b = numpy_helper.from_array(np.ones((64, 48), np.float32), "B")
+    nodes = [helper.make_node("MatMul", ["x", "B"], [f"y{i}"]) for i in range(40)]
+    outs = [helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, [1, 48]) for i in range(40)]
+    g = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])], outs, [b]
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    view = build_view(_save(m, str(tmp_path / "m.onnx")))
+    w = split_weights(view.graph)
+    calls = []
+    real = ow._packed_size
+    monkeypatch.setattr(ow, "_packed_size", lambda g, n: calls.append(n) or real(g, n))
+    kept, transient = ow.prepacked(view.graph, w)
+    assert (kept, transient) == (48 * 64 * 4, 2 * 48 * 64 * 4)
+    assert calls == ["B"]

@@ -63,8 +63,10 @@ def test_padded_activation_is_counted():
     assert pred.stages[1].activations >= 105 * 105 * 64 * 4
 
 
-def test_data_dependent_shape_stays_unknown():
-    """NonZero's output size depends on the values: not evaluated (nothing is read)."""
+def test_data_dependent_shape_is_not_evaluated_but_bounded():
+    """NonZero's output size depends on the values: not evaluated (nothing is read); at
+    session creation it stays unknown, and the run's size is its upper bound (``dd_bounds``):
+    x[4, 8] -> at most 32 non-zeros."""
     g = helper.make_graph(
         [helper.make_node("NonZero", ["x"], ["nz"]), helper.make_node("Transpose", ["nz"], ["y"])],
         "nz",
@@ -73,4 +75,7 @@ def test_data_dependent_shape_stays_unknown():
     )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     view = build_view(m, allow_partial=True)
-    assert view.graph.tensors["y"].shape is None
+    y = view.graph.tensors["y"]
+    assert y.shape == (32, 2)
+    assert not isinstance(y.sym_shape[0], int)  # type: ignore[index]
+    assert view.graph.bounded["nz"].startswith("NonZero")

@@ -151,12 +151,27 @@ def test_resize_non_integer_scale_refused_and_need_rows() -> None:
 def test_pass_chunks_the_top_down_merge_under_the_estimator(tmp_path: Path) -> None:
     """With a ``half_pixel`` nearest Resize (which ORT leaves an NCHW op: no blocked Upsample,
     no Sum fusion of the lateral Add) the stride-1 merge holds three full tensors; the search
-    picks the cone of p2 (bands over C2 and the coarser merge) and lowers the prediction."""
+    finds the cone of p2 (bands over C2 and the coarser merge) as the lowest prediction, and
+    its rewrite keeps the outputs.
+
+    Which near-equal layout the pass keeps by default (the cone ×16 or plain bands ×4, within
+    3 % on ORT CPU, ``choice.rank``) is decided by OpenVINO's predicted peak (``prefer_backends``), which moved
+    with the split-copy rule of session 9; so the cone is asked for with a budget at its own
+    prediction, and the default run is only required to lower the prediction."""
     h, w = 384, 256
     src = tmp_path / "fpn.onnx"
     onnx.save_model(fpn_like(h, w, c=16, ctm="half_pixel", nearest="round_prefer_floor"), src)
+    default = ChunkPass(modes="spatial").run(load(src), PassContext())
+    before = default.stats["predicted_activations_before"]
+    assert default.modified and default.stats["predicted_activations_after"] < before * 0.95
+    predicted = [c for c in default.stats["candidates"] if "predicted_activations" in c]
+    best = min(c["predicted_activations"] for c in predicted if c.get("cone") == "p2")
+    assert best <= min(c["predicted_activations"] for c in predicted)
+
     model = load(src)
-    res = ChunkPass(modes="spatial").run(model, PassContext())
+    res = ChunkPass(modes="spatial", activation_budget=best, prefer_backends="").run(
+        model, PassContext()
+    )
     st = res.stats
     assert res.modified and st.get("cone") == "p2", st.get("reason")
     assert st["predicted_activations_after"] < st["predicted_activations_before"] * 0.95

@@ -44,6 +44,20 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
+def bound_assumptions(bounded: Mapping[str, str]) -> list[str]:
+    """The assumption lines for tensors sized by a data-dependent op's upper bound."""
+    if not bounded:
+        return []
+    rules = {n: how for n, how in bounded.items() if not how.startswith("follows")}
+    shown = "; ".join(f"{n}: {how}" for n, how in sorted(rules.items())[:8])
+    more = f" (+{len(rules) - 8} more)" if len(rules) > 8 else ""
+    return [
+        f"data-dependent sizes at their upper bound: {len(rules)} source tensor(s), "
+        f"{len(bounded) - len(rules)} sized from them ({shown}{more}); "
+        "the bound is a budget, not a typical size: override with --dim-bound TENSOR=N"
+    ]
+
+
 def estimate(
     model: Any,
     *,
@@ -54,6 +68,7 @@ def estimate(
     schedule: str | None = None,
     embedded: bool | None = None,
     allow_partial: bool = False,
+    dim_bounds: Mapping[str, int] | None = None,
 ) -> Estimate:
     """Predict per-stage memory of ``model`` on ``backend`` (``ort`` | ``openvino`` | ``cuda`` |
     ``ort-openvino``; the verifier's name ``cpu`` means ``ort``).
@@ -68,7 +83,15 @@ def estimate(
     """
     with _collector_paused():
         return _estimate(
-            model, backend, shapes, dims, session_options, schedule, embedded, allow_partial
+            model,
+            backend,
+            shapes,
+            dims,
+            session_options,
+            schedule,
+            embedded,
+            allow_partial,
+            dim_bounds,
         )
 
 
@@ -81,6 +104,7 @@ def _estimate(
     schedule: str | None,
     embedded: bool | None,
     allow_partial: bool,
+    dim_bounds: Mapping[str, int] | None = None,
 ) -> Estimate:
     backend = BACKEND_ALIASES.get(backend, backend)
     if backend not in PREDICTORS:
@@ -88,7 +112,12 @@ def _estimate(
         raise UsageError(f"unknown backend {backend!r}; choose one of {', '.join(names)}")
     opts = dict(session_options or {})
     view = build_view(
-        model, shapes=shapes, dims=dims, embedded=embedded, allow_partial=allow_partial
+        model,
+        shapes=shapes,
+        dims=dims,
+        embedded=embedded,
+        allow_partial=allow_partial,
+        dim_bounds=dim_bounds,
     )
     sched = schedule
     if sched is None:
@@ -112,6 +141,7 @@ def _estimate(
             else "in an external file (memory-mapped)"
         ),
     ]
+    assumptions += bound_assumptions(view.graph.bounded)
     if backend != "ort":  # ORT CPU states its emulated graph optimizations itself
         assumptions.append("graph as written: the runtime's graph optimizations not emulated")
     return Estimate(view=view, prediction=pred, assumptions=assumptions)

@@ -41,6 +41,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--shape", action="append", default=[], metavar="NAME=D1,D2,…")
     p.add_argument("--dim", action="append", default=[], metavar="SYMBOL=N")
     p.add_argument(
+        "--dim-bound",
+        action="append",
+        default=[],
+        metavar="TENSOR=N",
+        help="size of a data-dependent tensor's unknown dims (a NonZero / NonMaxSuppression / "
+        "TopK output); default: its upper bound from the graph, listed in the assumptions",
+    )
+    p.add_argument(
         "--session-option",
         action="append",
         default=[],
@@ -83,6 +91,16 @@ def _session_options(items: list[str]) -> dict[str, str]:
     return out
 
 
+def _dim_bounds(items: list[str]) -> dict[str, int]:
+    out = {}
+    for item in items:
+        k, sep, v = item.rpartition("=")
+        if not sep or not k or not v.strip().isdigit():
+            raise UsageError(f"bad --dim-bound {item!r}: expected TENSOR=N, e.g. boxes_nms=100")
+        out[k.strip()] = int(v)
+    return out
+
+
 def handler(args: argparse.Namespace) -> int:
     from memshrink.cli import check_report_path, write_json
     from memshrink.estimate import estimate
@@ -98,6 +116,7 @@ def handler(args: argparse.Namespace) -> int:
         schedule=args.schedule,
         embedded={"auto": None, "yes": True, "no": False}[args.embedded],
         allow_partial=args.partial,
+        dim_bounds=_dim_bounds(args.dim_bound),
     )
     if args.json:
         write_json(est.to_dict(), args.json)

@@ -24,8 +24,8 @@ import onnx
 import onnx_ir as ir
 
 from memshrink.bindings import Dim, bind_input_shapes, load_sidecar
-from memshrink.errors import ModelLoadError, UnboundDimensionError
-from memshrink.estimate import shape_values
+from memshrink.errors import ModelLoadError, UnboundDimensionError, UsageError
+from memshrink.estimate import dd_bounds, shape_values
 from memshrink.transforms.weight_io import read_array
 
 # Integer initializers at most this big are passed with their data (shape-inference needs
@@ -108,6 +108,8 @@ class GraphInfo:
     outputs: list[str]
     initializers: list[str]
     unknown: list[str] = field(default_factory=list)  # activations of unknown size
+    # activations sized by a data-dependent op's upper bound (``dd_bounds``) -> the rule
+    bounded: dict[str, str] = field(default_factory=dict)
     folded: set[int] = field(default_factory=set)  # nodes the runtime folds at load time
     # ORT CPU, fp16 models (``ort_fp16.lower``): initializers stored as fp16 that the runtime
     # converts to anon f32 copies at session creation (their ``nbytes`` are the f32 copy's)
@@ -342,9 +344,9 @@ def _infer(mp: onnx.ModelProto) -> onnx.ModelProto:
         return mp
 
 
-_CACHE: OrderedDict[tuple, tuple[onnx.ModelProto, dict[str, tuple[int, SymShape | None]]]] = (
-    OrderedDict()
-)
+_CACHE: OrderedDict[
+    tuple, tuple[onnx.ModelProto, dict[str, tuple[int, SymShape | None]], dict[str, str]]
+] = OrderedDict()
 _CACHE_SIZE = 8
 
 
@@ -381,6 +383,14 @@ def _fingerprint(model: ir.Model) -> int:
         )
     for name, v in model.graph.initializers.items():
         parts.append((name, None if v.shape is None else tuple(str(d) for d in v.shape), v.dtype))
+        t = v.const_value
+        if (
+            t is not None
+            and v.dtype is not None
+            and int(v.dtype) in _INT_TYPES
+            and getattr(t, "nbytes", SMALL_CONST_BYTES + 1) <= SMALL_CONST_BYTES
+        ):  # values inference reads (Reshape targets, NMS's max boxes): a new value re-infers
+            parts.append(t.tobytes())
     parts.append(tuple(v.name for v in model.graph.outputs))
     parts.append(
         tuple(
@@ -392,16 +402,33 @@ def _fingerprint(model: ir.Model) -> int:
 
 
 def _cached_infer(
-    model: ir.Model, fp: int, dims: Mapping[str, Sequence[Dim]], *, symbolic_tool: bool
-) -> tuple[onnx.ModelProto, dict[str, tuple[int, SymShape | None]]]:
+    model: ir.Model,
+    fp: int,
+    dims: Mapping[str, Sequence[Dim]],
+    *,
+    symbolic_tool: bool,
+    data_bounds: bool = False,
+    dim_bounds: Mapping[str, int] | None = None,
+) -> tuple[onnx.ModelProto, dict[str, tuple[int, SymShape | None]], dict[str, str]]:
     """ONNX shape inference (fast, C++), then, where concrete shapes stay unknown, ONNX
     Runtime's symbolic shape inference tool (slower, Python, but resolves Range, attention
-    masks and computed Reshape targets)."""
-    key = (fp, tuple(sorted((k, tuple(v)) for k, v in dims.items())), symbolic_tool)
+    masks and computed Reshape targets), the shape computations' values, and with
+    ``data_bounds`` the data-dependent ops' upper bounds (``dd_bounds``; only with every input
+    bound; never for the session-creation shapes, where ORT sees them unknown). The third
+    item: each tensor sized through a bound -> the rule it follows."""
+    key = (
+        fp,
+        tuple(sorted((k, tuple(v)) for k, v in dims.items())),
+        symbolic_tool,
+        data_bounds,
+        tuple(sorted((dim_bounds or {}).items())),
+    )
     hit = _CACHE.get(key)
     if hit is not None:
         _CACHE.move_to_end(key)
         return hit
+    if data_bounds:
+        return _remember(key, _with_bounds(model, fp, dims, symbolic_tool, dim_bounds or {}))
     proto = _weight_free_proto(model, dims)
     declared: dict[str, tuple[int, SymShape | None]] = {}
     _collect_types(proto.graph, declared)
@@ -426,33 +453,105 @@ def _cached_infer(
                         types[name] = (et or (old[0] if old else 0), shp)
         except Exception:  # noqa: BLE001 - best effort; what stays unknown is reported
             pass
-    bound = all(
-        all(isinstance(d, int) and d >= 0 for d in v) for v in dims.values()
-    )  # every input shape known: the shape computations have values
-    if bound and _has_unknown(inferred.graph, types):
-        _shape_values(proto, types)
-    _CACHE[key] = (inferred, types)
+    if _all_bound(dims) and _has_unknown(inferred.graph, types):
+        _shape_values(proto, types, {})
+    return _remember(key, (inferred, types, {}))
+
+
+def _with_bounds(
+    model: ir.Model,
+    fp: int,
+    dims: Mapping[str, Sequence[Dim]],
+    symbolic_tool: bool,
+    dim_bounds: Mapping[str, int],
+) -> tuple[onnx.ModelProto, dict[str, tuple[int, SymShape | None]], dict[str, str]]:
+    """The plain inference's result with the data-dependent sizes bounded on top."""
+    inferred, base, _ = _cached_infer(model, fp, dims, symbolic_tool=symbolic_tool)
+    types = dict(base)
+    bounded: dict[str, str] = {}
+    if _all_bound(dims) and _has_unknown(inferred.graph, types):
+        proto = _weight_free_proto(model, dims)
+        vals = _shape_values(proto, types, {})
+        bounded = _bound_data_dependent(proto, types, vals, dim_bounds)
+    return inferred, types, bounded
+
+
+def _all_bound(dims: Mapping[str, Sequence[Dim]]) -> bool:
+    """Every input shape known: the shape computations have values."""
+    return all(all(isinstance(d, int) and d >= 0 for d in v) for v in dims.values())
+
+
+def _remember(
+    key: tuple,
+    hit: tuple[onnx.ModelProto, dict[str, tuple[int, SymShape | None]], dict[str, str]],
+) -> tuple[onnx.ModelProto, dict[str, tuple[int, SymShape | None]], dict[str, str]]:
+    _CACHE[key] = hit
     if len(_CACHE) > _CACHE_SIZE:
         _CACHE.popitem(last=False)
-    return inferred, types
+    return hit
+
+
+MAX_BOUND_ROUNDS = 32  # Keypoint R-CNN: RPN TopK -> NMS -> RoI heads -> NMS -> keypoints
+
+
+def _bound_data_dependent(
+    proto: onnx.ModelProto,
+    types: dict[str, tuple[int, SymShape | None]],
+    vals: dict[str, Any],
+    overrides: Mapping[str, int],
+) -> dict[str, str]:
+    """Give the first unknown outputs of NonZero / NMS / TopK / If / Loop their upper bound as
+    a declared shape, then infer and evaluate the shape computations again so the bound
+    reaches every tensor after them; repeated while a new source appears. Returns each tensor
+    that got its size this way -> which bound it follows (for the estimate's assumptions)."""
+    unknown_before = {n for n, (_, s) in types.items() if _concrete(s) is None}
+    sources: dict[str, str] = {}
+    for _ in range(MAX_BOUND_ROUNDS):
+        shapes = {n: s for n, (_, s) in types.items()}
+        found = dd_bounds.bound_sources(proto.graph, shapes, vals, overrides)
+        if not found:
+            break
+        for owner, name, bshape, how in found:
+            keep = [vi for vi in owner.value_info if vi.name != name]
+            del owner.value_info[:]
+            owner.value_info.extend(keep)
+            et = types.get(name, (0, None))[0]
+            owner.value_info.append(dd_bounds.value_info(name, et, bshape))
+            types[name] = (et, bshape)
+            sources[name] = how
+        mp = onnx.ModelProto()
+        mp.CopyFrom(proto)
+        mp.graph.CopyFrom(shape_values.as_initializers(proto.graph, vals))
+        more: dict[str, tuple[int, SymShape | None]] = {}
+        _collect_types(_infer(mp).graph, more)
+        for name, (et, shp) in more.items():
+            old = types.get(name)
+            if (old is None or _concrete(old[1]) is None) and _concrete(shp) is not None:
+                types[name] = (et or (old[0] if old else 0), shp)
+        vals = _shape_values(proto, types, vals)
+    resolved = {n for n in unknown_before if _concrete(types.get(n, (0, None))[1]) is not None}
+    return {n: sources.get(n, "follows a bounded data-dependent size") for n in resolved}
 
 
 MAX_SHAPE_ROUNDS = 16  # Swin-V2: one round per stage's window padding
 
 
-def _shape_values(proto: onnx.ModelProto, types: dict[str, tuple[int, SymShape | None]]) -> None:
+def _shape_values(
+    proto: onnx.ModelProto,
+    types: dict[str, tuple[int, SymShape | None]],
+    vals: dict[str, Any],
+) -> dict[str, Any]:
     """Fill ``types`` where shape inference left them unknown by evaluating the small shape
     computations on the bound input shapes (``shape_values``), then inferring again with those
     values as initializers; repeated while it resolves more (a resolved tensor's ``Shape``
-    starts the next computation)."""
+    starts the next computation); ``vals``: an earlier call's values. Returns the values."""
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 17)
-    vals: dict[str, Any] = {}
     for _ in range(MAX_SHAPE_ROUNDS):
         shapes = {n: _concrete(s) for n, (_, s) in types.items()}
         before = len(vals)
         vals = shape_values.evaluate(proto.graph, shapes, opset, vals)
         if len(vals) == before:
-            return
+            return vals
         mp = onnx.ModelProto()
         mp.CopyFrom(proto)
         mp.graph.CopyFrom(shape_values.as_initializers(proto.graph, vals))
@@ -468,7 +567,8 @@ def _shape_values(proto: onnx.ModelProto, types: dict[str, tuple[int, SymShape |
                 types[name] = (et or (old[0] if old else 0), shp)
                 found += 1
         if not found:
-            return
+            return vals
+    return vals
 
 
 def _keep_declared(
@@ -723,8 +823,12 @@ def build_view(
     dims: Mapping[str, int] | None = None,
     embedded: bool | None = None,
     allow_partial: bool = False,
+    dim_bounds: Mapping[str, int] | None = None,
 ) -> ModelView:
     """Load (lazily), bind input dims, run shape inference twice, and build the view.
+
+    Data-dependent sizes (NonZero, NMS, TopK ...) get their upper bound (``dd_bounds``);
+    ``dim_bounds`` (tensor name -> N) replaces the bound of those tensors.
 
     Raises ``UnboundDimensionError`` naming every unbound input dim unless ``allow_partial``,
     in which case unbound dims stay symbolic and the affected tensors are listed as unknown.
@@ -777,15 +881,20 @@ def build_view(
                 )
     sym_dims = {name: decl for name, decl in declared}
     fp = _fingerprint(irm)
-    sym_proto, sym_types = _cached_infer(irm, fp, sym_dims, symbolic_tool=False)
+    sym_proto, sym_types, _ = _cached_infer(irm, fp, sym_dims, symbolic_tool=False)
     conc_dims: dict[str, Sequence[Dim]] = {
         name: tuple(d if d >= 0 else decl[i] for i, d in enumerate(bound[name]))
         for name, decl in declared
     }
-    if all(tuple(conc_dims[n]) == tuple(sym_dims[n]) for n, _ in declared):
-        conc_types = sym_types
-    else:
-        _, conc_types = _cached_infer(irm, fp, conc_dims, symbolic_tool=True)
+    same = all(tuple(conc_dims[n]) == tuple(sym_dims[n]) for n, _ in declared)
+    _, conc_types, bounded = _cached_infer(
+        irm,
+        fp,
+        sym_dims if same else conc_dims,
+        symbolic_tool=not same,
+        data_bounds=True,
+        dim_bounds=dim_bounds,
+    )
     init_info: dict[str, tuple[int, bool]] = {}
     weight_bytes = ext_bytes = 0
     for name, v in g.initializers.items():
@@ -796,6 +905,13 @@ def build_view(
         weight_bytes += nb
         ext_bytes += nb if ext else 0
     graph = _build_graph(sym_proto.graph, sym_types, conc_types, init_info, set())
+    unused = sorted(set(dim_bounds or {}) - {n for n, h in bounded.items() if h == "--dim-bound"})
+    if unused:
+        raise UsageError(
+            f"--dim-bound names {', '.join(unused)}: no data-dependent tensor of unknown size "
+            "by that name (the estimate's assumptions list the ones it bounds)"
+        )
+    graph.bounded = {n: how for n, how in bounded.items() if n in graph.tensors}
     fold_constants(graph)
     _mark_zero_biases(graph, g)
     if embedded is None:

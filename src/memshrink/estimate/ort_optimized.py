@@ -4,7 +4,8 @@ With the default ``ORT_ENABLE_ALL`` the CPU session does not run the graph as wr
 rewrites change which activations exist, how big they are and in which order they are made
 (read in ``onnxruntime/core/optimizer``; checked against ``optimized_model_filepath`` dumps):
 
-* level 1: ``EliminateDropout``; in place (the Conv keeps its node index) ``ConvBNFusion``,
+* level 1: ``EliminateDropout``; ``PadFusion`` (a zero Pad of H/W into the Conv reading it);
+  in place (the Conv keeps its node index) ``ConvBNFusion``,
   ``ConvMulFusion``, ``ConvAddFusion`` fold a BatchNormalization / Mul / Add of constants into
   the Conv, repeated until nothing matches;
 * level 1, transformer shapes: Transpose -> size-1 Reshape -> Transpose merged, Slices that
@@ -12,7 +13,8 @@ rewrites change which activations exist, how big they are and in which order the
   attention block's projections, which the level-2 run of ``MatMulAddFusion`` fuses);
 * level 2, ``GemmActivationFusion`` and ``ConvActivationFusion``: Gemm/Conv + an activation
   become one new ``FusedGemm``/``FusedConv`` node; Add + LayerNormalization ->
-  ``SkipLayerNormalization``, MatMul of scalar-scaled inputs -> ``FusedMatMul`` (checked
+  ``SkipLayerNormalization``, ``x * Sigmoid(x)`` -> ``QuickGelu`` (tf2onnx's Swish), MatMul
+  of scalar-scaled inputs -> ``FusedMatMul`` (checked
   against ORT's dump of the batch-chunked BERT: the same op counts, and its memory-pattern
   block to the byte; FastGelu (GPT-2's tanh Gelu), BiasGelu and Attention fusions are not
   emulated: BERT's Erf Gelu stays unfused in ORT too);
@@ -20,8 +22,12 @@ rewrites change which activations exist, how big they are and in which order the
   Conv/FusedConv with constant weights, block-aligned channels (or fewer input channels than a
   block: NCHW input read directly) become ``nchwc`` Conv nodes whose outputs are padded to the
   block; MaxPool/AveragePool (channels aligned), and — when every producer is NCHWc —
-  Global pools, Concat on axis 1, Add/Sum, Mul, Relu/Sigmoid/Tanh and BatchNormalization follow;
-  a Mul by a per-channel constant becomes a depthwise NCHWc Conv.
+  Global pools, Concat on axis 1, Add/Sum, Mul, Relu/Sigmoid/Tanh, QuickGelu and
+  BatchNormalization follow; a Mul by a per-channel constant becomes a depthwise NCHWc Conv;
+  ``Transpose`` to NCHW before a ReorderInput / to NHWC after a blocked tensor becomes a
+  ``channels_last`` Reorder. An Add whose input shapes ORT cannot prove equal (it traces each
+  dim to the tensor it derives from, ``NchwcArgument::Shape``, then compares declared dims)
+  runs on the blocked tensors through ``Reshape``s, unfused.
   An Add of a single-use, activation-free NCHWc Conv and another NCHWc tensor of the same
   shape is fused as the Conv's ``Sum`` input (the kernel accumulates into that buffer:
   ``MayInplace(3, 0)``); a later activation then fuses too. ``ReorderInput`` nodes convert
@@ -203,6 +209,49 @@ class _Rewriter:
                 m.inputs = [n.inputs[0] if i == out else i for i in m.inputs]
             del self.nodes[n.idx]
             self._bump("EliminateDropout")
+
+    def pad_fusion(self) -> None:
+        """Level 1, ``PadFusion``: a constant-mode ``Pad`` by zeros of the spatial dims only, read
+        by nothing but a Conv (explicit pads), is folded into the Conv's ``pads``; the padded
+        copy is never made (tf2onnx writes Keras' ``ZeroPadding2D`` before strided depthwise
+        Convs so: ORT 1.32's dump of EfficientNetB0 has none of its 4 Pads). Pad amounts are
+        read from the shapes: N and C unchanged, no spatial dim shrinks; a ``constant_value``
+        input (value unread) or ``axes`` keeps the Pad."""
+        cons = self.consumers()
+        for n in list(self.nodes.values()):
+            if n.op_type != "Pad" or n.domain not in ("", "ai.onnx") or len(n.inputs) < 2:
+                continue
+            mode = n.attrs.get("mode", "constant")
+            if (mode.decode() if isinstance(mode, bytes) else mode) != "constant":
+                continue
+            if len([i for i in n.inputs if i]) != 2 or not self._is_const(n.inputs[1]):
+                continue
+            out = n.outputs[0]
+            if not self._single_use(out, cons):
+                continue
+            conv = self.nodes[cons[out][0]]
+            if (
+                conv.op_type != "Conv"
+                or conv.domain not in ("", "ai.onnx")
+                or conv.inputs[0] != out
+            ):
+                continue
+            auto = conv.attrs.get("auto_pad", "NOTSET")
+            if (auto.decode() if isinstance(auto, bytes) else auto) != "NOTSET":
+                continue
+            x, y = self.t(n.inputs[0]), self.t(out)
+            if x is None or y is None or x.shape is None or y.shape is None:
+                continue
+            if len(x.shape) != len(y.shape) or x.shape[:2] != y.shape[:2]:
+                continue
+            if any(b < a for a, b in zip(x.shape[2:], y.shape[2:], strict=True)):
+                continue
+            conv.inputs[0] = n.inputs[0]
+            del self.nodes[n.idx]
+            self._unread(cons, n)
+            del cons[out]
+            bisect.insort(cons.setdefault(n.inputs[0], []), conv.idx)
+            self._bump("PadFusion")
 
     def conv_const_fusions(self) -> None:
         """Level 1, in place: ConvBNFusion, ConvAddFusion, ConvMulFusion (constants folded
@@ -588,6 +637,54 @@ class _Rewriter:
             self._produce(prods, new)
             self._bump("Gelu")
 
+    def quick_gelu_fusion(self) -> None:
+        """Level 2, ``QuickGeluFusion``: Swish / SiLU written as ``Mul(x, Sigmoid(x))`` (tf2onnx,
+        Keras), optionally ``Mul(x, Sigmoid(Mul(x, alpha)))``, becomes one ``QuickGelu`` (new
+        node). The Sigmoid's output is never materialized, and ``QuickGelu`` is registered
+        without ``MayInplace``: where ``x`` was alive with two tensors of its size, one new one
+        is written (ORT 1.32's dump of Keras EfficientNetB0: 49 QuickGelu, 16 Sigmoids left,
+        the SE gates)."""
+        cons, prods = self.consumers(), self.producers()
+
+        def scalar(name: str) -> bool:
+            t = self.t(name)
+            return t is not None and t.kind == "initializer" and _is_scalar(t)
+
+        for idx in self._scan("Sigmoid"):
+            sig = self.nodes.get(idx)
+            if sig is None or sig.op_type != "Sigmoid" or sig.domain not in ("", "ai.onnx"):
+                continue
+            if not sig.inputs or not self._single_use(sig.outputs[0], cons):
+                continue
+            mul = self.nodes[cons[sig.outputs[0]][0]]
+            if mul.op_type != "Mul" or mul.domain not in ("", "ai.onnx") or len(mul.inputs) != 2:
+                continue
+            x, gone = sig.inputs[0], [sig, mul]
+            scale = self.nodes.get(prods.get(x, -1))
+            other = mul.inputs[1] if mul.inputs[0] == sig.outputs[0] else mul.inputs[0]
+            if other != x:  # the alpha form: Sigmoid(Mul(x, alpha)) * x
+                if scale is None or scale.op_type != "Mul" or scale.domain not in ("", "ai.onnx"):
+                    continue
+                if other not in scale.inputs or not self._single_use(x, cons):
+                    continue
+                if not scalar(scale.inputs[1] if scale.inputs[0] == other else scale.inputs[0]):
+                    continue
+                gone.append(scale)
+                x = other
+            t = self.t(x)
+            if t is None or t.elem_type != FLOAT:
+                continue
+            for g in gone:
+                del self.nodes[g.idx]
+            new = self.add(sig.name + "/quick_gelu", "QuickGelu", MS_DOMAIN, [x],
+                           [mul.outputs[0]], {}, sig.orig)  # fmt: skip
+            for g in gone:
+                self._unread(cons, g)
+                self._unproduce(prods, g)
+            self._read(cons, new)
+            self._produce(prods, new)
+            self._bump("QuickGelu")
+
     def bias_gelu_fusion(self) -> None:
         """Level 2, ``BiasGeluFusion`` (after GeluFusion): ``Gelu(Add(x, bias))`` with a 1-D
         constant bias read only by the Gelu becomes one ``BiasGelu``: the sum is not
@@ -673,13 +770,14 @@ class _Rewriter:
             counter[0] += 1
             return f"{base}/nchwc_{counter[0]}"
 
-        def make_arg(orig: str, node: _Node, channels: int) -> None:
+        def make_arg(orig: str, node: _Node, channels: int,
+                     origin: tuple | None = None) -> None:  # fmt: skip
             """CreateNchwcArgument: the node now writes a padded NCHWc tensor."""
             t = self.tensors[orig]
             name = new_name(orig)
             self.tensors[name] = _padded(t, name, b)
             uses = len(orig_cons.get(orig, [])) + (1 if orig in self.outputs else 0)
-            args[orig] = _Arg(node, name, uses, uses, channels)
+            args[orig] = _Arg(node, name, uses, uses, channels, origin or ((orig, 0),) * 4)
             node.outputs[0] = name
 
         def reorder_input(node: _Node) -> None:
@@ -688,7 +786,14 @@ class _Rewriter:
                 name = new_name(src)
                 self.tensors[name] = _padded(self.tensors[src], name, b)
                 reordered[src] = name
-                self.add(name + "/ReorderInput", "ReorderInput", NCHWC_DOMAIN, [src], [name])
+                read, attrs = src, {}
+                tr = self._nhwc_transpose(src, prod, orig_cons)
+                if tr is not None:  # ReorderInput reads the NHWC tensor (channels_last)
+                    read, attrs = tr.inputs[0], {"channels_last": 1}
+                    del self.nodes[tr.idx]
+                    self._bump("NchwcTransposeInput")
+                self.add(name + "/ReorderInput", "ReorderInput", NCHWC_DOMAIN, [read], [name],
+                         attrs)  # fmt: skip
                 self._bump("ReorderInput")
             node.inputs[0] = reordered[src]
 
@@ -724,6 +829,10 @@ class _Rewriter:
                     self._pool(n, args, make_arg, reorder_input, use, converted, need_nchwc=True)
                 elif op == "Resize":
                     self._resize(n, args, make_arg, use, converted)
+            elif op == "Transpose" and std and all_edges_converted(n):
+                self._transpose(n, args)
+            elif op == "QuickGelu" and n.domain == MS_DOMAIN and all_edges_converted(n):
+                self._elementwise(n, args, make_arg, use, converted)
         # Finalize: back to NCHW where a plain use remains. ORT walks an unordered_map keyed by
         # NodeArg pointers, so its numbering of these nodes changes from process to process
         # (measured: U-Net's PRIORITY_BASED order differs between runs); creation order here.
@@ -762,6 +871,12 @@ class _Rewriter:
         """Replace ``n`` by its NCHWc-domain twin reading the NCHWc form of its input (made by a
         ReorderInput unless the producer already writes it; ``reorder_input=None``: the NCHW
         input is read as is) and writing a padded NCHWc output."""
+        src, out = n.inputs[0], n.outputs[0]
+        # NchwcArgument::Shape: the output's own dims, or ConvPoolShapeInference's from an
+        # input that already was an NCHWc argument (not one made by ReorderInput)
+        origin = None
+        if src in args and reorder_input is not None:
+            origin = self._conv_pool_origin(n, args[src].origin, out)
         del self.nodes[n.idx]
         nn = self.add(n.name + "_nchwc", op, NCHWC_DOMAIN, list(n.inputs), list(n.outputs),
                       dict(n.attrs), n.orig)  # fmt: skip
@@ -771,7 +886,45 @@ class _Rewriter:
             else:
                 reorder_input(nn)
         converted.add(n.idx)
-        make_arg(n.outputs[0], nn, channels)
+        make_arg(out, nn, channels, origin)
+
+    def _conv_pool_origin(self, n: _Node, o_in: tuple, out: str) -> tuple:
+        """ConvPoolShapeInference (``nchwc_transformer.cc``): the batch dim is the input's; a
+        spatial dim is the input's, halved once more per stride 2, when the padding keeps it
+        (``pads + 1 == kernel`` or ``SAME``) at dilation 1 and stride 1 or 2."""
+        own = [(out, 0)] * 4
+        own[0] = o_in[0]
+        a = n.attrs
+        pads, strides, dil = a.get("pads"), a.get("strides"), a.get("dilations")
+        if (pads is not None and len(pads) != 4) or (strides is not None and len(strides) != 2):
+            return tuple(own)
+        if dil is not None and len(dil) != 2:
+            return tuple(own)
+        if n.op_type in ("Conv", "FusedConv"):
+            w = self.t(n.inputs[1]) if len(n.inputs) > 1 else None
+            kernel = list(w.shape[2:]) if w is not None and w.shape is not None else None
+        else:
+            kernel = list(a.get("kernel_shape", [])) or None
+        if kernel is None or len(kernel) != 2:
+            return tuple(own)
+        auto = a.get("auto_pad", "NOTSET")
+        auto = auto.decode() if isinstance(auto, bytes) else auto
+        if auto not in ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER"):
+            return tuple(own)
+        same = auto in ("SAME_UPPER", "SAME_LOWER")
+        if auto != "NOTSET":
+            pads = None
+        for i in range(2):
+            if dil is not None and dil[i] != 1:
+                continue
+            stride = strides[i] if strides is not None else 1
+            if stride not in (1, 2):
+                continue
+            padding = pads[i] + pads[i + 2] if pads is not None else 0
+            if padding + 1 == kernel[i] or same:
+                name, shift = o_in[2 + i]
+                own[2 + i] = (name, shift + stride - 1)
+        return tuple(own)
 
     def _pool(self, n: _Node, args: dict, make_arg: Any, reorder_input: Any, use: Any,
               converted: set[int], *, need_nchwc: bool) -> None:  # fmt: skip
@@ -802,7 +955,7 @@ class _Rewriter:
             nn = self.add(n.name + "_mul_nchwc", "Conv", NCHWC_DOMAIN, [use(ins[0])],
                           list(n.outputs), {"group": a.channels}, n.orig)  # fmt: skip
             converted.add(n.idx)
-            make_arg(n.outputs[0], nn, a.channels)
+            make_arg(n.outputs[0], nn, a.channels, (a.origin[0], (n.outputs[0], 0), *a.origin[2:]))
             self._bump("NchwcMulScale")
             return
         if not ins or not all(i in args for i in ins):
@@ -810,9 +963,11 @@ class _Rewriter:
         a0 = args[ins[0]]
         if any(args[i].channels != a0.channels for i in ins[1:]):
             return
-        shapes = {self.tensors[i].sym_shape for i in ins}
-        if len(shapes) != 1 or None in shapes:
-            return  # (ORT reshapes unprovable Add shapes; not emulated)
+        if not all(self._dims_equal(ins[0], i, args) for i in ins[1:]):
+            if add:
+                self._reshaped_add(n, ins, args, make_arg, use, converted)
+            return
+        origin = a0.origin
         n.inputs = [use(i) for i in ins]
         converted.add(n.idx)
         if add and len(ins) == 2:
@@ -828,10 +983,66 @@ class _Rewriter:
                 ):
                     cn.inputs = (cn.inputs + ["", ""])[:3] + [args[ins[k ^ 1]].node.outputs[0]]
                     del self.nodes[n.idx]
-                    args[n.outputs[0]] = _Arg(cn, cn.outputs[0], *self._uses(n), a.channels)
+                    args[n.outputs[0]] = _Arg(
+                        cn, cn.outputs[0], *self._uses(n), a.channels, a.origin
+                    )
                     self._bump("NchwcConvSum")
                     return
-        make_arg(n.outputs[0], n, a0.channels)
+        make_arg(n.outputs[0], n, a0.channels, origin)
+
+    def _dims_equal(self, x: str, y: str, args: dict) -> bool:
+        """TransformBinary's shape test, per dim: derived from the same tensor (the NCHWc
+        arguments' origins), else equal in the shapes ORT holds (values, or dim names)."""
+        sx, sy = self.tensors[x].sym_shape, self.tensors[y].sym_shape
+        ox, oy = args[x].origin, args[y].origin
+        for d in range(4):
+            if d < len(ox) and d < len(oy) and ox[d] == oy[d]:
+                continue
+            if sx is None or sy is None or len(sx) != 4 or len(sy) != 4:
+                return False
+            v = sx[d]
+            if v != sy[d] or v is None or v == "" or (isinstance(v, int) and v <= 0):
+                return False
+        return True
+
+    def _reshaped_add(self, n: _Node, ins: list[str], args: dict, make_arg: Any, use: Any,
+                      converted: set[int]) -> None:  # fmt: skip
+        """TransformBinary's other branch: an Add/Sum of NCHWc tensors with the same channels
+        whose shapes ORT cannot prove equal (tf2onnx declares a fresh ``unk__N`` batch per
+        tensor) reads them through ``Reshape`` to ``(N, C/b, H, W, b)`` and writes a plain
+        Add output, reshaped back as the NCHWc tensor: no ReorderOutput / ReorderInput around
+        it, and no ``Sum`` fusion into the Conv (ORT 1.32's dump of Keras EfficientNetB0: all
+        9 residual Adds so)."""
+        b = self.block
+        first = self.tensors[args[ins[0]].name]
+        shape = first.shape if first.shape is not None and len(first.shape) == 4 else None
+        sym = first.sym_shape if first.sym_shape is not None and len(first.sym_shape) == 4 else None
+
+        def five(s: Any) -> Any:
+            if s is None or not isinstance(s[1], int):
+                return None
+            return (s[0], s[1] // b, s[2], s[3], b)
+
+        def t5(name: str) -> TensorInfo:
+            return TensorInfo(name=name, kind="activation", elem_type=first.elem_type or FLOAT,
+                              sym_shape=five(sym), shape=five(shape))  # fmt: skip
+
+        reads = []
+        for i in ins:
+            src = use(i)
+            name = f"{src}/reshape"
+            self.tensors[name] = t5(name)
+            self.add(name + "/Reshape", "Reshape", "", [src], [name])
+            reads.append(name)
+        n.inputs = reads
+        out = f"{n.outputs[0]}/reshape"
+        self.tensors[out] = t5(out)
+        orig_out = n.outputs[0]
+        n.outputs[0] = out
+        back = self.add(orig_out + "/Reshape", "Reshape", "", [out], [orig_out])
+        converted.add(n.idx)
+        make_arg(orig_out, back, args[ins[0]].channels)
+        self._bump("NchwcReshapedAdd")
 
     def _resize(self, n: _Node, args: dict, make_arg: Any, use: Any, converted: set[int]) -> None:
         """TransformResize: a nearest ``asymmetric``/``floor`` Resize of an NCHWc tensor by
@@ -890,7 +1101,10 @@ class _Rewriter:
             return
         n.inputs = [use(i) for i in ins]
         converted.add(n.idx)
-        make_arg(n.outputs[0], n, sum(args[i].channels for i in ins))
+        o = args[ins[0]].origin
+        make_arg(
+            n.outputs[0], n, sum(args[i].channels for i in ins), (o[0], (n.outputs[0], 0), *o[2:])
+        )
 
     def _activation(self, n: _Node, args: dict, make_arg: Any, use: Any,
                     converted: set[int]) -> None:  # fmt: skip
@@ -909,10 +1123,50 @@ class _Rewriter:
         ):
             cn.attrs["activation"] = n.op_type
             del self.nodes[n.idx]
-            args[n.outputs[0]] = _Arg(cn, cn.outputs[0], *self._uses(n), a.channels)
+            args[n.outputs[0]] = _Arg(cn, cn.outputs[0], *self._uses(n), a.channels, a.origin)
             self._bump("NchwcConvActivation")
             return
-        make_arg(n.outputs[0], n, a.channels)
+        make_arg(n.outputs[0], n, a.channels, a.origin)
+
+    def _nhwc_transpose(self, src: str, prod: dict[str, int], cons: dict) -> _Node | None:
+        """The ``Transpose(perm=0,3,1,2)`` writing ``src`` for nothing but this ReorderInput,
+        which then reads the NHWC tensor itself (``channels_last``; ORT 1.32's dumps of
+        tf2onnx graphs: the NHWC input's Transpose is gone when its Conv is blocked)."""
+        tr = self.nodes.get(prod.get(src, -1))
+        if tr is None or tr.op_type != "Transpose" or tr.domain not in ("", "ai.onnx"):
+            return None
+        if list(tr.attrs.get("perm", [])) != [0, 3, 1, 2] or not tr.inputs:
+            return None
+        if src in self.outputs or len(cons.get(src, [])) != 1:
+            return None
+        return tr
+
+    def _transpose(self, n: _Node, args: dict) -> None:
+        """TransformTranspose: an NCHWc tensor transposed to NHWC (``perm=0,2,3,1``) is one
+        ``ReorderOutput`` with ``channels_last`` (no NCHW copy in between)."""
+        src = n.inputs[0] if n.inputs else ""
+        if src not in args or list(n.attrs.get("perm", [])) != [0, 2, 3, 1]:
+            return
+        a = args[src]
+        a.remaining -= 1
+        del self.nodes[n.idx]
+        self.add(n.name + "/ReorderOutput", "ReorderOutput", NCHWC_DOMAIN, [a.name],
+                 list(n.outputs), {"channels": a.channels, "channels_last": 1})  # fmt: skip
+        self._bump("NchwcTransposeOutput")
+
+    def _elementwise(self, n: _Node, args: dict, make_arg: Any, use: Any,
+                     converted: set[int]) -> None:  # fmt: skip
+        """An elementwise op that reads the NCHWc tensor as it is and is never fused into the
+        Conv: ``QuickGelu`` (ORT 1.32's dumps: ``Conv -> QuickGelu`` stays two nodes, both
+        blocked, no Reorder between)."""
+        src = n.inputs[0] if n.inputs else ""
+        if src not in args:
+            return
+        a = args[src]
+        n.inputs[0] = use(src)
+        converted.add(n.idx)
+        make_arg(n.outputs[0], n, a.channels, a.origin)
+        self._bump("NchwcElementwise")
 
     def _batchnorm(self, n: _Node, args: dict, make_arg: Any, use: Any,
                    converted: set[int]) -> None:  # fmt: skip
@@ -926,7 +1180,7 @@ class _Rewriter:
         nn = self.add(n.name + "_bn_nchwc", "Conv", NCHWC_DOMAIN, [use(src)], list(n.outputs),
                       {"group": a.channels}, n.orig)  # fmt: skip
         converted.add(n.idx)
-        make_arg(n.outputs[0], nn, a.channels)
+        make_arg(n.outputs[0], nn, a.channels, a.origin)
         self._bump("NchwcBatchNorm")
 
     # ------------------------------------------------------------------ result
@@ -986,6 +1240,8 @@ class _Arg:
     starting: int  # uses of the original tensor when converted
     remaining: int  # uses still wanting NCHW (ReorderOutput if > 0 at the end)
     channels: int  # logical (unpadded) channels
+    # per dim, the tensor ORT's NchwcArgument::Shape says it derives from (IsDimEqual)
+    origin: tuple[tuple[str, int], ...] = ()  # (tensor, times halved by a stride 2)
 
 
 def _copy(t: TensorInfo) -> TensorInfo:
@@ -1044,6 +1300,7 @@ def optimize(g: GraphInfo, *, level: str = "all", block: int | None = None) -> O
     rw = _Rewriter(g, b)
     if level in ("basic", "extended", "all"):
         rw.eliminate_dropout()
+        rw.pad_fusion()
         rw.conv_const_fusions()
         rw.merge_transposes()
         rw.slices_to_split()
@@ -1053,6 +1310,7 @@ def optimize(g: GraphInfo, *, level: str = "all", block: int | None = None) -> O
         rw.gelu_fusion()
         rw.skip_layer_norm_fusion()
         rw.bias_gelu_fusion()
+        rw.quick_gelu_fusion()
         rw.matmul_scale_fusion()
     if level == "all" and b > 1:
         rw.nchwc()

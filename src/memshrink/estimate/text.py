@@ -52,6 +52,21 @@ def _partial_line(est: Estimate) -> str:
     )
 
 
+def _bounded_line(bounded: dict[str, str]) -> str:
+    """Sizes that depend on data are at their upper bound (``dd_bounds``): say so up front,
+    since a budget reads differently from a typical size."""
+    rules = [how for how in bounded.values() if not how.startswith("follows")]
+    ops = sorted({how.split(":")[0] for how in rules if how != "--dim-bound"})
+    given = sum(how == "--dim-bound" for how in rules)
+    return (
+        f"BOUNDED: {len(bounded)} tensor(s) whose size depends on data ({', '.join(ops)} "
+        "outputs and what follows) are sized at their upper bound, a budget not a typical "
+        "size"
+        + (f" ({given} source(s) set by --dim-bound)" if given else "")
+        + "; --verbose lists the rules, --dim-bound TENSOR=N sets one"
+    )
+
+
 def format_estimate(est: Estimate, verbose: bool = False) -> str:
     """Heading, stage table, notes (spread over processes, partial shapes), top tensors, assumptions."""
     p = est.prediction
@@ -62,6 +77,8 @@ def format_estimate(est: Estimate, verbose: bool = False) -> str:
     ]
     if est.partial:
         rows.append(_partial_line(est))
+    if est.view.graph.bounded:
+        rows.append(_bounded_line(est.view.graph.bounded))
     host = p.details.get("host") if p.backend == "cuda" else None
     rows.append(
         "peak memory per stage over an empty process (runtime imported, no model); weights anon = "

@@ -104,7 +104,10 @@ def _ir_shapes(model: ir.Model) -> dict[str, tuple[int, ...] | None]:
 
 
 def _shapes(est: Any) -> dict[str, tuple[int, ...] | None]:
-    return {name: t.shape for name, t in est.view.graph.tensors.items()}
+    """Static shapes to rewrite with: a data-dependent size at its upper bound is no static
+    shape (slicing it by the bound would be wrong whenever the run has fewer)."""
+    g = est.view.graph
+    return {name: None if name in g.bounded else t.shape for name, t in g.tensors.items()}
 
 
 def _opset(model: ir.Model) -> int:

@@ -79,6 +79,8 @@ def declared_shapes(view: ModelView, second: ModelView | None) -> dict[str, SymS
     for name, t in g.tensors.items():
         if t.kind != "activation" or t.elem_type == 0 or t.elem_type == 8:
             continue
+        if name in g.bounded:  # a data-dependent size: its bound must never be declared
+            continue
         sym = t.sym_shape
         c1 = t.shape
         c2 = c1 if second is None else _concrete(second.graph, name)

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 
 import onnx_ir as ir
 
-from memshrink.transforms.chunking.cone import cone_nodes
+from memshrink.transforms.chunking.cone import cone_nodes, node_positions
 from memshrink.transforms.chunking.region import Region, _close, discover
 from memshrink.transforms.chunking.rules import Refuse, Shape
 
@@ -59,21 +59,19 @@ def weighted(node: ir.Node, graph: ir.Graph) -> bool:
     return False
 
 
-def core_nodes(end: ir.Value, graph: ir.Graph) -> list[ir.Node]:
-    """``end``'s cone less its weighted nodes and everything upstream of them (file order)."""
-    nodes = cone_nodes(end)
-    heavy = [n for n in nodes if weighted(n, graph)]
-    drop: set[ir.Node] = set(heavy)
-    inside = set(nodes)
-    stack = list(heavy)
-    while stack:  # the cone nodes upstream of a weighted node run whole, before the core
-        n = stack.pop()
-        for x in n.inputs:
-            p = None if x is None else x.producer()
-            if p is not None and p in inside and p not in drop:
-                drop.add(p)
-                stack.append(p)
-    return [n for n in nodes if n not in drop]
+def core_nodes(
+    end: ir.Value, graph: ir.Graph, positions: Mapping[ir.Node, int] | None = None
+) -> list[ir.Node]:
+    """``end``'s cone less its weighted nodes and everything upstream of them (file order).
+
+    Walked directly rather than as the whole cone minus what lies upstream of its weighted
+    nodes: a core node's readers are all core nodes (a weighted or upstream reader would put it
+    upstream too), so the core is the cone walk that never enters a weighted node. The whole
+    cone reaches back to the graph input on a residual chain, which made ``ends`` quadratic."""
+    first = end.producer()
+    if first is None or weighted(first, graph):
+        return []
+    return cone_nodes(end, positions, stop=lambda n: weighted(n, graph))
 
 
 def region(batch: Region, graph: ir.Graph, end: ir.Value, label: str) -> Region:
@@ -100,6 +98,7 @@ def ends(batch: Region, graph: ir.Graph) -> list[ir.Value]:
     """Values of the batch region read by a weighted node whose core holds an activation
     MatMul or Softmax (an attention output), in file order."""
     out: list[ir.Value] = []
+    positions = node_positions(graph)
     for n in batch.nodes:
         if weighted(n, graph):
             continue
@@ -108,7 +107,7 @@ def ends(batch: Region, graph: ir.Graph) -> list[ir.Value]:
                 continue
             if not any(weighted(u.node, graph) for u in v.uses()):
                 continue
-            if any(m.op_type in CORE_OPS for m in core_nodes(v, graph)):
+            if any(m.op_type in CORE_OPS for m in core_nodes(v, graph, positions)):
                 out.append(v)
     return out
 
