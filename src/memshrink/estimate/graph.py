@@ -24,6 +24,7 @@ import onnx
 import onnx_ir as ir
 
 from memshrink.bindings import Dim, bind_input_shapes, load_sidecar
+from memshrink.compact_attrs import THRESHOLD, digest_value, drop_large_lists
 from memshrink.errors import ModelLoadError, UnboundDimensionError
 from memshrink.estimate import shape_values
 from memshrink.transforms.weight_io import read_array
@@ -373,7 +374,7 @@ def _fingerprint(model: ir.Model) -> int:
                     for v in node.outputs
                 ),
                 tuple(
-                    (k, id(a.value) if a.type in _OPAQUE_ATTRS else repr(a.value))
+                    (k, id(a.value) if a.type in _OPAQUE_ATTRS else digest_value(a.value))
                     for k, a in node.attributes.items()
                 ),
                 tuple(sorted(node.metadata_props.items())),  # memshrink.inplace records
@@ -431,6 +432,9 @@ def _cached_infer(
     )  # every input shape known: the shape computations have values
     if bound and _has_unknown(inferred.graph, types):
         _shape_values(proto, types)
+    # the cached proto only feeds _build_graph (structure, small attributes): a forest's
+    # lists would stay in the cache, up to _CACHE_SIZE copies
+    drop_large_lists(inferred)
     _CACHE[key] = (inferred, types)
     if len(_CACHE) > _CACHE_SIZE:
         _CACHE.popitem(last=False)
@@ -694,7 +698,9 @@ def _small_attrs(np_: onnx.NodeProto) -> dict[str, Any]:
     transformer decide on them; tensors and graphs are left out."""
     out: dict[str, Any] = {}
     for a in np_.attribute:
-        if a.type in _SMALL_ATTR_TYPES:
+        # a forest's 10^5-element lists would sit in the view as Python objects; no rule
+        # reads a list that long
+        if a.type in _SMALL_ATTR_TYPES and max(len(a.ints), len(a.floats)) < THRESHOLD:
             v = onnx.helper.get_attribute_value(a)
             out[a.name] = v.decode() if isinstance(v, bytes) else v
     return out

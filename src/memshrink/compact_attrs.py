@@ -1,0 +1,208 @@
+"""Large scalar-list attributes (a tree ensemble's ``nodes_*``) held as arrays, not tuples.
+
+onnx_ir stores an INTS/FLOATS attribute as a tuple of Python ints/floats (32 bytes an element
+where the file spends 4-8) and a STRINGS attribute as one ``str`` object per element (~60
+bytes). skl2onnx writes a forest into such lists: a 24 MiB RandomForest became ~220 MiB of
+Python objects per loaded copy, and ``optimize`` holds up to three copies (input, output,
+the original re-read for the other runtimes' predictions). No pass reads these values; they
+are only carried to the save. So, at load, a list of at least :data:`THRESHOLD` elements is
+taken off the proto *before* onnx_ir sees it and put back as a :class:`CompactList` (a
+read-only numpy array, ints in the narrowest type that holds them, that behaves like the tuple: equal, iterable, indexable, and
+serialized by onnx_ir's ``extend`` to the same bytes) or, for strings, a tuple whose equal
+elements share one ``str``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Hashable, Iterator, Sequence
+from typing import Any, overload
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+from memshrink.protowalk import all_graphs
+
+#: Lists shorter than this stay ordinary tuples (kernel_shape, perm, ... are tiny).
+THRESHOLD = 4096
+_MARK = "\x00memshrink.compact:"
+_CHUNK = 1 << 16  # elements converted to Python objects at a time when iterating
+
+
+class CompactList(Sequence):
+    """A read-only INTS/FLOATS attribute value backed by one numpy array (int64 / float32,
+    the proto's own element types, so every element round-trips exactly)."""
+
+    __slots__ = ("_arr", "_digest")
+
+    def __init__(self, arr: np.ndarray) -> None:
+        arr = np.ascontiguousarray(arr)
+        arr.setflags(write=False)
+        self._arr = arr
+        self._digest: bytes | None = None
+
+    @property
+    def array(self) -> np.ndarray:
+        """The values (read-only)."""
+        return self._arr
+
+    def __len__(self) -> int:
+        return int(self._arr.shape[0])
+
+    @overload
+    def __getitem__(self, i: int) -> Any: ...
+    @overload
+    def __getitem__(self, i: slice) -> tuple[Any, ...]: ...
+    def __getitem__(self, i: int | slice) -> Any:
+        if isinstance(i, slice):
+            return tuple(self._arr[i].tolist())
+        return self._arr[i].item()
+
+    def __iter__(self) -> Iterator[Any]:
+        # In chunks: a full ``tolist`` would briefly hold every element as a Python object.
+        for start in range(0, len(self), _CHUNK):
+            yield from self._arr[start : start + _CHUNK].tolist()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, CompactList):
+            return bool(np.array_equal(self._arr, other._arr))
+        if isinstance(other, (tuple, list)):
+            return len(other) == len(self) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.digest())
+
+    def digest(self) -> bytes:
+        """A content hash (dtype and bytes), computed once: the estimator fingerprints the
+        graph after every pass."""
+        if self._digest is None:
+            h = hashlib.blake2b(str(self._arr.dtype).encode(), digest_size=16)
+            h.update(self._arr.tobytes())  # a copy of one list, once per list
+            self._digest = h.digest()
+        return self._digest
+
+    def __repr__(self) -> str:
+        return f"CompactList({len(self)} x {self._arr.dtype}, blake2b={self.digest().hex()})"
+
+
+class _CompactAttr(ir.Attr):
+    """An ``ir.Attr`` whose value is kept as given (``Attr.__init__`` would make a tuple)."""
+
+    __slots__ = ()
+
+    def __init__(
+        self, name: str, type_: ir.AttributeType, value: Any, doc_string: str | None
+    ) -> None:
+        super().__init__(name, type_, None, doc_string=doc_string)
+        self._value = value
+
+
+def _narrow(arr: np.ndarray) -> np.ndarray:
+    """The smallest signed int type holding every value (node ids, feature ids and flags fit
+    int32 or int8): 8 bytes an element become 1-4, and ``.item()`` still gives Python ints."""
+    if arr.size == 0:
+        return arr
+    lo, hi = int(arr.min()), int(arr.max())
+    for dt in (np.int8, np.int16, np.int32):
+        info = np.iinfo(dt)
+        if info.min <= lo and hi <= info.max:
+            return arr.astype(dt)
+    return arr
+
+
+def _take(attr: onnx.AttributeProto) -> Any | None:
+    """The compact value of a large list attribute, its field cleared; None if small."""
+    if attr.type == onnx.AttributeProto.FLOATS and len(attr.floats) >= THRESHOLD:
+        value: Any = CompactList(np.fromiter(attr.floats, np.float32, len(attr.floats)))
+        attr.ClearField("floats")
+    elif attr.type == onnx.AttributeProto.INTS and len(attr.ints) >= THRESHOLD:
+        value = CompactList(_narrow(np.fromiter(attr.ints, np.int64, len(attr.ints))))
+        attr.ClearField("ints")
+    elif attr.type == onnx.AttributeProto.STRINGS and len(attr.strings) >= THRESHOLD:
+        shared: dict[bytes, str] = {}
+        value = tuple(
+            shared.get(s) or shared.setdefault(s, s.decode("utf-8")) for s in attr.strings
+        )
+        attr.ClearField("strings")
+    else:
+        return None
+    return value
+
+
+def _proto_nodes(proto: onnx.ModelProto) -> Iterator[onnx.NodeProto]:
+    for g in all_graphs(proto):
+        yield from g.node
+    for f in proto.functions:
+        yield from f.node
+
+
+def has_large_lists(proto: onnx.ModelProto) -> bool:
+    """Whether any node attribute holds a list of at least THRESHOLD elements."""
+    return any(
+        max(len(a.floats), len(a.ints), len(a.strings)) >= THRESHOLD
+        for n in _proto_nodes(proto)
+        for a in n.attribute
+    )
+
+
+def take_large_lists(proto: onnx.ModelProto) -> dict[str, tuple[Any, str]]:
+    """Clear the large lists off ``proto`` (in place), marking each attribute; returns
+    marker -> (compact value, the attribute's own doc_string) for :func:`put_back`."""
+    taken: dict[str, tuple[Any, str]] = {}
+    for node in _proto_nodes(proto):
+        for attr in node.attribute:
+            value = _take(attr)
+            if value is not None:
+                mark = f"{_MARK}{len(taken)}"
+                taken[mark] = (value, attr.doc_string)
+                attr.doc_string = mark
+    return taken
+
+
+def drop_large_lists(proto: onnx.ModelProto) -> int:
+    """Clear every list of at least THRESHOLD elements off ``proto`` (in place); returns how
+    many. For protos that only describe structure (the estimator's cached, shape-inferred
+    view), never for one that is saved or run."""
+    dropped = 0
+    for node in _proto_nodes(proto):
+        for attr in node.attribute:
+            for field in ("floats", "ints", "strings"):
+                if len(getattr(attr, field)) >= THRESHOLD:
+                    attr.ClearField(field)
+                    dropped += 1
+    return dropped
+
+
+def _ir_nodes(model: ir.Model) -> Iterator[ir.Node]:
+    for graph in model.graphs():
+        yield from graph
+    for function in model.functions.values():
+        yield from ir.traversal.RecursiveGraphIterator(function)
+
+
+def put_back(model: ir.Model, taken: dict[str, tuple[Any, str]]) -> None:
+    """Give the marked attributes of the deserialized ``model`` their compact values."""
+    if not taken:
+        return
+    left = dict(taken)
+    for node in _ir_nodes(model):
+        for name, attr in list(node.attributes.items()):
+            doc = attr.doc_string
+            if doc and doc.startswith(_MARK) and doc in left:
+                value, own_doc = left.pop(doc)
+                node.attributes[name] = _CompactAttr(name, attr.type, value, own_doc or None)
+    if left:  # a marker onnx_ir dropped: the values would be lost on save
+        raise RuntimeError(f"compact_attrs: {len(left)} attribute list(s) not restored")
+
+
+def digest_value(value: Any) -> Hashable:
+    """A key for an attribute value that allocates little: the cached digest of a
+    CompactList, a long tuple of strings itself (its ``repr`` would copy every element),
+    else ``repr`` (a float's ``hash`` is not stable for NaN)."""
+    if isinstance(value, CompactList):
+        return value.digest()
+    if isinstance(value, tuple) and len(value) >= THRESHOLD and isinstance(value[0], str):
+        return value
+    return repr(value)

@@ -1,0 +1,159 @@
+"""Large scalar-list attributes (a forest's ``nodes_*``) stay compact in memory (``compact_attrs``).
+
+Why: onnx_ir holds an INTS/FLOATS attribute as a tuple of Python numbers (32 bytes an element)
+and the estimator fingerprinted it with ``repr``; ``optimize --passes safe`` of a 24 MiB
+skl2onnx RandomForest peaked at 955 MiB. The values must still save to the same bytes.
+"""
+
+from __future__ import annotations
+
+import math
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from onnx import TensorProto, helper
+
+from memshrink import compact_attrs
+from memshrink.compact_attrs import THRESHOLD, CompactList
+from memshrink.model import load, save
+
+N = 100_000  # tree nodes: 10^5 elements in each nodes_* list
+
+
+def _forest(n: int = N) -> onnx.ModelProto:
+    """One TreeEnsembleRegressor whose every list has ``n`` elements (one tree, all leaves
+    but the ids make it valid enough for load/save; ORT is not run on it)."""
+    rng = np.random.default_rng(0)
+    tree = helper.make_node(
+        "TreeEnsembleRegressor",
+        ["x"],
+        ["y"],
+        domain="ai.onnx.ml",
+        n_targets=1,
+        nodes_treeids=[0] * n,
+        nodes_nodeids=list(range(n)),
+        nodes_featureids=rng.integers(0, 4, n).tolist(),
+        nodes_values=rng.standard_normal(n).astype(np.float32).tolist(),
+        nodes_modes=["BRANCH_LEQ"] * (n - 1) + ["LEAF"],
+        nodes_truenodeids=[3_000_000_000] * n,  # past int32: stays int64
+        nodes_falsenodeids=[-1] * n,
+        target_ids=[0],
+        target_nodeids=[n - 1],
+        target_treeids=[0],
+        target_weights=[1.5],
+    )
+    g = helper.make_graph(
+        [tree],
+        "forest",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 1])],
+    )
+    return helper.make_model(
+        g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)]
+    )
+
+
+@pytest.fixture(scope="module")
+def forest_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("forest") / "forest.onnx"
+    onnx.save(_forest(), str(path))
+    return path
+
+
+def test_load_keeps_large_lists_compact_and_equal(forest_path: Path) -> None:
+    model = load(forest_path)
+    attrs = next(iter(model.graph)).attributes
+    ref = {a.name: helper.get_attribute_value(a) for a in _forest().graph.node[0].attribute}
+    for name in ("nodes_nodeids", "nodes_values", "nodes_featureids", "nodes_truenodeids"):
+        value = attrs[name].value
+        assert isinstance(value, CompactList), name
+        assert len(value) == N and value == tuple(ref[name]), name
+    assert attrs["nodes_nodeids"].value.array.dtype == np.int32  # 0..99999
+    assert attrs["nodes_featureids"].value.array.dtype == np.int8
+    assert attrs["nodes_truenodeids"].value.array.dtype == np.int64  # 3e9 needs 64 bits
+    assert attrs["nodes_falsenodeids"].value[5] == -1
+    modes = attrs["nodes_modes"].value
+    assert type(modes) is tuple and modes[-1] == "LEAF" and len(set(map(id, modes))) == 2
+    assert attrs["target_weights"].value == (1.5,)  # small lists: plain tuples
+    assert not any((a.doc_string or "").startswith("\x00") for a in attrs.values())  # markers gone
+
+
+def test_save_writes_the_bytes_a_plain_onnx_ir_round_trip_writes(
+    forest_path: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out.onnx"
+    save(load(forest_path), out)
+    plain = ir.serde.serialize_model(ir.serde.deserialize_model(onnx.load(str(forest_path))))
+    assert out.read_bytes() == plain.SerializeToString()
+
+
+def test_loaded_lists_cost_a_fraction_of_tuples(forest_path: Path) -> None:
+    """Python-side memory held by the loaded model (tracemalloc sees tuples, floats and numpy
+    buffers): 7 lists x 10^5 as tuples are ~20 MiB; compact, ~1.6 MiB."""
+    tracemalloc.start()
+    try:
+        model = load(forest_path)
+        held, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(model.graph) == 1
+    assert held < 4 * 2**20, held
+    assert peak < 12 * 2**20, peak
+
+
+def test_fingerprint_of_a_large_attribute_allocates_little(forest_path: Path) -> None:
+    from memshrink.estimate.graph import _fingerprint
+
+    model = load(forest_path)
+    first = _fingerprint(model)  # computes and caches the digests
+    tracemalloc.start()
+    try:
+        again = _fingerprint(model)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert again == first
+    assert peak < 256 * 1024, peak  # repr of 10^5 floats alone is ~2 MiB
+
+
+def test_fingerprint_changes_when_a_large_list_changes(forest_path: Path) -> None:
+    from memshrink.estimate.graph import _fingerprint
+
+    model = load(forest_path)
+    node = next(iter(model.graph))
+    before = _fingerprint(model)
+    arr = node.attributes["nodes_values"].value.array.copy()
+    arr[7] += 1.0
+    node.attributes["nodes_values"] = compact_attrs._CompactAttr(
+        "nodes_values", ir.AttributeType.FLOATS, CompactList(arr), None
+    )
+    assert _fingerprint(model) != before
+
+
+def test_estimate_view_drops_large_lists_and_runs(forest_path: Path) -> None:
+    from memshrink.estimate import estimate
+
+    res = estimate(str(forest_path), backend="ort", dims={"batch": 8})
+    assert all(v > 0 for v in res.stage_peaks().values())
+    proto = _forest(THRESHOLD)
+    assert compact_attrs.drop_large_lists(proto) == 7  # the 7 nodes_* lists, not target_*
+    got = {a.name: a for a in proto.graph.node[0].attribute}
+    assert len(got["nodes_values"].floats) == 0 and len(got["nodes_modes"].strings) == 0
+    assert list(got["target_weights"].floats) == [1.5]
+
+
+def test_compact_list_behaves_like_its_tuple() -> None:
+    ref = tuple(float(np.float32(v)) for v in (0.1, -0.0, math.inf, 2.5) * 2000)
+    c = CompactList(np.array(ref, dtype=np.float32))
+    assert len(c) == len(ref) and list(c) == list(ref)
+    assert c[1] == ref[1] and math.copysign(1, c[1]) == -1 and c[-1] == 2.5
+    assert c[2:5] == ref[2:5] and c == ref and c != ref[:-1]
+    assert c == CompactList(np.array(ref, dtype=np.float32)) and hash(c) == hash(
+        CompactList(np.array(ref, dtype=np.float32))
+    )
+    with pytest.raises(ValueError):
+        c.array[0] = 1.0  # read-only: the model shares it
