@@ -157,3 +157,88 @@ def test_compact_list_behaves_like_its_tuple() -> None:
     )
     with pytest.raises(ValueError):
         c.array[0] = 1.0  # read-only: the model shares it
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_parse_without_large_lists_drops_exactly_the_large_ones(packed: bool) -> None:
+    """Unpacked (what protobuf writes for onnx's proto2 lists) and packed encodings: a list of
+    THRESHOLD elements goes, one of THRESHOLD - 1 stays, subgraphs are walked too."""
+    inner = helper.make_node("Constant", [], ["c"], value_ints=list(range(THRESHOLD)))
+    body = helper.make_graph(
+        [inner], "body", [], [helper.make_tensor_value_info("c", TensorProto.INT64, None)]
+    )
+    nodes = [
+        helper.make_node("Foo", ["x"], ["a"], domain="d", big=[3] * THRESHOLD),
+        helper.make_node("Foo", ["a"], ["b"], domain="d", small=[-7] * (THRESHOLD - 1)),
+        helper.make_node("Foo", ["b"], ["y"], domain="d", f=[0.5] * THRESHOLD, sub=body),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("d", 1)])
+    data = model.SerializeToString()
+    if packed:  # re-encode the int lists packed: field 8, one LEN payload of varints
+        from memshrink.protoscan import _encode_varint, _len_field
+
+        def ints_attr(name: str, values: list[int]) -> bytes:
+            payload = b"".join(_encode_varint(v & (2**64 - 1)) for v in values)
+            return (
+                _len_field(1, name.encode())
+                + _len_field(8, payload)
+                + b"\xa0\x01"
+                + _encode_varint(onnx.AttributeProto.INTS)
+            )
+
+        for node, name, values in ((0, "big", [3] * THRESHOLD), (1, "small", [-7] * 4095)):
+            n = model.graph.node[node]
+            del n.attribute[:]
+            n.attribute.add().MergeFromString(ints_attr(name, values))
+        data = model.SerializeToString()
+    out = compact_attrs.parse_without_large_lists(data)
+    assert len(out.graph.node[0].attribute[0].ints) == 0
+    assert list(out.graph.node[1].attribute[0].ints) == [-7] * (THRESHOLD - 1)
+    f, sub = out.graph.node[2].attribute
+    assert len(f.floats) == 0 and len(sub.g.node[0].attribute[0].ints) == 0
+    assert [n.op_type for n in out.graph.node] == ["Foo"] * 3
+    assert out.graph.output[0] == model.graph.output[0]
+
+
+def test_inferred_forest_keeps_types_without_lists(forest_path: Path) -> None:
+    from memshrink.estimate.graph import _infer
+
+    proto = onnx.load(str(forest_path))
+    full = onnx.shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
+    light = _infer(proto)
+    assert list(light.graph.output) == list(full.graph.output)
+    assert list(light.graph.value_info) == list(full.graph.value_info)
+    got = {a.name: a for a in light.graph.node[0].attribute}
+    assert len(got["nodes_values"].floats) == 0 and got["n_targets"].i == 1
+
+
+def test_symbolic_tool_gets_lists_only_when_inference_reads_them(forest_path: Path) -> None:
+    """A forest's lists don't change ONNX's inferred types: the tool gets the light copy. A
+    Constant's ``value_ints`` is its output's shape: the tool keeps the full proto."""
+    from memshrink.estimate.graph import _collect_types, _infer, _tool_proto
+
+    def types(p: onnx.ModelProto) -> dict:
+        out: dict = {}
+        _collect_types(onnx.shape_inference.infer_shapes(p).graph, out)
+        return out
+
+    forest = onnx.load(str(forest_path))
+    light = _tool_proto(forest, types(forest))
+    assert light is not forest and not compact_attrs.has_large_lists(light)
+    const = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("Constant", [], ["y"], value_ints=list(range(THRESHOLD)))],
+            "c",
+            [],
+            [helper.make_tensor_value_info("y", TensorProto.INT64, None)],
+        ),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+    assert _tool_proto(const, types(const)) is const
+    assert len(_infer(const).graph.node[0].attribute[0].ints) == 0  # the view drops it

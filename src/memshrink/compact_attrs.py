@@ -22,7 +22,9 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from memshrink.protoscan import _len_field
 from memshrink.protowalk import all_graphs
+from memshrink.protowire import LEN, iter_fields
 
 #: Lists shorter than this stay ordinary tuples (kernel_shape, perm, ... are tiny).
 THRESHOLD = 4096
@@ -206,3 +208,71 @@ def digest_value(value: Any) -> Hashable:
     if isinstance(value, tuple) and len(value) >= THRESHOLD and isinstance(value[0], str):
         return value
     return repr(value)
+
+
+# Wire-level field numbers (onnx.proto): what can hold a node, and an attribute's lists.
+_MODEL_GRAPH, _MODEL_FUNCTIONS, _GRAPH_NODE, _FUNCTION_NODE, _NODE_ATTRIBUTE = 7, 25, 1, 7, 5
+_ATTR_G, _ATTR_GRAPHS = 6, 11
+_ATTR_LISTS = frozenset({7, 8, 9})  # floats, ints, strings
+
+
+def parse_without_large_lists(data: bytes) -> onnx.ModelProto:
+    """``ModelProto.FromString(data)`` without the lists of at least THRESHOLD elements: the
+    shape-inferred model comes back from ONNX's C++ as bytes, and parsing a forest's lists
+    costs ~4x the file in Python protobuf; only its structure and types are kept."""
+    view = memoryview(data)
+    new = _Dropper(view).message(0, len(data), "model")
+    return onnx.ModelProto.FromString(bytes(view) if new is None else new)
+
+
+class _Dropper:
+    """Rebuilds only the messages on a path to a dropped list (protoscan's approach)."""
+
+    _CHILDREN = {
+        "model": {_MODEL_GRAPH: "graph", _MODEL_FUNCTIONS: "function"},
+        "graph": {_GRAPH_NODE: "node"},
+        "function": {_FUNCTION_NODE: "node"},
+        "node": {_NODE_ATTRIBUTE: "attribute"},
+        "attribute": {_ATTR_G: "graph", _ATTR_GRAPHS: "graph"},
+    }
+
+    def __init__(self, buf: memoryview) -> None:
+        self.buf = buf
+
+    def _large(self, start: int, end: int) -> bool:
+        """Whether the attribute's lists hold at least THRESHOLD elements (an element takes
+        1-11 bytes unpacked, so short spans are decided without walking them)."""
+        if end - start < 2 * THRESHOLD:
+            return False
+        count = 0
+        for fnum, wtype, _, pstart, pend in iter_fields(self.buf, start, end):
+            if fnum in _ATTR_LISTS:
+                if wtype == LEN and fnum != 9:  # packed floats / ints
+                    count += (pend - pstart) // 4 if fnum == 7 else _varints(self.buf, pstart, pend)
+                else:
+                    count += 1
+                if count >= THRESHOLD:
+                    return True
+        return False
+
+    def message(self, start: int, end: int, kind: str) -> bytes | None:
+        drop = kind == "attribute" and self._large(start, end)
+        children = self._CHILDREN[kind]
+        pieces: list[bytes | memoryview] = []
+        changed = drop
+        for fnum, wtype, fstart, pstart, pend in iter_fields(self.buf, start, end):
+            if drop and fnum in _ATTR_LISTS:
+                continue
+            child = children.get(fnum) if wtype == LEN else None
+            new = self.message(pstart, pend, child) if child else None
+            if new is None:
+                pieces.append(self.buf[fstart:pend])
+            else:
+                pieces.append(_len_field(fnum, new))
+                changed = True
+        return b"".join(pieces) if changed else None
+
+
+def _varints(buf: memoryview, start: int, end: int) -> int:
+    """How many varints a packed payload holds (bytes without the continuation bit)."""
+    return int(np.count_nonzero(np.frombuffer(buf[start:end], np.uint8) < 0x80))
