@@ -136,9 +136,16 @@ def test_fingerprint_changes_when_a_large_list_changes(forest_path: Path) -> Non
 
 def test_estimate_view_drops_large_lists_and_runs(forest_path: Path) -> None:
     from memshrink.estimate import estimate
+    from memshrink.estimate.graph import build_view
+    from memshrink.estimate.ort_ml import TREE_BYTES_PER_NODE, tree_counts
 
     res = estimate(str(forest_path), backend="ort", dims={"batch": 8})
     assert all(v > 0 for v in res.stage_peaks().values())
+    # the lists are gone from the view, their lengths are not: ORT's tree rule counts
+    # N tree nodes and 1 leaf entry (target_ids)
+    view = build_view(load(forest_path), dims={"batch": 8})
+    assert tree_counts(view.graph) == (N, 1)
+    assert res.stage_peaks()["session_creation"] >= N * TREE_BYTES_PER_NODE  # 38.6 MiB
     proto = _forest(THRESHOLD)
     assert compact_attrs.drop_large_lists(proto) == 7  # the 7 nodes_* lists, not target_*
     got = {a.name: a for a in proto.graph.node[0].attribute}

@@ -15,7 +15,7 @@ elements share one ``str``.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence, Sized
 from typing import Any, overload
 
 import numpy as np
@@ -197,6 +197,50 @@ def put_back(model: ir.Model, taken: dict[str, tuple[Any, str]]) -> None:
                 node.attributes[name] = _CompactAttr(name, attr.type, value, own_doc or None)
     if left:  # a marker onnx_ir dropped: the values would be lost on save
         raise RuntimeError(f"compact_attrs: {len(left)} attribute list(s) not restored")
+
+
+#: doc_string the estimator's weight-free proto gives a large list (it survives ONNX's
+#: inference and the drops): rules that count elements (ORT's tree ensembles) still can.
+LENGTH_NOTE = "memshrink.list_length="
+
+
+def note_lengths(node: onnx.NodeProto, ir_node: ir.Node) -> None:
+    """Write each large list's element count into its attribute's doc_string."""
+    for attr in node.attribute:
+        value = ir_node.attributes[attr.name].value if attr.name in ir_node.attributes else None
+        if isinstance(value, ir.Graph):  # subgraph nodes were serialized in the same order
+            value = (value,)
+        if isinstance(value, tuple) and value and isinstance(value[0], ir.Graph):
+            protos = [attr.g] if attr.HasField("g") else list(attr.graphs)
+            for gp, graph in zip(protos, value, strict=False):
+                for sub_np, sub_node in zip(gp.node, graph, strict=False):
+                    note_lengths(sub_np, sub_node)
+        elif isinstance(value, (CompactList, tuple)) and len(value) >= THRESHOLD:
+            attr.doc_string = f"{LENGTH_NOTE}{len(value)}"
+
+
+class ListLength(Sized):
+    """A dropped list's element count: ``len`` works; its values are gone (reading them
+    raises rather than giving a silent empty list)."""
+
+    __slots__ = ("n",)
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __repr__(self) -> str:
+        return f"ListLength({self.n})"
+
+
+def noted_length(attr: onnx.AttributeProto) -> ListLength | None:
+    """The count :func:`note_lengths` wrote, if this attribute's list was dropped."""
+    doc = attr.doc_string
+    if doc.startswith(LENGTH_NOTE) and not (attr.ints or attr.floats or attr.strings):
+        return ListLength(int(doc[len(LENGTH_NOTE) :]))
+    return None
 
 
 def digest_value(value: Any) -> Hashable:

@@ -29,6 +29,8 @@ from memshrink.compact_attrs import (
     digest_value,
     drop_large_lists,
     has_large_lists,
+    note_lengths,
+    noted_length,
     parse_without_large_lists,
 )
 from memshrink.errors import ModelLoadError, UnboundDimensionError
@@ -291,7 +293,8 @@ def _weight_free_proto(model: ir.Model, input_dims: Mapping[str, Sequence[Dim]])
             gp.input.append(_value_info(name, et, dims))
     for node in g:
         # into the graph's own message: ``append`` would copy each node (a forest's lists twice)
-        ir.serde.serialize_node_into(gp.node.add(), node)
+        ir.serde.serialize_node_into(np_ := gp.node.add(), node)
+        note_lengths(np_, node)
     for v in g.outputs:
         et = int(v.dtype) if v.dtype is not None else 0
         gp.output.append(_value_info(v.name or "", et, _dims_of(v.shape)))
@@ -733,7 +736,9 @@ def _small_attrs(np_: onnx.NodeProto) -> dict[str, Any]:
     for a in np_.attribute:
         # a forest's 10^5-element lists would sit in the view as Python objects; no rule
         # reads a list that long
-        if a.type in _SMALL_ATTR_TYPES and max(len(a.ints), len(a.floats)) < THRESHOLD:
+        if (n := noted_length(a)) is not None:
+            out[a.name] = n  # ORT's tree-ensemble rule counts a forest's entries
+        elif a.type in _SMALL_ATTR_TYPES and max(len(a.ints), len(a.floats)) < THRESHOLD:
             v = onnx.helper.get_attribute_value(a)
             out[a.name] = v.decode() if isinstance(v, bytes) else v
     return out
