@@ -1,15 +1,17 @@
-"""Large scalar-list attributes (a tree ensemble's ``nodes_*``) held as arrays, not tuples.
+"""Large scalar-list attributes (a tree ensemble's ``nodes_*``) kept out of Python objects.
 
 onnx_ir stores an INTS/FLOATS attribute as a tuple of Python ints/floats (32 bytes an element
-where the file spends 4-8) and a STRINGS attribute as one ``str`` object per element (~60
-bytes). skl2onnx writes a forest into such lists: a 24 MiB RandomForest became ~220 MiB of
-Python objects per loaded copy, and ``optimize`` holds up to three copies (input, output,
-the original re-read for the other runtimes' predictions). No pass reads these values; they
-are only carried to the save. So, at load, a list of at least :data:`THRESHOLD` elements is
-taken off the proto *before* onnx_ir sees it and put back as a :class:`CompactList` (a
-read-only numpy array, ints in the narrowest type that holds them, that behaves like the tuple: equal, iterable, indexable, and
-serialized by onnx_ir's ``extend`` to the same bytes) or, for strings, a tuple whose equal
-elements share one ``str``.
+where the file spends 4-8) and a STRINGS attribute as one ``str`` per element (~60 bytes).
+skl2onnx writes a forest into such lists: a 24 MiB RandomForest became ~220 MiB of Python
+objects per loaded copy, and ``optimize`` loads it up to three times. No pass reads these
+values; they are carried to the save. So, at load, a list of at least :data:`THRESHOLD`
+elements is taken off the proto *before* onnx_ir sees it and put back as a
+:class:`CompactList` (a read-only numpy array that behaves like the tuple and serializes to
+the same bytes) or, for strings, a tuple whose equal elements share one ``str``.
+
+The estimator's protos need the structure, types and small attributes only: the helpers at
+the end drop the large lists from them (in place, or while parsing ONNX inference's bytes) and
+keep each one's element count (:func:`note_lengths`).
 """
 
 from __future__ import annotations
@@ -33,8 +35,8 @@ _CHUNK = 1 << 16  # elements converted to Python objects at a time when iteratin
 
 
 class CompactList(Sequence):
-    """A read-only INTS/FLOATS attribute value backed by one numpy array (int64 / float32,
-    the proto's own element types, so every element round-trips exactly)."""
+    """A read-only INTS/FLOATS attribute value backed by one numpy array (float32, the proto's
+    own type; ints in the narrowest type holding them): every element round-trips exactly."""
 
     __slots__ = ("_arr", "_digest")
 
@@ -73,7 +75,7 @@ class CompactList(Sequence):
             return len(other) == len(self) and all(a == b for a, b in zip(self, other, strict=True))
         return NotImplemented
 
-    def __hash__(self) -> int:
+    def __hash__(self) -> int:  # not the equal tuple's hash: don't mix both as dict keys
         return hash(self.digest())
 
     def digest(self) -> bytes:

@@ -451,8 +451,8 @@ def _cached_infer(
     if bound and _has_unknown(inferred.graph, types):
         _shape_values(proto, types)
     # the cached proto only feeds _build_graph (structure, small attributes): a forest's
-    # lists would stay in the cache, up to _CACHE_SIZE copies
-    # (cleared fields keep their memory in the message's arena: re-parse into a fresh one)
+    # lists (left in when _infer failed and gave ``proto`` back) would stay in the cache, up
+    # to _CACHE_SIZE copies; cleared fields keep their arena memory, so re-parse
     if drop_large_lists(inferred):
         inferred = onnx.ModelProto.FromString(inferred.SerializeToString())
     _CACHE[key] = (inferred, types)
@@ -734,10 +734,10 @@ def _small_attrs(np_: onnx.NodeProto) -> dict[str, Any]:
     transformer decide on them; tensors and graphs are left out."""
     out: dict[str, Any] = {}
     for a in np_.attribute:
-        # a forest's 10^5-element lists would sit in the view as Python objects; no rule
-        # reads a list that long
+        # a forest's 10^5-element lists would sit in the view as Python objects: the view
+        # keeps their lengths only (ORT's tree-ensemble rule counts entries)
         if (n := noted_length(a)) is not None:
-            out[a.name] = n  # ORT's tree-ensemble rule counts a forest's entries
+            out[a.name] = n
         elif a.type in _SMALL_ATTR_TYPES and max(len(a.ints), len(a.floats)) < THRESHOLD:
             v = onnx.helper.get_attribute_value(a)
             out[a.name] = v.decode() if isinstance(v, bytes) else v
