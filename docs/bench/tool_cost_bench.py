@@ -9,6 +9,9 @@ holding the model). The target applies to ``own``.
 
 Usage: python docs/bench/tool_cost_bench.py [--models gpt2,gpt2-ext,bert-base,gpt2-large-ext]
        [--commands all,safe,estimate-in,estimate-out] [--verify] [--json OUT.json]
+       [--file MODEL.onnx --arg=--shape --arg=X=5,10]
+``--file`` measures a model outside the suite (weights = its file size: a forest's node
+attributes count as weights); each ``--arg`` is appended to every command (bindings).
 Run it alone, niced: gpt2-large-ext is 3.1 GB and its output is another 3.3 GB on disk.
 """
 
@@ -73,6 +76,8 @@ def main() -> int:
     ap.add_argument("--commands", default=DEFAULT_COMMANDS)
     ap.add_argument("--verify", action="store_true", help="also verify IN vs OUT (--passes all)")
     ap.add_argument("--json", help="write the rows here too")
+    ap.add_argument("--file", action="append", default=[], help="a model file, not built")
+    ap.add_argument("--arg", action="append", default=[], help="appended to every command")
     args = ap.parse_args()
 
     sys.path.insert(0, str(ROOT))
@@ -83,10 +88,16 @@ def main() -> int:
     rows = []
     print("| model | weights (MiB) | command | wall (s) | peak RSS (MiB) | target (MiB) |")
     print("| --- | ---: | --- | ---: | ---: | ---: |")
-    for name in args.models.split(","):
-        src = Path(models.build(name))
-        meta = json.loads(Path(f"{src}.json").read_text())
-        weights = int(meta.get("weight_bytes") or src.stat().st_size)
+    names = [] if args.file and args.models == DEFAULT_MODELS else args.models.split(",")
+    for name in names + args.file:
+        if name in args.file:
+            src = Path(name)
+            weights = src.stat().st_size
+            name = src.stem
+        else:
+            src = Path(models.build(name))
+            meta = json.loads(Path(f"{src}.json").read_text())
+            weights = int(meta.get("weight_bytes") or src.stat().st_size)
         target = 0.3 * weights / MIB + 150
         with tempfile.TemporaryDirectory(prefix="memshrink-cost-", dir=ROOT / ".cache") as tmp:
             out_all = Path(tmp) / "all.onnx"
@@ -109,7 +120,7 @@ def main() -> int:
                 plan.append(("verify IN OUT --backends cpu", verify))
             for label, argv in plan:
                 row = {"model": name, "weights_mib": round(weights / MIB), "command": label}
-                row.update(run_measured(cli + argv))
+                row.update(run_measured(cli + argv + args.arg))
                 row["target_mib"] = round(target)
                 rows.append(row)
                 peak = f"{row['own_mib']}"

@@ -13,7 +13,7 @@ from __future__ import annotations
 import onnx
 import onnx_ir as ir
 
-from memshrink import sparse_init
+from memshrink import compact_attrs, sparse_init
 from memshrink.protowalk import all_graphs, subgraphs
 
 #: ``ir.Model.meta`` key: {value name: serialized TypeProto} of the top graph's inputs/outputs.
@@ -70,10 +70,12 @@ def restore(proto: onnx.ModelProto, kept: dict[str, onnx.TypeProto] | None) -> o
 
 def deserialize(proto: onnx.ModelProto, copy: bool = False, base_dir: str = "") -> ir.Model:
     """``ir.serde.deserialize_model`` that also takes models with map-typed values and sparse
-    initializers (made dense: ``memshrink.sparse_init``); ``copy`` leaves ``proto`` alone."""
+    initializers (made dense: ``memshrink.sparse_init``), and keeps large scalar-list
+    attributes compact (``memshrink.compact_attrs``); ``copy`` leaves ``proto`` alone."""
     kept: dict[str, onnx.TypeProto] = {}
     sparse = sparse_init.has_sparse(proto)
-    if sparse or needs_strip(proto):
+    large = compact_attrs.has_large_lists(proto)
+    if sparse or large or needs_strip(proto):
         if copy:
             clone = onnx.ModelProto()
             clone.CopyFrom(proto)
@@ -81,7 +83,9 @@ def deserialize(proto: onnx.ModelProto, copy: bool = False, base_dir: str = "") 
         if sparse:
             sparse_init.densify(proto, base_dir)
         kept = strip(proto)
+    taken = compact_attrs.take_large_lists(proto) if large else {}
     model = ir.serde.deserialize_model(proto)
+    compact_attrs.put_back(model, taken)
     if kept:
         model.meta[META_OPAQUE_TYPES] = kept
     return model

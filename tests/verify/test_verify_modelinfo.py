@@ -48,3 +48,43 @@ def test_a_truncated_file_is_a_load_error(tmp_path: Path, embed_mlp, keep: float
     cut.write_bytes(data[: int(len(data) * keep)])
     with pytest.raises(ModelLoadError, match="truncated or not an ONNX model"):
         read_model_io(cut)
+
+
+def test_only_gather_nodes_are_parsed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A forest's node (10^5-element attribute lists) is skipped by its op_type; the Gather
+    after it still bounds its index input."""
+    import numpy as np
+
+    from memshrink.verify import modelinfo
+
+    n = 100_000
+    table = numpy_helper.from_array(np.zeros((7, 3), np.float32), "table")
+    nodes = [
+        helper.make_node(
+            "TreeEnsembleRegressor", ["x"], ["t"], domain="ai.onnx.ml", nodes_values=[0.5] * n
+        ),
+        helper.make_node("Gather", ["table", "ids"], ["y"], axis=0),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4]),
+            helper.make_tensor_value_info("ids", TensorProto.INT64, [2]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [table],
+    )
+    path = tmp_path / "forest_gather.onnx"
+    onnx.save_model(helper.make_model(g), path)
+    seen: list[bytes] = []
+    real = modelinfo._op_type
+
+    def spy(buf, s, e):  # type: ignore[no-untyped-def]
+        seen.append(real(buf, s, e))
+        return seen[-1]
+
+    monkeypatch.setattr(modelinfo, "_op_type", spy)
+    io = read_model_io(path)
+    assert seen == [b"TreeEnsembleRegressor", b"Gather"]
+    assert io.index_bounds == {"ids": 7}

@@ -24,6 +24,15 @@ import onnx
 import onnx_ir as ir
 
 from memshrink.bindings import Dim, bind_input_shapes, load_sidecar
+from memshrink.compact_attrs import (
+    THRESHOLD,
+    digest_value,
+    drop_large_lists,
+    has_large_lists,
+    note_lengths,
+    noted_length,
+    parse_without_large_lists,
+)
 from memshrink.errors import ModelLoadError, UnboundDimensionError, UsageError
 from memshrink.estimate import dd_bounds, shape_values
 from memshrink.transforms.weight_io import read_array
@@ -285,7 +294,9 @@ def _weight_free_proto(model: ir.Model, input_dims: Mapping[str, Sequence[Dim]])
         else:
             gp.input.append(_value_info(name, et, dims))
     for node in g:
-        gp.node.append(ir.serde.serialize_node(node))
+        # into the graph's own message: ``append`` would copy each node (a forest's lists twice)
+        ir.serde.serialize_node_into(np_ := gp.node.add(), node)
+        note_lengths(np_, node)
     for v in g.outputs:
         et = int(v.dtype) if v.dtype is not None else 0
         gp.output.append(_value_info(v.name or "", et, _dims_of(v.shape)))
@@ -338,8 +349,15 @@ def _declared_values(g: ir.Graph) -> list[ir.Value]:
 
 
 def _infer(mp: onnx.ModelProto) -> onnx.ModelProto:
+    """ONNX's shape inference; the result without large scalar lists (only its structure and
+    types are read) when the model has any."""
     try:
-        return onnx.shape_inference.infer_shapes(mp, strict_mode=False, data_prop=True)
+        if not has_large_lists(mp):
+            return onnx.shape_inference.infer_shapes(mp, strict_mode=False, data_prop=True)
+        from onnx.onnx_cpp2py_export import shape_inference as c_inference
+
+        data = c_inference.infer_shapes(mp.SerializeToString(), False, False, True)
+        return parse_without_large_lists(data)
     except Exception:  # noqa: BLE001 - inference is best effort; unknowns are reported
         return mp
 
@@ -375,7 +393,7 @@ def _fingerprint(model: ir.Model) -> int:
                     for v in node.outputs
                 ),
                 tuple(
-                    (k, id(a.value) if a.type in _OPAQUE_ATTRS else repr(a.value))
+                    (k, id(a.value) if a.type in _OPAQUE_ATTRS else digest_value(a.value))
                     for k, a in node.attributes.items()
                 ),
                 tuple(sorted(node.metadata_props.items())),  # memshrink.inplace records
@@ -435,6 +453,7 @@ def _cached_infer(
     inferred = _infer(proto)
     types: dict[str, tuple[int, SymShape | None]] = {}
     _collect_types(inferred.graph, types)
+    raw_types = dict(types)
     subst: dict[str, int] = {}
     for v in model.graph.inputs:
         for d, b in zip(_dims_of(v.shape) or (), dims.get(v.name or "", ()), strict=False):
@@ -443,7 +462,7 @@ def _cached_infer(
     _keep_declared(types, declared, subst)
     if symbolic_tool and _has_unknown(inferred.graph, types):
         try:
-            ssi = _run_symbolic_tool(proto)
+            ssi = _run_symbolic_tool(_tool_proto(proto, raw_types))
             if ssi is not None:
                 more: dict[str, tuple[int, SymShape | None]] = {}
                 _collect_types(ssi.graph, more)
@@ -455,6 +474,11 @@ def _cached_infer(
             pass
     if _all_bound(dims) and _has_unknown(inferred.graph, types):
         _shape_values(proto, types, {})
+    # the cached proto only feeds _build_graph (structure, small attributes): a forest's
+    # lists (left in when _infer failed and gave ``proto`` back) would stay in the cache, up
+    # to _CACHE_SIZE copies; cleared fields keep their arena memory, so re-parse
+    if drop_large_lists(inferred):
+        inferred = onnx.ModelProto.FromString(inferred.SerializeToString())
     return _remember(key, (inferred, types, {}))
 
 
@@ -600,6 +624,22 @@ def _keep_declared(
         )
         if merged != cur[1]:
             types[name] = (cur[0] or et, merged)
+
+
+def _tool_proto(
+    proto: onnx.ModelProto, types: Mapping[str, tuple[int, SymShape | None]]
+) -> onnx.ModelProto:
+    """``proto`` without its large scalar lists when ONNX's inference infers the same types
+    without them (a forest's ``nodes_*``: the Python tool copies the model and every node it
+    hands to ONNX, 1.3 GiB peak for a 24 MiB RandomForest); else ``proto`` itself."""
+    if not has_large_lists(proto):
+        return proto
+    light = onnx.ModelProto()
+    light.CopyFrom(proto)
+    drop_large_lists(light)
+    same: dict[str, tuple[int, SymShape | None]] = {}
+    _collect_types(_infer(light).graph, same)
+    return light if same == dict(types) else proto
 
 
 def _run_symbolic_tool(proto: onnx.ModelProto) -> Any:
@@ -794,7 +834,11 @@ def _small_attrs(np_: onnx.NodeProto) -> dict[str, Any]:
     transformer decide on them; tensors and graphs are left out."""
     out: dict[str, Any] = {}
     for a in np_.attribute:
-        if a.type in _SMALL_ATTR_TYPES:
+        # a forest's 10^5-element lists would sit in the view as Python objects: the view
+        # keeps their lengths only (ORT's tree-ensemble rule counts entries)
+        if (n := noted_length(a)) is not None:
+            out[a.name] = n
+        elif a.type in _SMALL_ATTR_TYPES and max(len(a.ints), len(a.floats)) < THRESHOLD:
             v = onnx.helper.get_attribute_value(a)
             out[a.name] = v.decode() if isinstance(v, bytes) else v
     return out

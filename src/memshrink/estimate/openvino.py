@@ -39,13 +39,13 @@ No weight byte is read: only shapes, dtypes and (for external data) file sizes a
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from memshrink.estimate import ov_read, ov_slices
 from memshrink.estimate.disjoint import find_root
-from memshrink.estimate.graph import GraphInfo, ModelView, NodeInfo
+from memshrink.estimate.graph import GraphInfo, ModelView, NodeInfo, TensorInfo
 from memshrink.estimate.host import normalize_precision, ov_default_precision
 from memshrink.estimate.lifetimes import Buffer, positions, tensor_buffers
 from memshrink.estimate.ort import HOLD_OUTPUTS, option_flag
@@ -821,16 +821,20 @@ def mha_count(g: GraphInfo, dynamic: bool = True) -> int:
     return sum(1 for n in g.nodes if n.op_type == "Softmax" and n.outputs and n.outputs[0] in inner)
 
 
+def _mha_scores(g: GraphInfo) -> Iterator[TensorInfo | None]:
+    """The scores (the Softmax input) of each tokenized MHA block, None where unknown."""
+    inner = mha_internal(g)
+    for n in g.nodes:
+        if n.op_type == "Softmax" and n.outputs and n.outputs[0] in inner:
+            yield g.tensors.get(n.inputs[0]) if n.inputs else None
+
+
 def mha_wide_count(g: GraphInfo, narrow: int, seq_dynamic: bool = False) -> int:
     """Tokenized MHA blocks compiled for static shapes whose scores' last dim is wider than
     ``narrow``: their kernel costs ``ov_per_mha_wide`` instead of ``ov_per_mha``. With
     ``seq_dynamic`` the blocks ``mha_dynamic_count`` counts are left out."""
-    inner = mha_internal(g)
     count = 0
-    for n in g.nodes:
-        if n.op_type != "Softmax" or not n.outputs or n.outputs[0] not in inner:
-            continue
-        t = g.tensors.get(n.inputs[0]) if n.inputs else None
+    for t in _mha_scores(g):
         if t is None or not t.shape:
             continue
         sym = t.sym_shape
@@ -845,12 +849,8 @@ def mha_dynamic_count(g: GraphInfo) -> int:
     """Tokenized MHA blocks whose scores have a symbolic last dim as compiled (a symbolic
     sequence): their kernel is JIT-compiled for dynamic shapes, which costs more
     (``ov_per_mha_dyn``). Call only for a model compiled with symbolic dims beyond a batch."""
-    inner = mha_internal(g)
     count = 0
-    for n in g.nodes:
-        if n.op_type != "Softmax" or not n.outputs or n.outputs[0] not in inner:
-            continue
-        t = g.tensors.get(n.inputs[0]) if n.inputs else None
+    for t in _mha_scores(g):
         sym = t.sym_shape if t is not None else None
         if sym is None or not all(isinstance(d, int) for d in sym[-2:]):
             count += 1

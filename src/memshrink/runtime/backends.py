@@ -142,19 +142,12 @@ class OpenVinoRunner:
         session_options: Mapping[str, Any] | None = None,
         provider_options: Mapping[str, Any] | None = None,
     ) -> None:
-        try:
-            import openvino as ov
-        except ImportError as exc:
-            raise BackendUnavailable(
-                f"openvino is not importable by {sys.executable}: {exc}"
-            ) from exc
-        if OpenVinoRunner._core is None:
-            OpenVinoRunner._core = ov.Core()
+        core = _openvino_core()
         popts = dict(provider_options or {})
         device = str(popts.pop("device", "CPU"))
         read, config = ov_split_config({**popts, **dict(session_options or {})})
-        model = OpenVinoRunner._core.read_model(path, config=read)
-        self.compiled = OpenVinoRunner._core.compile_model(model, device, config)
+        model = core.read_model(path, config=read)
+        self.compiled = core.compile_model(model, device, config)
         del model  # compile_model(read_model(path)): the ov.Model is not kept
         self.request = self.compiled.create_infer_request()
         self.providers = [f"openvino:{device}"]
@@ -175,20 +168,25 @@ class OpenVinoRunner:
         gc.collect()
 
 
+def _openvino_core() -> Any:
+    """The process's one ``ov.Core`` (created on first use); BackendUnavailable without
+    openvino."""
+    try:
+        import openvino as ov
+    except ImportError as exc:
+        raise BackendUnavailable(f"openvino is not importable by {sys.executable}: {exc}") from exc
+    if OpenVinoRunner._core is None:
+        OpenVinoRunner._core = ov.Core()
+    return OpenVinoRunner._core
+
+
 def preload(backend: str, provider_options: Mapping[str, Any] | None = None) -> None:
     """Import ``backend``'s runtime now (OpenVINO: also create the shared ``Core``), as the
     verifier's single-model children do before their baseline: a measuring child that loads
     it lazily inside the first stage counts the libraries (~28 MiB for OpenVINO) as the
     model's memory. Raises BackendUnavailable when the runtime or its EP is missing."""
     if backend == "openvino":
-        try:
-            import openvino as ov
-        except ImportError as exc:
-            raise BackendUnavailable(
-                f"openvino is not importable by {sys.executable}: {exc}"
-            ) from exc
-        if OpenVinoRunner._core is None:
-            OpenVinoRunner._core = ov.Core()
+        _openvino_core()
         return
     ort_providers(import_ort(), backend, provider_options)
 

@@ -1,0 +1,324 @@
+"""Large scalar-list attributes (a tree ensemble's ``nodes_*``) kept out of Python objects.
+
+onnx_ir stores an INTS/FLOATS attribute as a tuple of Python ints/floats (32 bytes an element
+where the file spends 4-8) and a STRINGS attribute as one ``str`` per element (~60 bytes).
+skl2onnx writes a forest into such lists: a 24 MiB RandomForest became ~220 MiB of Python
+objects per loaded copy, and ``optimize`` loads it up to three times. No pass reads these
+values; they are carried to the save. So, at load, a list of at least :data:`THRESHOLD`
+elements is taken off the proto *before* onnx_ir sees it and put back as a
+:class:`CompactList` (a read-only numpy array that behaves like the tuple and serializes to
+the same bytes) or, for strings, a tuple whose equal elements share one ``str``.
+
+The estimator's protos need the structure, types and small attributes only: the helpers at
+the end drop the large lists from them (in place, or while parsing ONNX inference's bytes) and
+keep each one's element count (:func:`note_lengths`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Hashable, Iterator, Sequence, Sized
+from typing import Any, overload
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+from memshrink.protoscan import _len_field
+from memshrink.protowalk import all_graphs
+from memshrink.protowire import LEN, iter_fields
+
+#: Lists shorter than this stay ordinary tuples (kernel_shape, perm, ... are tiny).
+THRESHOLD = 4096
+_MARK = "\x00memshrink.compact:"
+_CHUNK = 1 << 16  # elements converted to Python objects at a time when iterating
+
+
+class CompactList(Sequence):
+    """A read-only INTS/FLOATS attribute value backed by one numpy array (float32, the proto's
+    own type; ints in the narrowest type holding them): every element round-trips exactly."""
+
+    __slots__ = ("_arr", "_digest")
+
+    def __init__(self, arr: np.ndarray) -> None:
+        arr = np.ascontiguousarray(arr)
+        arr.setflags(write=False)
+        self._arr = arr
+        self._digest: bytes | None = None
+
+    @property
+    def array(self) -> np.ndarray:
+        """The values (read-only)."""
+        return self._arr
+
+    def __len__(self) -> int:
+        return int(self._arr.shape[0])
+
+    @overload
+    def __getitem__(self, i: int) -> Any: ...
+    @overload
+    def __getitem__(self, i: slice) -> tuple[Any, ...]: ...
+    def __getitem__(self, i: int | slice) -> Any:
+        if isinstance(i, slice):
+            return tuple(self._arr[i].tolist())
+        return self._arr[i].item()
+
+    def __iter__(self) -> Iterator[Any]:
+        # In chunks: a full ``tolist`` would briefly hold every element as a Python object.
+        for start in range(0, len(self), _CHUNK):
+            yield from self._arr[start : start + _CHUNK].tolist()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, CompactList):
+            return bool(np.array_equal(self._arr, other._arr))
+        if isinstance(other, (tuple, list)):
+            return len(other) == len(self) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    def __hash__(self) -> int:  # not the equal tuple's hash: don't mix both as dict keys
+        return hash(self.digest())
+
+    def digest(self) -> bytes:
+        """A content hash (dtype and bytes), computed once: the estimator fingerprints the
+        graph after every pass."""
+        if self._digest is None:
+            h = hashlib.blake2b(str(self._arr.dtype).encode(), digest_size=16)
+            h.update(self._arr.tobytes())  # a copy of one list, once per list
+            self._digest = h.digest()
+        return self._digest
+
+    def __repr__(self) -> str:
+        return f"CompactList({len(self)} x {self._arr.dtype}, blake2b={self.digest().hex()})"
+
+
+class _CompactAttr(ir.Attr):
+    """An ``ir.Attr`` whose value is kept as given (``Attr.__init__`` would make a tuple)."""
+
+    __slots__ = ()
+
+    def __init__(
+        self, name: str, type_: ir.AttributeType, value: Any, doc_string: str | None
+    ) -> None:
+        super().__init__(name, type_, None, doc_string=doc_string)
+        self._value = value
+
+
+def _narrow(arr: np.ndarray) -> np.ndarray:
+    """The smallest signed int type holding every value (node ids, feature ids and flags fit
+    int32 or int8): 8 bytes an element become 1-4, and ``.item()`` still gives Python ints."""
+    if arr.size == 0:
+        return arr
+    lo, hi = int(arr.min()), int(arr.max())
+    for dt in (np.int8, np.int16, np.int32):
+        info = np.iinfo(dt)
+        if info.min <= lo and hi <= info.max:
+            return arr.astype(dt)
+    return arr
+
+
+def _take(attr: onnx.AttributeProto) -> Any | None:
+    """The compact value of a large list attribute, its field cleared; None if small."""
+    if attr.type == onnx.AttributeProto.FLOATS and len(attr.floats) >= THRESHOLD:
+        value: Any = CompactList(np.fromiter(attr.floats, np.float32, len(attr.floats)))
+        attr.ClearField("floats")
+    elif attr.type == onnx.AttributeProto.INTS and len(attr.ints) >= THRESHOLD:
+        value = CompactList(_narrow(np.fromiter(attr.ints, np.int64, len(attr.ints))))
+        attr.ClearField("ints")
+    elif attr.type == onnx.AttributeProto.STRINGS and len(attr.strings) >= THRESHOLD:
+        shared: dict[bytes, str] = {}
+        value = tuple(
+            shared.get(s) or shared.setdefault(s, s.decode("utf-8")) for s in attr.strings
+        )
+        attr.ClearField("strings")
+    else:
+        return None
+    return value
+
+
+def _proto_nodes(proto: onnx.ModelProto) -> Iterator[onnx.NodeProto]:
+    for g in all_graphs(proto):
+        yield from g.node
+    for f in proto.functions:
+        yield from f.node
+
+
+def has_large_lists(proto: onnx.ModelProto) -> bool:
+    """Whether any node attribute holds a list of at least THRESHOLD elements."""
+    return any(
+        max(len(a.floats), len(a.ints), len(a.strings)) >= THRESHOLD
+        for n in _proto_nodes(proto)
+        for a in n.attribute
+    )
+
+
+def take_large_lists(proto: onnx.ModelProto) -> dict[str, tuple[Any, str]]:
+    """Clear the large lists off ``proto`` (in place), marking each attribute; returns
+    marker -> (compact value, the attribute's own doc_string) for :func:`put_back`."""
+    taken: dict[str, tuple[Any, str]] = {}
+    for node in _proto_nodes(proto):
+        for attr in node.attribute:
+            value = _take(attr)
+            if value is not None:
+                mark = f"{_MARK}{len(taken)}"
+                taken[mark] = (value, attr.doc_string)
+                attr.doc_string = mark
+    return taken
+
+
+def drop_large_lists(proto: onnx.ModelProto) -> int:
+    """Clear every list of at least THRESHOLD elements off ``proto`` (in place); returns how
+    many. For protos that only describe structure (the estimator's cached, shape-inferred
+    view), never for one that is saved or run."""
+    dropped = 0
+    for node in _proto_nodes(proto):
+        for attr in node.attribute:
+            for field in ("floats", "ints", "strings"):
+                if len(getattr(attr, field)) >= THRESHOLD:
+                    attr.ClearField(field)
+                    dropped += 1
+    return dropped
+
+
+def _ir_nodes(model: ir.Model) -> Iterator[ir.Node]:
+    for graph in model.graphs():
+        yield from graph
+    for function in model.functions.values():
+        yield from ir.traversal.RecursiveGraphIterator(function)
+
+
+def put_back(model: ir.Model, taken: dict[str, tuple[Any, str]]) -> None:
+    """Give the marked attributes of the deserialized ``model`` their compact values."""
+    if not taken:
+        return
+    left = dict(taken)
+    for node in _ir_nodes(model):
+        for name, attr in list(node.attributes.items()):
+            doc = attr.doc_string
+            if doc and doc.startswith(_MARK) and doc in left:
+                value, own_doc = left.pop(doc)
+                node.attributes[name] = _CompactAttr(name, attr.type, value, own_doc or None)
+    if left:  # a marker onnx_ir dropped: the values would be lost on save
+        raise RuntimeError(f"compact_attrs: {len(left)} attribute list(s) not restored")
+
+
+#: doc_string the estimator's weight-free proto gives a large list (it survives ONNX's
+#: inference and the drops): rules that count elements (ORT's tree ensembles) still can.
+LENGTH_NOTE = "memshrink.list_length="
+
+
+def note_lengths(node: onnx.NodeProto, ir_node: ir.Node) -> None:
+    """Write each large list's element count into its attribute's doc_string."""
+    for attr in node.attribute:
+        value = ir_node.attributes[attr.name].value if attr.name in ir_node.attributes else None
+        if isinstance(value, ir.Graph):  # subgraph nodes were serialized in the same order
+            value = (value,)
+        if isinstance(value, tuple) and value and isinstance(value[0], ir.Graph):
+            protos = [attr.g] if attr.HasField("g") else list(attr.graphs)
+            for gp, graph in zip(protos, value, strict=False):
+                for sub_np, sub_node in zip(gp.node, graph, strict=False):
+                    note_lengths(sub_np, sub_node)
+        elif isinstance(value, (CompactList, tuple)) and len(value) >= THRESHOLD:
+            attr.doc_string = f"{LENGTH_NOTE}{len(value)}"
+
+
+class ListLength(Sized):
+    """A dropped list's element count: ``len`` works; its values are gone (reading them
+    raises rather than giving a silent empty list)."""
+
+    __slots__ = ("n",)
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __repr__(self) -> str:
+        return f"ListLength({self.n})"
+
+
+def noted_length(attr: onnx.AttributeProto) -> ListLength | None:
+    """The count :func:`note_lengths` wrote, if this attribute's list was dropped."""
+    doc = attr.doc_string
+    if doc.startswith(LENGTH_NOTE) and not (attr.ints or attr.floats or attr.strings):
+        return ListLength(int(doc[len(LENGTH_NOTE) :]))
+    return None
+
+
+def digest_value(value: Any) -> Hashable:
+    """A key for an attribute value that allocates little: the cached digest of a
+    CompactList, a long tuple of strings itself (its ``repr`` would copy every element),
+    else ``repr`` (a float's ``hash`` is not stable for NaN)."""
+    if isinstance(value, CompactList):
+        return value.digest()
+    if isinstance(value, tuple) and len(value) >= THRESHOLD and isinstance(value[0], str):
+        return value
+    return repr(value)
+
+
+# Wire-level field numbers (onnx.proto): what can hold a node, and an attribute's lists.
+_MODEL_GRAPH, _MODEL_FUNCTIONS, _GRAPH_NODE, _FUNCTION_NODE, _NODE_ATTRIBUTE = 7, 25, 1, 7, 5
+_ATTR_G, _ATTR_GRAPHS = 6, 11
+_ATTR_LISTS = frozenset({7, 8, 9})  # floats, ints, strings
+
+
+def parse_without_large_lists(data: bytes) -> onnx.ModelProto:
+    """``ModelProto.FromString(data)`` without the lists of at least THRESHOLD elements: the
+    shape-inferred model comes back from ONNX's C++ as bytes, and parsing a forest's lists
+    costs ~4x the file in Python protobuf; only its structure and types are kept."""
+    view = memoryview(data)
+    new = _Dropper(view).message(0, len(data), "model")
+    return onnx.ModelProto.FromString(bytes(view) if new is None else new)
+
+
+class _Dropper:
+    """Rebuilds only the messages on a path to a dropped list (protoscan's approach)."""
+
+    _CHILDREN = {
+        "model": {_MODEL_GRAPH: "graph", _MODEL_FUNCTIONS: "function"},
+        "graph": {_GRAPH_NODE: "node"},
+        "function": {_FUNCTION_NODE: "node"},
+        "node": {_NODE_ATTRIBUTE: "attribute"},
+        "attribute": {_ATTR_G: "graph", _ATTR_GRAPHS: "graph"},
+    }
+
+    def __init__(self, buf: memoryview) -> None:
+        self.buf = buf
+
+    def _large(self, start: int, end: int) -> bool:
+        """Whether the attribute's lists hold at least THRESHOLD elements (an element takes
+        1-11 bytes unpacked, so short spans are decided without walking them)."""
+        if end - start < 2 * THRESHOLD:
+            return False
+        count = 0
+        for fnum, wtype, _, pstart, pend in iter_fields(self.buf, start, end):
+            if fnum in _ATTR_LISTS:
+                if wtype == LEN and fnum != 9:  # packed floats / ints
+                    count += (pend - pstart) // 4 if fnum == 7 else _varints(self.buf, pstart, pend)
+                else:
+                    count += 1
+                if count >= THRESHOLD:
+                    return True
+        return False
+
+    def message(self, start: int, end: int, kind: str) -> bytes | None:
+        drop = kind == "attribute" and self._large(start, end)
+        children = self._CHILDREN[kind]
+        pieces: list[bytes | memoryview] = []
+        changed = drop
+        for fnum, wtype, fstart, pstart, pend in iter_fields(self.buf, start, end):
+            if drop and fnum in _ATTR_LISTS:
+                continue
+            child = children.get(fnum) if wtype == LEN else None
+            new = self.message(pstart, pend, child) if child else None
+            if new is None:
+                pieces.append(self.buf[fstart:pend])
+            else:
+                pieces.append(_len_field(fnum, new))
+                changed = True
+        return b"".join(pieces) if changed else None
+
+
+def _varints(buf: memoryview, start: int, end: int) -> int:
+    """How many varints a packed payload holds (bytes without the continuation bit)."""
+    return int(np.count_nonzero(np.frombuffer(buf[start:end], np.uint8) < 0x80))
