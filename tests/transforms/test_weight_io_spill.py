@@ -3,6 +3,7 @@ pass must never write into a spill whose folder was moved away (tensors name it 
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -39,4 +40,27 @@ def test_a_moved_spill_folder_is_not_written_again(tmp_path: Path) -> None:
     assert spill is not old and Path(spill.path).exists()
     tensor = spill.add_array(_big(), ir.DataType.FLOAT, "w")
     np.testing.assert_array_equal(tensor.numpy(), _big())  # exact: the bytes written
+    SpillFile.start_run(None)
+
+
+def test_a_new_run_removes_spills_of_dead_processes_only(tmp_path: Path) -> None:
+    """A killed ``optimize`` leaves its spill next to the output; the next run in that folder
+    removes it, but never a live process's spill nor a user's file."""
+    import subprocess
+    import sys
+
+    from memshrink.transforms.weight_io import SPILL_PREFIX
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    orphan = tmp_path / f"{SPILL_PREFIX}{int(dead.stdout)}-abc.data"
+    live = tmp_path / f"{SPILL_PREFIX}1-xyz.data"  # pid 1 is always alive
+    user = tmp_path / "model.onnx.data"
+    for f in (orphan, live, user):
+        f.write_bytes(b"x" * 10)
+
+    SpillFile.start_run(str(tmp_path))
+    ours = SpillFile.shared()
+    assert not orphan.exists() and live.exists() and user.exists()
+    assert Path(ours.path).name.startswith(f"{SPILL_PREFIX}{os.getpid()}-")
     SpillFile.start_run(None)

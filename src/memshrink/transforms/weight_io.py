@@ -25,6 +25,8 @@ BLOCK = 8 << 20
 #: Rewritten tensors at least this big go to the spill file instead of the heap.
 SPILL_MIN_BYTES = 64 << 10
 _ALIGN = 4096
+#: Spill file names: ``.memshrink-spill-<pid>-<random>.data``.
+SPILL_PREFIX = ".memshrink-spill-"
 
 
 class SpillFile:
@@ -43,7 +45,9 @@ class SpillFile:
 
     def __init__(self) -> None:
         folder = self.directory if self.directory and os.path.isdir(self.directory) else None
-        fd, path = tempfile.mkstemp(prefix=".memshrink-spill-", suffix=".data", dir=folder)
+        fd, path = tempfile.mkstemp(
+            prefix=f"{SPILL_PREFIX}{os.getpid()}-", suffix=".data", dir=folder
+        )
         self.fd = fd
         self.path = path
         self.size = 0
@@ -71,6 +75,8 @@ class SpillFile:
             cls._shared.close()
             cls._shared = None
         cls.directory = directory
+        if directory:
+            remove_orphan_spills(directory)
 
     def begin(self) -> int:
         self.size = (self.size + _ALIGN - 1) // _ALIGN * _ALIGN
@@ -124,6 +130,36 @@ class SpillFile:
             self.fd = -1
             with contextlib.suppress(FileNotFoundError):
                 os.remove(self.path)
+
+
+def remove_orphan_spills(directory: str) -> list[str]:
+    """Delete spill files in ``directory`` whose process is gone; return their names.
+
+    Why: a spill file is removed at exit, but a killed ``optimize`` (SIGKILL, OOM killer) leaves
+    it next to the output, as large as the weights it rewrote. Its name carries the writing
+    process's id, so a later run can tell an orphan from a live run's file."""
+    removed = []
+    with contextlib.suppress(OSError):
+        for name in os.listdir(directory):
+            if not (name.startswith(SPILL_PREFIX) and name.endswith(".data")):
+                continue
+            pid = name[len(SPILL_PREFIX) :].split("-", 1)[0]
+            if not pid.isdigit() or _alive(int(pid)):
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(os.path.join(directory, name))
+                removed.append(name)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
 
 
 def _pread_into(fd: int, view: memoryview, pos: int) -> None:
