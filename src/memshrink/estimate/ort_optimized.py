@@ -46,6 +46,7 @@ Only shapes, dtypes and small attributes are read: no weight byte.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -139,6 +140,21 @@ class _Rewriter:
         index order, so insert where ``consumers()`` would list it."""
         for i in self._reads(n):
             bisect.insort(cons.setdefault(i, []), n.idx)
+
+    def _fuse(self, gone: Sequence[_Node], cons: dict[str, list[int]], prods: dict[str, int],
+              name: str, op: str, ins: list[str], outs: list[str],
+              orig: NodeInfo | None) -> _Node:  # fmt: skip
+        """Replace ``gone`` by one new contrib node ``op`` (last in node order, as ORT adds it),
+        keeping the ``consumers()`` / ``producers()`` maps in step; counted in ``counts``."""
+        for g in gone:
+            self.nodes.pop(g.idx, None)  # some fusions drop a node while they match
+            self._unread(cons, g)
+            self._unproduce(prods, g)
+        new = self.add(name, op, MS_DOMAIN, ins, outs, {}, orig)
+        self._read(cons, new)
+        self._produce(prods, new)
+        self._bump(op)
+        return new
 
     @staticmethod
     def _unproduce(prods: dict[str, int], n: _Node) -> None:
@@ -558,16 +574,8 @@ class _Rewriter:
                 ins_names[k], bias = src, [consts[0]]
                 gone.append(b_add)
                 break
-            for g in gone:
-                del self.nodes[g.idx]
-            new = self.add(n.name + "/skip", "SkipLayerNormalization", MS_DOMAIN,
-                     ins_names + list(n.inputs[1:3]) + bias, [n.outputs[0]], {}, n.orig)  # fmt: skip
-            for g in gone:
-                self._unread(cons, g)
-                self._unproduce(prods, g)
-            self._read(cons, new)
-            self._produce(prods, new)
-            self._bump("SkipLayerNormalization")
+            self._fuse(gone, cons, prods, n.name + "/skip", "SkipLayerNormalization",
+                       ins_names + list(n.inputs[1:3]) + bias, [n.outputs[0]], n.orig)  # fmt: skip
 
     def gelu_fusion(self) -> None:
         """Level 2, ``GeluFusion`` (``gelu_fusion.cc``, before ``MatMulScaleFusion``): the Erf
@@ -627,15 +635,7 @@ class _Rewriter:
                     continue
                 gone.append(half)
                 out = mul.outputs[0]
-            for g in gone:
-                del self.nodes[g.idx]
-            new = self.add(erf.name + "/gelu", "Gelu", MS_DOMAIN, [x], [out], {}, erf.orig)
-            for g in gone:
-                self._unread(cons, g)
-                self._unproduce(prods, g)
-            self._read(cons, new)
-            self._produce(prods, new)
-            self._bump("Gelu")
+            self._fuse(gone, cons, prods, erf.name + "/gelu", "Gelu", [x], [out], erf.orig)
 
     def quick_gelu_fusion(self) -> None:
         """Level 2, ``QuickGeluFusion``: Swish / SiLU written as ``Mul(x, Sigmoid(x))`` (tf2onnx,
@@ -674,16 +674,8 @@ class _Rewriter:
             t = self.t(x)
             if t is None or t.elem_type != FLOAT:
                 continue
-            for g in gone:
-                del self.nodes[g.idx]
-            new = self.add(sig.name + "/quick_gelu", "QuickGelu", MS_DOMAIN, [x],
-                           [mul.outputs[0]], {}, sig.orig)  # fmt: skip
-            for g in gone:
-                self._unread(cons, g)
-                self._unproduce(prods, g)
-            self._read(cons, new)
-            self._produce(prods, new)
-            self._bump("QuickGelu")
+            self._fuse(gone, cons, prods, sig.name + "/quick_gelu", "QuickGelu", [x],
+                       [mul.outputs[0]], sig.orig)  # fmt: skip
 
     def bias_gelu_fusion(self) -> None:
         """Level 2, ``BiasGeluFusion`` (after GeluFusion): ``Gelu(Add(x, bias))`` with a 1-D
@@ -705,15 +697,8 @@ class _Rewriter:
             if t is None or t.shape is None or len(t.shape) != 1:
                 continue
             x = next(i for i in add.inputs if i != consts[0])
-            del self.nodes[n.idx], self.nodes[add.idx]
-            new = self.add(n.name + "/bias", "BiasGelu", MS_DOMAIN, [x, consts[0]],
-                           list(n.outputs), {}, n.orig)  # fmt: skip
-            for g in (n, add):
-                self._unread(cons, g)
-                self._unproduce(prods, g)
-            self._read(cons, new)
-            self._produce(prods, new)
-            self._bump("BiasGelu")
+            self._fuse([n, add], cons, prods, n.name + "/bias", "BiasGelu", [x, consts[0]],
+                       list(n.outputs), n.orig)  # fmt: skip
 
     def matmul_scale_fusion(self) -> None:
         """Level 2, ``MatMulScaleFusion``: a MatMul input scaled by a scalar constant (Mul or
@@ -743,15 +728,8 @@ class _Rewriter:
                         break
             if not fused:
                 continue
-            del self.nodes[n.idx]
-            new = self.add(n.name + "/scaled", "FusedMatMul", MS_DOMAIN, ins, list(n.outputs),
-                           {}, n.orig)  # fmt: skip
-            for g in gone:
-                self._unread(cons, g)
-                self._unproduce(prods, g)
-            self._read(cons, new)
-            self._produce(prods, new)
-            self._bump("FusedMatMul")
+            self._fuse(gone, cons, prods, n.name + "/scaled", "FusedMatMul", ins,
+                       list(n.outputs), n.orig)  # fmt: skip
 
     # ------------------------------------------------------------------ level 3: NCHWc
     def nchwc(self) -> None:
