@@ -12,21 +12,16 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from memshrink.transforms.ov_folded import FC, folded_weights
+from memshrink.transforms.ov_folded import FC, folded_weights, only_reader
 
 _SCALES = ("BatchNormalization", "Mul")
 
 
-def _reader(v: ir.Value) -> ir.Node | None:
-    readers = {id(u.node): u.node for u in v.uses()}
-    return next(iter(readers.values())) if len(readers) == 1 else None
-
-
-def _chain(node: ir.Node) -> list[ir.Node] | None:
+def _chain(graph: ir.Graph, node: ir.Node) -> list[ir.Node] | None:
     """The Conv / FC and the nodes up to its scale (through at most an FC's bias Add)."""
     chain, cur = [node], node
     for _ in range(2):
-        nxt = _reader(cur.outputs[0]) if cur.outputs else None
+        nxt = only_reader(graph, cur.outputs[0]) if cur.outputs else None
         if nxt is None:
             return None
         chain.append(nxt)
@@ -46,7 +41,7 @@ def folded_in_parts(graph: ir.Graph, part_of: dict[int, int]) -> set[str]:
     for name in folded_weights(graph):
         ok = True
         for use in graph.initializers[name].uses():
-            chain = _chain(use.node)
+            chain = _chain(graph, use.node)
             parts = {part_of.get(id(n)) for n in chain} if chain else {None}
             if len(parts) != 1 or None in parts:
                 ok = False

@@ -36,7 +36,9 @@ def _const(graph: ir.Graph, v: ir.Value | None) -> ir.Value | None:
     return None
 
 
-def _only_reader(graph: ir.Graph, v: ir.Value) -> ir.Node | None:
+def only_reader(graph: ir.Graph, v: ir.Value) -> ir.Node | None:
+    """The one node reading ``v`` (several reads by it count once); None for several readers,
+    none, or a graph output."""
     readers = {id(u.node): u.node for u in v.uses()}
     if len(readers) != 1 or v in graph.outputs:
         return None
@@ -58,7 +60,7 @@ def _const_shape(v: ir.Value) -> tuple[int, ...] | None:
 
 
 def _conv_folds(graph: ir.Graph, out: ir.Value) -> bool:
-    nxt = _only_reader(graph, out)
+    nxt = only_reader(graph, out)
     if nxt is None or nxt.domain not in ("", "ai.onnx"):
         return False
     if nxt.op_type == "BatchNormalization":
@@ -68,9 +70,9 @@ def _conv_folds(graph: ir.Graph, out: ir.Value) -> bool:
 
 def _fc_scaled(graph: ir.Graph, out: ir.Value) -> bool:
     """Scaled per output channel (or by a scalar), through at most its bias Add."""
-    nxt = _only_reader(graph, out)
+    nxt = only_reader(graph, out)
     if nxt is not None and nxt.op_type == "Add" and any(_const(graph, x) for x in nxt.inputs):
-        nxt = _only_reader(graph, nxt.outputs[0])
+        nxt = only_reader(graph, nxt.outputs[0])
     if nxt is None or nxt.op_type != "Mul":
         return False
     for x in nxt.inputs:
