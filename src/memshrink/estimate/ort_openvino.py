@@ -90,6 +90,27 @@ def on_ort_cpu(n: NodeInfo) -> bool:
     return n.op_type in UNSUPPORTED or n.domain in ORT_CPU_DOMAINS
 
 
+def takes_nothing(view: ModelView) -> bool:
+    """Whether the EP compiles no OpenVINO subgraph at all, so ORT's CPU EP runs every node.
+
+    * A graph input declared without a shape (not even a rank): the EP claims no node of the
+      graph, not even those that never read that input (ORT's verbose placements, ORT 1.24.1:
+      ``x`` shapeless -> MatMul -> Relu, and the same beside a shaped input's MatMul -> Relu ->
+      Sigmoid chain: "All nodes placed on [CPUExecutionProvider]"; the sweep's
+      input-without-shape row measured 27.1 MiB at session, ORT CPU + the fixed cost).
+    * Only ai.onnx.ml nodes (and ``IsNaN``) besides ``Constant`` / ``Identity`` / folded ones:
+      nothing left for OpenVINO (measured on ai.onnx.ml graphs only: an IsNaN-only graph keeps
+      the OpenVINO path; ep-compat's guard compares its rewrites there).
+    """
+    if view.shapeless_inputs:
+        return True
+    g = view.graph
+    return any(n.domain in ORT_CPU_DOMAINS for n in g.nodes) and not any(
+        not on_ort_cpu(n) and i not in g.folded and n.op_type not in ("Constant", "Identity")
+        for i, n in enumerate(g.nodes)
+    )
+
+
 _STAGES = (
     ("session_creation", "compile_model"),
     ("run_1", "run_1"),
@@ -256,14 +277,7 @@ def predict(
     """Stage peaks for ORT + OpenVINOExecutionProvider (device CPU), the verifier's way."""
     c = dict(OVEP_CALIBRATION)
     c.update(calibration or {})
-    # measured on ai.onnx.ml graphs only: an IsNaN-only graph keeps the OpenVINO path below
-    # (ep-compat's guard compares its rewrites there; not measured without a subgraph)
-    if any(n.domain in ORT_CPU_DOMAINS for n in view.graph.nodes) and not any(
-        not on_ort_cpu(n)
-        and i not in view.graph.folded
-        and n.op_type not in ("Constant", "Identity")
-        for i, n in enumerate(view.graph.nodes)
-    ):
+    if takes_nothing(view):
         return _ort_cpu_only(view, opts, c)
     ov_c = openvino.OV_CALIBRATION
     # The EP compiles for CPU with precision FP32 (its default, which sets OpenVINO's
@@ -465,9 +479,14 @@ def _ort_cpu_only(
         for s in cpu.stages
     ]
     stages[0].notes.append("no node for OpenVINO: ORT's CPU EP runs the whole graph")
+    why = (
+        f"graph input(s) without a shape ({', '.join(sorted(view.shapeless_inputs))}): the EP "
+        "claims no node"
+        if view.shapeless_inputs
+        else f"no node OpenVINO can take (ai.onnx.ml or {', '.join(sorted(UNSUPPORTED))} only)"
+    )
     assumptions = [
-        "ORT OpenVINO EP, device_type CPU: no node OpenVINO can take (ai.onnx.ml or "
-        f"{', '.join(sorted(UNSUPPORTED))} only): ORT CPU's prediction plus the EP's fixed "
+        f"ORT OpenVINO EP, device_type CPU: {why}: ORT CPU's prediction plus the EP's fixed "
         f"cost, {fixed / MiB:.1f} MiB"
     ] + cpu.assumptions
     details = {**cpu.details, "ovep_subgraphs": 0}
