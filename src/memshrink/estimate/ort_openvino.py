@@ -44,7 +44,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from memshrink.estimate import openvino, ort_ml
+from memshrink.estimate import openvino, ort_identity, ort_ml
 from memshrink.estimate.disjoint import find_root
 from memshrink.estimate.graph import GraphInfo, ModelView, NodeInfo
 from memshrink.estimate.lifetimes import Buffer
@@ -159,6 +159,24 @@ def ort_node_count(g: GraphInfo) -> int:
         for i, n in enumerate(g.nodes)
         if n.op_type not in ("Constant", "Identity") and i not in g.folded
     )
+
+
+def all_big(view: ModelView) -> bool:
+    """Whether every transient copy the EP's dynamic path makes is unmapped after session
+    creation: each tensor over glibc's largest mmap threshold is mmapped (and returned when
+    freed) unless the heap already has a free block that large, and the freed heap here is
+    the transient copies of the small tensors (3 each: proto, string, OpenVINO's read). So:
+    some big tensor, and 3x the small ones' bytes below the smallest big one.
+
+    Measured (dynamic batch, embedded, MiB over baseline, session / after / run 1): 5 x
+    MatMul+Add+Relu 3584^2 (49 MiB tensors, 14 KiB biases) 1255 / 295 / 546; one 98 MiB
+    Gather table 518 / 147 / 148; and where the small ones could host the big copies, not:
+    a 49 MiB MatMul + 16 x 4 MiB 603 / 471 / 471, the 98 MiB table + 16 x 4 MiB 845 / 470 / 471.
+    """
+    g = view.graph
+    sizes = [g.tensors[n].nbytes or 0 for n in g.initializers if not g.tensors[n].folded]
+    big = [nb for nb in sizes if nb > GLIBC_MMAP_THRESHOLD_MAX]
+    return bool(big) and 3 * (sum(sizes) - sum(big)) < min(big)
 
 
 def small_initializer_bytes(view: ModelView, limit: float) -> int:
@@ -279,6 +297,12 @@ def predict(
     c.update(calibration or {})
     if takes_nothing(view):
         return _ort_cpu_only(view, opts, c)
+    # ORT's level 1 runs before partitioning: ``EliminateIdentity`` makes an Identity of a
+    # weight a name, no folded copy (``ort_identity``; legacy torch exports write one per
+    # deduplicated weight: RegNetY's 69, 3.4 MiB that were charged 4x at session creation).
+    g_ort = ort_identity.eliminate(view.graph)
+    if g_ort is not None:
+        view = dataclasses.replace(view, graph=g_ort)
     ov_c = openvino.OV_CALIBRATION
     # The EP compiles for CPU with precision FP32 (its default, which sets OpenVINO's
     # INFERENCE_PRECISION_HINT to f32 whatever the host supports): native rules at f32.
@@ -390,6 +414,14 @@ def predict(
                 "embedded tensors <= 1 MiB: OpenVINO's transient read copy stays on the heap"
             )
     if kept_proto:
+        # OpenVINO reads the serialized string as native read_model reads an embedded file
+        # (ModelProto + a Constant per tensor: 2x) while the EP's proto and string are alive:
+        # session creation peaks in that read when native read peaks above native compile
+        # (FCs with a fused activation deferred to the first infer: 5 x MatMul+Add+Relu
+        # 3584^2, 245 MiB, measured 1255 MiB, was predicted 1035 at 4x; 20 x 1792^2: 1267,
+        # was 1037), else in compile as before (RegNetY, 7 MiB: read 26, compile 57 native).
+        read_extra = max(0, by_name["read_model"].peak - by_name["compile_model"].peak)
+        stages[0].weights_anon += read_extra
         # After session creation the serialized string (one block of the weights' size,
         # mmapped by glibc) is returned; the proto's freed tensors stay as free heap that the
         # first infer's re-laid-out weights and activations reuse: a run stage holds the larger
@@ -398,11 +430,25 @@ def predict(
         # Without a tensor over glibc's largest mmap threshold nothing is returned: the run
         # stages hold the session peak (Whisper-base encoder, 78 MiB in tensors <= 4 MiB:
         # session 431, run 435; MatMul chains of 4 and 16 MiB tensors: 212 / 212, 716 / 700).
-        floor = stages[0].peak
+        # OpenVINO's read copy (``read_extra``) is freed before the string and the proto, and
+        # compile reuses its heap: the floor is the session peak without it (20 x MatMul 1792^2
+        # 245 MiB, tensors <= 32 MiB: run 1033 measured, 1037 predicted so).
+        floor = stages[0].peak - read_extra
         if big_tensor(view):
             floor -= ort_initializer_bytes(view)
-        for st in stages[1:]:
-            st.weights_anon += max(floor, st.peak - kept_proto) - st.peak
+        if all_big(view):
+            # Every big transient copy unmapped (see ``all_big``): what stays is one copy of
+            # the weights and the small tensors' transients (3 each), then the first infer's
+            # re-laid-out weights (what native OpenVINO defers to it).
+            w_all = ort_initializer_bytes(view)
+            w0 = w_all + 3 * (w_all - big_initializer_bytes(view))
+            compile_w = by_name["compile_model"].weights_anon
+            for (_, src), st in zip(_STAGES[1:], stages[1:], strict=True):
+                st.weights_anon = w0 + max(0, by_name[src].weights_anon - compile_w)
+            stages[0].notes.append("weights all > 32 MiB: the transient copies are unmapped")
+        else:
+            for st in stages[1:]:
+                st.weights_anon += max(floor, st.peak - kept_proto) - st.peak
         stages[0].notes.append("dynamic shapes: the EP's ModelProto and its serialized string")
         for st in stages[1:]:
             st.notes.append("dynamic shapes: the freed proto's heap, reused by the first infer")
