@@ -29,6 +29,13 @@ onnxruntime-openvino 1.24.1, which bundles OpenVINO 2025.4.1; micro-graphs measu
   mapping) and, for Conv/FC, re-laid out k times: k - 1 more copies of each, for the whole
   session (measured on MatMul chains, and BERT b4x512 batch x4: +1255 MiB file, predicted
   +1248).
+* A graph input declared without a shape makes the EP claim no node at all: ORT's CPU EP
+  runs the graph (``takes_nothing``). ORT's ``EliminateIdentity`` (level 1) makes an Identity
+  of a weight a name before partitioning: no folded copy.
+* Dynamic dims, embedded: OpenVINO reads the serialized string as native ``read_model`` reads
+  an embedded file, beside ORT's copy and the EP's proto and string (5x at the read); when
+  every tensor is over glibc's mmap threshold all those transient copies are unmapped after
+  session creation (``all_big``).
 * From there the CPU plugin behaves exactly as native OpenVINO: the same re-laid-out Conv/FC
   copies, the same dynamic-shape deferral of Conv and post-op FC weights to the first infer,
   the same ``MemorySolver`` workspace. So the prediction is native OpenVINO's (``openvino.py``,
@@ -300,9 +307,11 @@ def predict(
     # ORT's level 1 runs before partitioning: ``EliminateIdentity`` makes an Identity of a
     # weight a name, no folded copy (``ort_identity``; legacy torch exports write one per
     # deduplicated weight: RegNetY's 69, 3.4 MiB that were charged 4x at session creation).
+    # Only the EP's own folded-weight charge reads that graph: native OpenVINO's prediction
+    # keeps the graph as written (on the eliminated one it moved SSDlite +11 MiB, away from
+    # the measurement; not investigated).
     g_ort = ort_identity.eliminate(view.graph)
-    if g_ort is not None:
-        view = dataclasses.replace(view, graph=g_ort)
+    ort_view = view if g_ort is None else dataclasses.replace(view, graph=g_ort)
     ov_c = openvino.OV_CALIBRATION
     # The EP compiles for CPU with precision FP32 (its default, which sets OpenVINO's
     # INFERENCE_PRECISION_HINT to f32 whatever the host supports): native rules at f32.
@@ -319,7 +328,7 @@ def predict(
     )
     by_name = {s.name: s for s in native.stages}
     g = view.graph
-    folded = folded_bytes(view)
+    folded = folded_bytes(ort_view)
     # ORT's heap copies of embedded weights, plus ORT's folded weights and OpenVINO's Constants.
     ort_copy = (ort_initializer_bytes(view) if view.embedded else 0) + 2 * folded
     # Embedded weights: a Conv+BN/Mul fusion *replaces* OpenVINO's heap Constant by the fused
@@ -341,6 +350,12 @@ def predict(
     # 2x more at session creation (measured 5x the weights on MatMul chains of 32 and 128 MiB,
     # against 3x with static dims); the run stages: see below.
     kept_proto = 2 * ort_initializer_bytes(view) if view.embedded and dynamic and not cut else 0
+    if kept_proto and kept_proto // 2 <= GLIBC_MMAP_THRESHOLD_MAX:
+        # A string of at most 32 MiB is served from freed heap, not a fresh mapping: only the
+        # proto counts (EP - native compile, dynamic embedded, fixed cost off: 8 x Conv 128^2
+        # 3x3 (4.5 MiB) 1.9x the weights; RegNetY (7.2) 1.9x; EfficientNet-B0 (15.2) 2.5x;
+        # from 8 x MatMul 1024^2 (32 MiB) up 3x and more, as rule 2 says).
+        kept_proto //= 2
     ort_copy += kept_proto
     # Static dims, embedded: OpenVINO compiles straight from the serialized string, whose
     # weight copy is freed once compiled; glibc keeps the freed pages of tensors up to its
