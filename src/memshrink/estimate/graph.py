@@ -191,6 +191,10 @@ class ModelView:
     # an in-memory model's future data file under an external save policy: what
     # ``writer.save`` will put there (None: read from a path, or no such policy)
     data_file_bytes: int | None = None
+    # graph inputs declared without any shape (not even a rank): the ORT OpenVINO EP then
+    # takes no node of the graph (``ort_openvino``); ``declared_inputs`` cannot tell them
+    # from unnamed dims once ``--shape`` gave them a rank
+    shapeless_inputs: frozenset[str] = frozenset()
 
 
 # --------------------------------------------------------------------------- loading
@@ -971,6 +975,7 @@ def build_view(
         external_weight_bytes=ext_bytes,
         embedded=bool(embedded),
         data_file_bytes=None if path else _written_external_bytes(irm),
+        shapeless_inputs=frozenset(n for n, d in declared_or_none if d is None),
     )
 
 
