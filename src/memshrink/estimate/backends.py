@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from memshrink.estimate import ort as ortsim
-from memshrink.estimate import ort_fp16, ort_identity, ort_inline, ort_ml
+from memshrink.estimate import ort_fp16, ort_identity, ort_inline, ort_ml, ort_symdims
 from memshrink.estimate.gather_pages import gather_pages
 from memshrink.estimate.glibc_heap import GlibcHeap, hole_shares
 from memshrink.estimate.graph import GraphInfo, ModelView
@@ -64,6 +64,14 @@ def _ort_cpu(
     view = _ort_identity(view)
     stored = split_weights(view.graph)  # as the file holds them (the parse buffer reads these)
     view, order, inline_notes = _ort_inline(view, order)
+    lost = ort_symdims.ort_view(view.graph)
+    if lost is not None:
+        view = dataclasses.replace(view, graph=lost)
+        inline_notes.append(
+            "named dims ORT's shape inference cannot carry (a Reshape to a shape computed "
+            "through Slice, not declared in the file, and what follows it) are unnamed for "
+            "buffer reuse (ort_symdims)"
+        )
     view, order, fp16_notes = _ort_fp16(view, order, str(rules["graph_optimization_level"]))
     w = split_weights(view.graph) if fp16_notes else stored
     if fp16_notes and sched in ("ort_default", "ort_priority"):

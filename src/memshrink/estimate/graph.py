@@ -124,6 +124,8 @@ class GraphInfo:
     # converts to anon f32 copies at session creation (their ``nbytes`` are the f32 copy's)
     fp16_cast: set[str] = field(default_factory=set)
     opset: int = 0  # the default domain's opset (0: unknown); decides which ops are functions
+    # node outputs whose shape the file declares (value_info): a runtime starts from these
+    declared: set[str] = field(default_factory=set)
 
 
 # Never constant-folded by ONNX Runtime (non-deterministic, or kept for QDQ fusion).
@@ -951,6 +953,7 @@ def build_view(
         ext_bytes += nb if ext else 0
     graph = _build_graph(sym_proto.graph, sym_types, conc_types, init_info, set())
     graph.opset = int(irm.opset_imports.get("", irm.opset_imports.get("ai.onnx", 0)) or 0)
+    graph.declared = {v.name for v in _declared_values(irm.graph) if v.name and v.shape is not None}
     unused = sorted(set(dim_bounds or {}) - {n for n, h in bounded.items() if h == "--dim-bound"})
     if unused:
         raise UsageError(
