@@ -22,8 +22,9 @@ rewrites change which activations exist, how big they are and in which order the
   Conv/FusedConv with constant weights, block-aligned channels (or fewer input channels than a
   block: NCHW input read directly) become ``nchwc`` Conv nodes whose outputs are padded to the
   block; MaxPool/AveragePool (channels aligned), and — when every producer is NCHWc —
-  Global pools, Concat on axis 1, Add/Sum, Mul, Relu/Sigmoid/Tanh, QuickGelu and
-  BatchNormalization follow; a Mul by a per-channel constant becomes a depthwise NCHWc Conv;
+  Global pools, Concat on axis 1, Add/Sum, Mul, Relu/Sigmoid/Tanh/HardSigmoid, QuickGelu and
+  BatchNormalization follow (``x * HardSigmoid(x, 1/6, 0.5)`` after a Conv: its HardSwish);
+  a Mul by a per-channel constant becomes a depthwise NCHWc Conv;
   ``Transpose`` to NCHW before a ReorderInput / to NHWC after a blocked tensor becomes a
   ``channels_last`` Reorder. An Add whose input shapes ORT cannot prove equal (it traces each
   dim to the tensor it derives from, ``NchwcArgument::Shape``, then compares declared dims)
