@@ -2406,6 +2406,140 @@ def hf_mamba(d: Path) -> Case:
     return Case("hf-mamba-legacy", p, dims={"batch": 3}, int_ranges={"input_ids": (0, 300)})
 
 
+@builder("genai-style-gqa-nbits")
+def genai_gqa(d: Path) -> Case:
+    """What onnxruntime-genai's model builder writes for an LLM: com.microsoft
+    GroupQueryAttention (rotary inside, ``seqlens_k`` / ``total_sequence_length`` computed from
+    the attention mask, past KV in, present KV out), SimplifiedLayerNormalization /
+    SkipSimplifiedLayerNormalization, then 4-bit ``MatMulNBits`` weights (the quantizer run on
+    it); symbolic batch, sequence and past."""
+    from onnxruntime.quantization.matmul_nbits_quantizer import (
+        DefaultWeightOnlyQuantConfig,
+        MatMulNBitsQuantizer,
+    )
+
+    hid, heads, kv, hd, ff, vocab, layers = 64, 4, 2, 16, 128, 500, 2
+    n = helper.make_node
+    ms = "com.microsoft"
+    inits = [_w("embed", vocab, hid), _w("lm_head", hid, vocab)]
+    inv = 1.0 / (10000 ** (np.arange(0, hd, 2) / hd))
+    ang = np.arange(256)[:, None] * inv[None]
+    inits += [
+        numpy_helper.from_array(np.cos(ang).astype(np.float32), "cos_cache"),
+        numpy_helper.from_array(np.sin(ang).astype(np.float32), "sin_cache"),
+        numpy_helper.from_array(np.array([1], np.int64), "one_axis"),
+        numpy_helper.from_array(np.array(1, np.int64), "one"),
+        numpy_helper.from_array(np.array([1], np.int64), "idx1"),
+    ]
+    ins = [
+        helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
+        helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "total"]),
+    ]
+    outs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", "seq", vocab])]
+    nodes = [
+        n("Gather", ["embed", "input_ids"], ["h0"]),
+        n("ReduceSum", ["attention_mask", "one_axis"], ["msum"], keepdims=0),
+        n("Sub", ["msum", "one"], ["msum1"]),
+        n("Cast", ["msum1"], ["seqlens_k"], to=TensorProto.INT32),
+        n("Shape", ["attention_mask"], ["mshape"]),
+        n("Gather", ["mshape", "idx1"], ["tot64"]),
+        n("Cast", ["tot64"], ["total_len"], to=TensorProto.INT32),
+    ]
+    h, skip = "h0", None
+    for i in range(layers):
+        inits += [
+            numpy_helper.from_array(np.ones(hid, np.float32), f"ln1_{i}"),
+            numpy_helper.from_array(np.ones(hid, np.float32), f"ln2_{i}"),
+            _w(f"wqkv_{i}", hid, (heads + 2 * kv) * hd),
+            _w(f"wo_{i}", heads * hd, hid),
+            _w(f"wup_{i}", hid, ff),
+            _w(f"wdown_{i}", ff, hid),
+        ]
+        for t in inits[-4:]:
+            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t) * 0.05, t.name))
+        pk, pv = f"past_key_values.{i}.key", f"past_key_values.{i}.value"
+        for nm in (pk, pv):
+            ins.append(
+                helper.make_tensor_value_info(nm, TensorProto.FLOAT, ["batch", kv, "past", hd])
+            )
+        for nm in (f"present.{i}.key", f"present.{i}.value"):
+            outs.append(
+                helper.make_tensor_value_info(nm, TensorProto.FLOAT, ["batch", kv, "total", hd])
+            )
+        if skip is None:
+            nodes.append(
+                n("SimplifiedLayerNormalization", [h, f"ln1_{i}"], [f"x{i}"], epsilon=1e-6, axis=-1)
+            )
+            res = h
+        else:
+            nodes.append(
+                n(
+                    "SkipSimplifiedLayerNormalization",
+                    [h, skip, f"ln1_{i}"],
+                    [f"x{i}", "", "", f"res{i}"],
+                    domain=ms,
+                    epsilon=1e-6,
+                )
+            )
+            res = f"res{i}"
+        q, k, v = f"q{i}", f"k{i}", f"v{i}"
+        nodes += [
+            n("MatMul", [f"x{i}", f"wqkv_{i}"], [f"qkv{i}"]),
+            n(
+                "Split",
+                [f"qkv{i}", f"split{i}"],
+                [q, k, v],
+                axis=-1,
+            ),
+            n(
+                "GroupQueryAttention",
+                [q, k, v, pk, pv, "seqlens_k", "total_len", "cos_cache", "sin_cache"],
+                [f"att{i}", f"present.{i}.key", f"present.{i}.value"],
+                domain=ms,
+                num_heads=heads,
+                kv_num_heads=kv,
+                do_rotary=1,
+            ),
+            n("MatMul", [f"att{i}", f"wo_{i}"], [f"o{i}"]),
+            n(
+                "SkipSimplifiedLayerNormalization",
+                [f"o{i}", res, f"ln2_{i}"],
+                [f"y{i}", "", "", f"res2_{i}"],
+                domain=ms,
+                epsilon=1e-6,
+            ),
+            n("MatMul", [f"y{i}", f"wup_{i}"], [f"u{i}"]),
+            n("Sigmoid", [f"u{i}"], [f"s{i}"]),
+            n("Mul", [f"u{i}", f"s{i}"], [f"g{i}"]),
+            n("MatMul", [f"g{i}", f"wdown_{i}"], [f"dn{i}"]),
+        ]
+        inits.append(
+            numpy_helper.from_array(np.array([heads * hd, kv * hd, kv * hd], np.int64), f"split{i}")
+        )
+        h, skip = f"dn{i}", f"res2_{i}"
+    inits.append(numpy_helper.from_array(np.ones(hid, np.float32), "lnf"))
+    nodes += [
+        n("SkipSimplifiedLayerNormalization", [h, skip, "lnf"], ["hf"], domain=ms, epsilon=1e-6),
+        n("MatMul", ["hf", "lm_head"], ["logits"]),
+    ]
+    g = helper.make_graph(nodes, "genai", ins, outs, inits)
+    model = _make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ms, 1)])
+    with _quiet():
+        qz = MatMulNBitsQuantizer(
+            model, algo_config=DefaultWeightOnlyQuantConfig(block_size=32, is_symmetric=True)
+        )
+        qz.process()
+    p = d / "genai_gqa_nbits.onnx"
+    _save(qz.model.model, p, check=False)
+    return Case(
+        "genai-style-gqa-nbits",
+        p,
+        dims={"batch": 2, "seq": 1, "past": 11, "total": 12},  # a decode step: GQA takes
+        # several new tokens over a past only at batch 1
+        int_ranges={"attention_mask": (1, 2), "input_ids": (0, vocab)},
+    )
+
+
 def build_all(folder: Path, only: list[str] | None = None) -> tuple[list[Case], dict[str, str]]:
     """Build every model (or those named); returns the cases and {builder: error} for failures."""
     folder.mkdir(parents=True, exist_ok=True)
