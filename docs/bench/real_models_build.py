@@ -9,7 +9,12 @@ a Llama-like decoder with GQA); ORT's transformer optimizer (com.microsoft fused
 dynamic (MatMulInteger) and static (QDQ) quantizers, fp16 conversion; odd files: external data
 in a sub-folder / several files, opsets 11..21, IR 7, unused initializers, initializers listed
 as inputs, zero-size tensors, omitted optional inputs, unnamed and duplicate-named nodes,
-int64/bool/string inputs.
+int64/bool/string inputs. Session 10: CLIP (two towers), wav2vec2 / HuBERT (conv front end,
+dynamic audio length), Segformer, DINOv2 (interpolated position embeddings, dynamic H/W), DETR
+(transformers ResNet backbone), YOLOS, HF MobileViT, Qwen2 with its KV cache (dynamo), Phi-3,
+Gemma, BART's decoder step with past, Mamba (unrolled scan), ORT's optimizer on Llama,
+``MatMulNBits`` 4-bit, per-channel QDQ, ``torch.while_loop``, opset-23 Attention / RMSNorm /
+RotaryEmbedding, an onnxruntime-genai-style decoder (GroupQueryAttention, MatMulNBits).
 """
 
 from __future__ import annotations
