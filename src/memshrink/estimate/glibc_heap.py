@@ -107,6 +107,8 @@ class GlibcHeap:
     brk: int = 0  # end of the heap
     chunks: list[_Chunk] = field(default_factory=list)
     mmapped: dict[int, int] = field(default_factory=dict)
+    # an mmapped block's resident pages: all of it, or what was written (``touch``)
+    mapped_pages: dict[int, int] = field(default_factory=dict)
     peak: int = 0  # the largest ``resident`` seen
     _addrs: list[int] = field(default_factory=list)
     _by_size: list[tuple[int, int]] = field(default_factory=list)  # free chunks (size, addr)
@@ -118,24 +120,40 @@ class GlibcHeap:
         h = GlibcHeap(self.threshold, self.trim_threshold, self.top, self.brk)
         h.chunks = [_Chunk(c.addr, c.size, c.free, c.pinned) for c in self.chunks]
         h.mmapped = dict(self.mmapped)
+        h.mapped_pages = dict(self.mapped_pages)
         h.peak = self.peak
         h._addrs = list(self._addrs)
         h._by_size = list(self._by_size)
         h._mapped_bytes, h._next_mmap = self._mapped_bytes, self._next_mmap
         return h
 
-    def alloc(self, n: int, *, aligned: bool = False, pin: bool = True) -> int:
+    def alloc(
+        self, n: int, *, aligned: bool = False, pin: bool = True, written: int | None = None
+    ) -> int:
+        """Allocate ``n`` bytes; ``written``: the bytes written so far when fewer than ``n``
+        (a mapping's untouched pages are not resident; a heap block counts to the top)."""
         h = self._place(n, aligned, pin)
+        if written is not None and h in self.mmapped:
+            self.touch(h, written)
         self.peak = max(self.peak, self.resident)
         return h
+
+    def touch(self, handle: int, written: int) -> None:
+        """The block ``handle`` has been written up to ``written`` bytes: an mmapped one's
+        resident pages are those (its header's page included), never more than the mapping."""
+        if handle not in self.mmapped:
+            return
+        pages = min(self.mmapped[handle], (written + 16 + PAGE - 1) // PAGE * PAGE)
+        self._mapped_bytes += pages - self.mapped_pages[handle]
+        self.mapped_pages[handle] = pages
+        self.peak = max(self.peak, self.resident)
 
     def place(self, n: int) -> str:
         """Allocate ``n`` bytes from ORT's allocator (``posix_memalign(64)``) and say where
         glibc put them: ``hole`` (a free chunk below the top: its pages are resident already),
         ``top`` or ``mmap`` (fresh pages)."""
-        top, mapped = self.top, self._mapped_bytes
-        self.alloc(n, aligned=True)
-        if self._mapped_bytes != mapped:
+        top = self.top
+        if self.alloc(n, aligned=True) in self.mmapped:
             return "mmap"
         return "top" if self.top != top else "hole"
 
@@ -170,7 +188,7 @@ class GlibcHeap:
             if need >= self.threshold:
                 h = self._next_mmap
                 self._next_mmap -= 1
-                self.mmapped[h] = (need + 8 + PAGE - 1) // PAGE * PAGE
+                self.mmapped[h] = self.mapped_pages[h] = (need + 8 + PAGE - 1) // PAGE * PAGE
                 self._mapped_bytes += self.mmapped[h]
                 return h
             self.brk += (need - (self.brk - self.top) + TOP_PAD + PAGE - 1) // PAGE * PAGE
@@ -182,7 +200,7 @@ class GlibcHeap:
     def free(self, handle: int) -> None:
         if handle in self.mmapped:
             size = self.mmapped.pop(handle)
-            self._mapped_bytes -= size
+            self._mapped_bytes -= self.mapped_pages.pop(handle)
             if self.threshold < size <= MMAP_THRESHOLD_MAX:
                 self.threshold, self.trim_threshold = size, 2 * size
             return
@@ -237,6 +255,10 @@ def replay(
             if key in live:
                 heap.free(live.pop(key))
             continue
+        if op == "touch":
+            if key in live:
+                heap.touch(live[key], n)
+            continue
         aligned = key in blocks.aligned
         pin = spares != "consolidated"
         if aligned and spares == "rotate":
@@ -245,7 +267,9 @@ def replay(
         elif aligned and spares == "partly_pinned":
             # the session copies: one coin per process (odd seeds pin them all)
             pin = seed % 2 == 1 if key in blocks.copies else rng.random() < PARTLY_P
-        live[key] = heap.alloc(n - CHUNK_OVERHEAD, aligned=aligned, pin=pin)
+        live[key] = heap.alloc(
+            n - CHUNK_OVERHEAD, aligned=aligned, pin=pin, written=blocks.written.get(key)
+        )
     return heap
 
 

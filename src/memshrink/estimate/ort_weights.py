@@ -473,7 +473,11 @@ PROTO_FIELDS = 48
 def _string_blocks(b: CreationBlocks, key: str, nbytes: int) -> None:
     """A raw-data string as protobuf parses it: ``reserve(size)`` up to 50 MB, then appends
     that double the capacity, each step freeing the last (traced: BERT's 94 MB table is
-    50 MB + 1, then 100 MB + 1), then the tensor's small fields, which stay: a freed string
+    50 MB + 1, then 100 MB + 1; a 512 MiB weight 50, 100, 200, 400, 800 MB), each written only
+    as far as the string's bytes go: mmapped (every such string is over the 32 MiB threshold
+    maximum), the doubled capacity's tail is never resident (an embedded 5 x 49 MiB MLP
+    peaked at 304 MiB, where counting the 100 MB capacities predicted 539). Then the
+    tensor's small fields, which stay: a freed string
     leaves a hole of its own size only, which its session copy (``posix_memalign``, 96 bytes
     more) never fits (multibranch's 216 KiB weights, traced in the verifier's child: the
     copies extend the heap top, and only the conversions' plain-malloc V and S reuse the
@@ -486,9 +490,16 @@ def _string_blocks(b: CreationBlocks, key: str, nbytes: int) -> None:
     prev = ""
     for i, cap in enumerate(caps):
         k = key if i == len(caps) - 1 else f"{key}@{cap}"
-        b.alloc(k, cap + 1)
+        if len(caps) == 1:
+            b.alloc(k, cap + 1)
+        else:
+            # a grown string holds what was copied in, then what the parser appends: the
+            # doubled capacity's tail is never written (mmapped: never resident)
+            b.alloc(k, cap + 1, written=caps[i - 1] if i else 0)
         if prev:
             b.free(prev)
+        if len(caps) > 1:
+            b.touch(k, min(cap, nbytes) + 1)
         prev = k
     b.alloc(f"fields:{key}", PROTO_FIELDS)
 
