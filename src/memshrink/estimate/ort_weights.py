@@ -171,11 +171,12 @@ def embedded_mode(g: GraphInfo, w: WeightSplit, convs: list[ConvWeight]) -> str:
     what frees the session copies (docs/estimate.md, "Which glibc mode"). Prepacked weights'
     copies, each freed right after its packed copy is allocated: ``pinned`` (GPT-2 19 of 19
     processes, BERT-base 27 of 41). Rewritten Conv weights' copies, freed together once the
-    graph transformers are done: ``partly_pinned``, the expected heap when each spare pins
-    with even odds — processes of these models spread between the two extremes (MobileNetV2
-    45 / 50 MiB at creation against 39 consolidated and 51 pinned; ResNet-50 b16 run 1 318 /
-    374 against 318 and 395). An observed rule, not one read in glibc: which spare finds a
-    tcache slot is decided by small allocations the replay does not see. The fp16 copies of
+    graph transformers are done: ``copies_merged``, their region one hole (ResNet-50 b16's
+    318 MiB run-1 cluster, 18 of 26 processes, and MobileNetV2's 45 MiB one: heap walks)
+    and every other spare pinning with even odds (``partly_pinned`` tossed a coin for the
+    copies too: ResNet-50 b16 run 1 +11 %). Processes still spread between the extremes
+    (the band). An observed rule, not one read in glibc: which spare finds a tcache slot is
+    decided by small allocations the replay does not see. The fp16 copies of
     weights ORT converts to f32 (``ort_fp16``) are freed together after the transformers too,
     whoever packs their f32 copies later (traced, LeViT-128S fp16: the copies' region one
     merged 7-11 MiB hole in 3 of 3 heap walks; ``creation_blocks``), and so are constant
@@ -188,7 +189,7 @@ def embedded_mode(g: GraphInfo, w: WeightSplit, convs: list[ConvWeight]) -> str:
     packed = sum(
         g.tensors[n].nbytes or 0 for n, k in w.names.items() if k == "prepacked" and n not in cast
     )
-    return "partly_pinned" if conv >= packed else "pinned"
+    return "copies_merged" if conv >= packed else "pinned"
 
 
 def _heap_bytes(nbytes: int) -> int:
