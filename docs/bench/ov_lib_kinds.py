@@ -4,7 +4,7 @@ the DynamicQuantizeLinear kernels (session 10, docs/estimate.md "Session 10").
     python docs/bench/ov_lib_kinds.py build DIR        # the micro-graphs
     python docs/bench/ov_lib_kinds.py measure DIR ... # each file dynamic and static, in the
                                                        # verifier's child (estimate_measure.py)
-    python docs/bench/ov_lib_kinds.py fit JSON         # lib-page fit over node kinds
+    python docs/bench/ov_lib_kinds.py fit JSON DIR     # lib-page fit over node kinds
 
 ``measure`` takes extra ``FILE=NAME=D,D..[;NAME=D,..]`` arguments (real exports) beside the
 micro-graphs, and prints one JSON row per file: per stage peak / anon / file MiB, ``dyn`` as
@@ -95,7 +95,8 @@ def _measure(path: str, shapes: str, static: bool) -> dict[str, dict[str, float]
         cmd += ["--shape", s]
     if static:
         cmd.append("--ov-reshape")
-    out = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
+    done = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    out = json.loads(done.stdout)
     return {k: {f: round(v[f] / 2**20, 2) for f in ("peak", "anon", "file")}
             for k, v in out["stages"].items() if k in ("read_model", "compile_model", "run_1")}  # fmt: skip
 
@@ -109,14 +110,19 @@ def measure(d: Path, extra: list[str]) -> None:
         print(json.dumps(row), flush=True)
 
 
-def fit(path: Path) -> None:
+def fit(path: Path, micro: Path) -> None:
+    """Rows whose file is gone (the sweep's temporary folders) are left out."""
     sys.path.insert(0, str(HERE.parents[1] / "src"))
     from memshrink.estimate.graph import build_view
     from memshrink.estimate.ov_kinds import CONV_KINDS, FC_KINDS, node_kinds
 
+    build(micro)
     rows = json.loads(path.read_text())["rows"]
     xs, ys = [], []
     for r in rows:
+        r["file"] = r["file"].replace("MICRO/", f"{micro}/")
+        if not Path(r["file"]).is_file():
+            continue
         shapes = {k: [int(x) for x in v.split(",")]
                   for k, v in (s.split("=") for s in r["shapes"].split(";") if s)}  # fmt: skip
         kinds = node_kinds(build_view(r["file"], shapes=shapes or None).graph)
@@ -137,4 +143,4 @@ if __name__ == "__main__":
     elif cmd == "measure":
         measure(Path(arg), rest)
     else:
-        fit(Path(arg))
+        fit(Path(arg), Path(rest[0]))
