@@ -1340,7 +1340,15 @@ def predict(
             "weights packed again (half their f32 bytes), at the first infer"
         )
     if dynamic:  # the first infer's small allocations reuse the dropped ov.Model's heap
-        reuse = int(min(c["ov_model_heap_reuse"] * graph_anon, deferred + jit_shift))
+        # ... and, with weights on the heap, its f16 Constants: the compiled model holds their
+        # decompressed f32 copies, so the originals go with the ov.Model, and the deferred FC
+        # packs land in their blocks. 4 x MatMul(x, Cast(W f16 1024^2)), embedded, symbolic
+        # [B, S]: infer 1 72.8 MiB dynamic against 80.1 static, 8 MiB of f16 weights; timm
+        # LeViT-fp16 embedded infer 1 117.7 (14.3 MiB f16; 131.6 predicted without this).
+        # Measured 2026-11-27 (session 10), bf16 host.
+        heap_f16 = w.fp16 if view.embedded or not mapped else 0
+        graph_heap = c["ov_model_heap_reuse"] * graph_anon + heap_f16
+        reuse = int(min(graph_heap, deferred + jit_shift))
         if reuse > 0:
             run.overhead -= reuse
             run.notes.append(
