@@ -1271,12 +1271,13 @@ def predict(
     copies = int(fc_total + c["ov_fc"] * w.fc_fused + 2 * w.fp16) + conv_copies - deferred
     n_kernels, n_configs = conv_configs(g)
     # Library pages touched at the first infer: with any primitive made there (the deferred
-    # Conv/FC copies), or in a dynamic graph without Conv/FC weights of its own (element-wise,
-    # control flow: If / Loop bodies are compiled at the first infer). A dynamic f32 graph
-    # whose only kernels are FCs without a post-op makes them at compile: no shift (4 x MatMul
-    # 1024^2 at f32: compile file 23.5, infer 1 24.2).
+    # Conv/FC copies), and in every dynamic graph at bf16 / f16 (element-wise, control flow:
+    # If / Loop bodies too; int8 MatMulInteger FCs: ORT-quantized BERT 1.9 MiB). At f32 a
+    # dynamic graph whose only kernels are FCs without a post-op makes them at compile: no
+    # shift (4 x MatMul 1024^2 at f32: compile file 23.5, infer 1 24.2).
     shift_key = "ov_deferred_lib_f32" if precision == "f32" else "ov_deferred_lib"
-    lib_shift = int(c[shift_key]) if deferred or (dynamic and not n_kernels) else 0
+    at_infer = dynamic and (precision != "f32" or not n_kernels)
+    lib_shift = int(c[shift_key]) if deferred or at_infer else 0
     n_mha = mha_count(g)
     seq_dynamic = dynamic and not batch_only_dynamic(view)
     n_mha_dyn = mha_dynamic_count(g) if seq_dynamic else 0
