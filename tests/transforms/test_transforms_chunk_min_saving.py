@@ -44,3 +44,16 @@ def test_min_saving_makes_a_tiny_gain_a_noop_with_reason() -> None:
 def test_the_all_preset_sets_min_saving() -> None:
     (chunk,) = [p for p in resolve_pipeline("all", {}) if p.name == "chunk"]
     assert chunk.options.min_saving == 4 << 20
+
+
+def test_no_layout_is_tried_when_the_activations_are_under_min_saving() -> None:
+    """A layout's predicted activations are >= 0, so it saves at most the model's own: under
+    min_saving the search is skipped (no trial clones); at it, the search runs and refuses."""
+    base = ChunkPass().run(ir.from_proto(cnn(batch=4, hw=32)), PassContext())
+    before = base.stats["predicted_activations_before"]
+    res = ChunkPass(min_saving=before + 1).run(ir.from_proto(cnn(batch=4, hw=32)), PassContext())
+    assert not res.modified and "candidates" not in res.stats
+    assert "no layout can save that much" in res.stats["reason"]
+    res = ChunkPass(min_saving=before).run(ir.from_proto(cnn(batch=4, hw=32)), PassContext())
+    assert not res.modified and res.stats["candidates"]
+    assert res.stats["reason"].startswith("best candidate")
