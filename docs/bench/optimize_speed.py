@@ -33,6 +33,7 @@ import memshrink.cli as cli
 import memshrink.hooks as hooks
 import memshrink.pipeline as pipeline
 
+
 def _status_mib(key: str) -> float:
     with open("/proc/self/status") as f:
         for line in f:

@@ -89,7 +89,9 @@ def main() -> int:
     cli = [sys.executable, "-m", "memshrink.cli"]
     commands = args.commands.split(",")
     rows = []
-    print("| model | weights (MiB) | command | wall (s) | CPU (s) | peak RSS (MiB) | target (MiB) |")
+    print(
+        "| model | weights (MiB) | command | wall (s) | CPU (s) | peak RSS (MiB) | target (MiB) |"
+    )
     print("| --- | ---: | --- | ---: | ---: | ---: | ---: |")
     names = [] if args.file and args.models == DEFAULT_MODELS else args.models.split(",")
     for name in names + args.file:
