@@ -479,10 +479,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
         quiet=False,
     )
     code = cmd_optimize(opt_args)
-    from memshrink.model import load
-    from memshrink.writer import data_files
+    from memshrink.extrefs import read_refs
 
-    files = [dst, *data_files(load(dst))]  # the files written, not any stale ones beside them
+    # The files written, not stale ones beside them; read from the wire format, no model load.
+    named = dict.fromkeys(ref.location for ref in read_refs(dst))
+    files = [dst, *(dst.parent / loc for loc in named)]
     size_out = sum(f.stat().st_size for f in files)
     print(
         f"\n{src.name}: {format_bytes(src.stat().st_size)} -> "

@@ -290,3 +290,39 @@ def test_an_export_without_intermediate_types_gets_typed_slices(
     np.testing.assert_allclose(
         run_ort(out, feeds)[0], run_ort(src, feeds)[0], atol=1e-3, rtol=1e-3
     )  # f16 round trip inside the block: rounding at f16's 11-bit mantissa
+
+
+def test_backend_cuda_guards_the_channel_split_on_gpu_plus_host(tmp_path: Path) -> None:
+    """``optimize --backend cuda``: a channel split must not raise CUDA's predicted GPU + host
+    total either (each split Conv keeps its cuDNN state on the host); the tried splits of a
+    small bottleneck save no GPU arena region, so each is refused for its host cost."""
+    src = tmp_path / "ib.onnx"
+    onnx.save_model(bottleneck(hw=16), src)
+    opts = {"chunk": {"modes": "channels", "min_gain": -1.0, "guard_backends": ""}}
+    ctx = PassContext(backend="cuda", deploy_only=True)
+    res = PassManager(["chunk"], options=opts).run(src, ctx)[1].passes[0]
+    g = res.stats["channels"]["guard"]
+    before = g["before"]["cuda"]
+    assert not res.modified and g["tried"] and "host" in before
+    for t in g["tried"]:
+        after = t["cuda"]
+        assert after["steady_state"] > before["steady_state"] or (
+            after["steady_state"] + after["host"] > before["steady_state"] + before["host"]
+        )
+    gpu_only = {"chunk": {**opts["chunk"], "cuda_total": False}}  # the GPU guard alone keeps one
+    assert PassManager(["chunk"], options=gpu_only).run(src, ctx)[1].passes[0].modified
+
+
+def test_min_saving_refuses_a_tiny_channel_split(tmp_path: Path) -> None:
+    """``min_saving`` bounds the channel splits as it bounds the row layouts: the ``all``
+    preset (4 MiB) once took channels x2 on HF MobileViT b2 for 0.25 MiB predicted, and the
+    75 added nodes cost the OpenVINO EP +16 MiB measured."""
+    src = tmp_path / "ib.onnx"
+    onnx.save_model(bottleneck(hw=16), src)
+    opts: dict = {"chunk": {"modes": "channels"}}
+    plain = PassManager(["chunk"], options=opts).run(src)[1].passes[0]
+    assert plain.modified and plain.stats["channels"]["chunks"] >= 2
+    opts["chunk"]["min_saving"] = "4MiB"
+    res = PassManager(["chunk"], options=opts).run(src)[1].passes[0]
+    assert not res.modified
+    assert "under min_saving 4194304 B" in res.stats["channels"]["reason"]

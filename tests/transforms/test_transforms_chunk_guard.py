@@ -7,6 +7,8 @@ grows in power-of-two regions and every Conv node keeps its own cuDNN state on t
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import onnx
 import onnx_ir as ir
@@ -106,3 +108,52 @@ def test_guarded_adds_the_pipelines_target() -> None:
     assert guarded("cuda", PassContext(backend="openvino")) == ["cuda", "openvino"]
     assert guarded(" cuda, ,cuda", PassContext(backend="cuda")) == ["cuda"]
     assert guarded("", PassContext(backend="ort-openvino")) == ["ort-openvino"]
+
+
+def _fixed_figures(table: dict[int, dict[str, int]]) -> Any:
+    """Guard figures by model identity: known answers instead of predictions."""
+
+    def figures(model: ir.Model, context: PassContext, backend: str) -> dict[str, int]:
+        return dict(table[id(model)])
+
+    return figures
+
+
+def test_cuda_deploy_target_refuses_a_layout_raising_gpu_plus_host() -> None:
+    # ResNet-50 b16's batch x16 as measured on the CUDA EP: GPU 522 -> 260, host 715 -> 1376
+    base, wide, narrow = (ir.from_proto(_chain(1 << 10)) for _ in range(3))
+    table = {
+        id(base): {"steady_state": 522 * MiB, "host": 715 * MiB},
+        id(wide): {"steady_state": 260 * MiB, "host": 1376 * MiB},  # total +399 MiB
+        id(narrow): {"steady_state": 260 * MiB, "host": 850 * MiB},  # total -127 MiB
+    }
+    trials = {"wide": wide, "narrow": narrow}
+    ranking = [{"name": "wide", "chunks": 16}, {"name": "narrow", "chunks": 4}]
+
+    def chooser(total: bool) -> Chooser:
+        return Chooser(base, PassContext(backend="cuda", deploy_only=True), ["cuda"], [],
+                       lambda c: trials[c["name"]], figures=_fixed_figures(table), total=total)  # fmt: skip
+
+    with_total = chooser(True)
+    assert with_total.choose(ranking)["name"] == "narrow"
+    assert "GPU + host total" in with_total.report["tried"][0]["refused"]
+    assert chooser(False).choose(ranking)["name"] == "wide"  # GPU alone, as before
+    assert chooser(True).choose(ranking[:1]) is None
+
+
+def test_chunk_under_backend_cuda_refuses_what_costs_the_host_more_than_the_gpu_saves() -> None:
+    # The small CNN: batch x8 saves 6 MiB of GPU (one arena region) for 16 MiB of host (cuDNN
+    # state per copied Conv); every smaller split saves less than its host cost too.
+    cuda_target = PassContext(backend="cuda", deploy_only=True)
+    res = ChunkPass().run(ir.from_proto(_cnn()), cuda_target)
+    g = res.stats["guard"]
+    assert not res.modified and "GPU + host" in res.stats["reason"]
+    assert len(g["tried"]) == 4
+    before = sum(g["before"]["cuda"].values())
+    for t in g["tried"]:
+        assert t["cuda"]["steady_state"] + t["cuda"]["host"] > before
+        assert t["refused"] == "raises the predicted cuda GPU + host total"
+    # the option off: the GPU-only guard of the default pipeline (batch x8 lowers the GPU)
+    off = ChunkPass(cuda_total=False).run(ir.from_proto(_cnn()), cuda_target)
+    assert off.modified and off.stats["chunks"] == 8
+    assert off.stats["guard"]["change"]["cuda"]["steady_state"] < 0

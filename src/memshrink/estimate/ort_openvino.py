@@ -29,6 +29,13 @@ onnxruntime-openvino 1.24.1, which bundles OpenVINO 2025.4.1; micro-graphs measu
   mapping) and, for Conv/FC, re-laid out k times: k - 1 more copies of each, for the whole
   session (measured on MatMul chains, and BERT b4x512 batch x4: +1255 MiB file, predicted
   +1248).
+* A graph input declared without a shape makes the EP claim no node at all: ORT's CPU EP
+  runs the graph (``takes_nothing``). ORT's ``EliminateIdentity`` (level 1) makes an Identity
+  of a weight a name before partitioning: no folded copy.
+* Dynamic dims, embedded: OpenVINO reads the serialized string as native ``read_model`` reads
+  an embedded file, beside ORT's copy and the EP's proto and string (5x at the read); when
+  every tensor is over glibc's mmap threshold all those transient copies are unmapped after
+  session creation (``all_big``).
 * From there the CPU plugin behaves exactly as native OpenVINO: the same re-laid-out Conv/FC
   copies, the same dynamic-shape deferral of Conv and post-op FC weights to the first infer,
   the same ``MemorySolver`` workspace. So the prediction is native OpenVINO's (``openvino.py``,
@@ -44,7 +51,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from memshrink.estimate import openvino, ort_ml
+from memshrink.estimate import openvino, ort_identity, ort_ml
 from memshrink.estimate.disjoint import find_root
 from memshrink.estimate.graph import GraphInfo, ModelView, NodeInfo
 from memshrink.estimate.lifetimes import Buffer
@@ -88,6 +95,27 @@ ORT_CPU_DOMAINS = frozenset({"ai.onnx.ml"})
 def on_ort_cpu(n: NodeInfo) -> bool:
     """Whether the EP leaves node ``n`` to ORT's CPU EP."""
     return n.op_type in UNSUPPORTED or n.domain in ORT_CPU_DOMAINS
+
+
+def takes_nothing(view: ModelView) -> bool:
+    """Whether the EP compiles no OpenVINO subgraph at all, so ORT's CPU EP runs every node.
+
+    * A graph input declared without a shape (not even a rank): the EP claims no node of the
+      graph, not even those that never read that input (ORT's verbose placements, ORT 1.24.1:
+      ``x`` shapeless -> MatMul -> Relu, and the same beside a shaped input's MatMul -> Relu ->
+      Sigmoid chain: "All nodes placed on [CPUExecutionProvider]"; the sweep's
+      input-without-shape row measured 27.1 MiB at session, ORT CPU + the fixed cost).
+    * Only ai.onnx.ml nodes (and ``IsNaN``) besides ``Constant`` / ``Identity`` / folded ones:
+      nothing left for OpenVINO (measured on ai.onnx.ml graphs only: an IsNaN-only graph keeps
+      the OpenVINO path; ep-compat's guard compares its rewrites there).
+    """
+    if view.shapeless_inputs:
+        return True
+    g = view.graph
+    return any(n.domain in ORT_CPU_DOMAINS for n in g.nodes) and not any(
+        not on_ort_cpu(n) and i not in g.folded and n.op_type not in ("Constant", "Identity")
+        for i, n in enumerate(g.nodes)
+    )
 
 
 _STAGES = (
@@ -138,6 +166,24 @@ def ort_node_count(g: GraphInfo) -> int:
         for i, n in enumerate(g.nodes)
         if n.op_type not in ("Constant", "Identity") and i not in g.folded
     )
+
+
+def all_big(view: ModelView) -> bool:
+    """Whether every transient copy the EP's dynamic path makes is unmapped after session
+    creation: each tensor over glibc's largest mmap threshold is mmapped (and returned when
+    freed) unless the heap already has a free block that large, and the freed heap here is
+    the transient copies of the small tensors (3 each: proto, string, OpenVINO's read). So:
+    some big tensor, and 3x the small ones' bytes below the smallest big one.
+
+    Measured (dynamic batch, embedded, MiB over baseline, session / after / run 1): 5 x
+    MatMul+Add+Relu 3584^2 (49 MiB tensors, 14 KiB biases) 1255 / 295 / 546; one 98 MiB
+    Gather table 518 / 147 / 148; and where the small ones could host the big copies, not:
+    a 49 MiB MatMul + 16 x 4 MiB 603 / 471 / 471, the 98 MiB table + 16 x 4 MiB 845 / 470 / 471.
+    """
+    g = view.graph
+    sizes = [g.tensors[n].nbytes or 0 for n in g.initializers if not g.tensors[n].folded]
+    big = [nb for nb in sizes if nb > GLIBC_MMAP_THRESHOLD_MAX]
+    return bool(big) and 3 * (sum(sizes) - sum(big)) < min(big)
 
 
 def small_initializer_bytes(view: ModelView, limit: float) -> int:
@@ -256,15 +302,16 @@ def predict(
     """Stage peaks for ORT + OpenVINOExecutionProvider (device CPU), the verifier's way."""
     c = dict(OVEP_CALIBRATION)
     c.update(calibration or {})
-    # measured on ai.onnx.ml graphs only: an IsNaN-only graph keeps the OpenVINO path below
-    # (ep-compat's guard compares its rewrites there; not measured without a subgraph)
-    if any(n.domain in ORT_CPU_DOMAINS for n in view.graph.nodes) and not any(
-        not on_ort_cpu(n)
-        and i not in view.graph.folded
-        and n.op_type not in ("Constant", "Identity")
-        for i, n in enumerate(view.graph.nodes)
-    ):
+    if takes_nothing(view):
         return _ort_cpu_only(view, opts, c)
+    # ORT's level 1 runs before partitioning: ``EliminateIdentity`` makes an Identity of a
+    # weight a name, no folded copy (``ort_identity``; legacy torch exports write one per
+    # deduplicated weight: RegNetY's 69, 3.4 MiB that were charged 4x at session creation).
+    # Only the EP's own folded-weight charge reads that graph: native OpenVINO's prediction
+    # keeps the graph as written (on the eliminated one it moved SSDlite +11 MiB, away from
+    # the measurement; not investigated).
+    g_ort = ort_identity.eliminate(view.graph)
+    ort_view = view if g_ort is None else dataclasses.replace(view, graph=g_ort)
     ov_c = openvino.OV_CALIBRATION
     # The EP compiles for CPU with precision FP32 (its default, which sets OpenVINO's
     # INFERENCE_PRECISION_HINT to f32 whatever the host supports): native rules at f32.
@@ -281,7 +328,7 @@ def predict(
     )
     by_name = {s.name: s for s in native.stages}
     g = view.graph
-    folded = folded_bytes(view)
+    folded = folded_bytes(ort_view)
     # ORT's heap copies of embedded weights, plus ORT's folded weights and OpenVINO's Constants.
     ort_copy = (ort_initializer_bytes(view) if view.embedded else 0) + 2 * folded
     # Embedded weights: a Conv+BN/Mul fusion *replaces* OpenVINO's heap Constant by the fused
@@ -303,6 +350,13 @@ def predict(
     # 2x more at session creation (measured 5x the weights on MatMul chains of 32 and 128 MiB,
     # against 3x with static dims); the run stages: see below.
     kept_proto = 2 * ort_initializer_bytes(view) if view.embedded and dynamic and not cut else 0
+    if kept_proto and kept_proto // 2 < GLIBC_MMAP_THRESHOLD_MAX:
+        # A string under 32 MiB is served from freed heap, not a fresh mapping: only the proto
+        # counts. EP - native compile - fixed cost, dynamic embedded: 8 x Conv 128^2 3x3 (4.5
+        # MiB) 1.9x the weights, RegNetY (7.2) 1.9x, EfficientNet-B0 (15.2) 2.5x; from 8 x
+        # MatMul 1024^2 (32 MiB of weights: the string is over 32 MiB with the graph's bytes)
+        # up, 3x and more, as rule 2 says.
+        kept_proto //= 2
     ort_copy += kept_proto
     # Static dims, embedded: OpenVINO compiles straight from the serialized string, whose
     # weight copy is freed once compiled; glibc keeps the freed pages of tensors up to its
@@ -376,6 +430,14 @@ def predict(
                 "embedded tensors <= 1 MiB: OpenVINO's transient read copy stays on the heap"
             )
     if kept_proto:
+        # OpenVINO reads the serialized string as native read_model reads an embedded file
+        # (ModelProto + a Constant per tensor: 2x) while the EP's proto and string are alive:
+        # session creation peaks in that read when native read peaks above native compile
+        # (FCs with a fused activation deferred to the first infer: 5 x MatMul+Add+Relu
+        # 3584^2, 245 MiB, measured 1255 MiB, was predicted 1035 at 4x; 20 x 1792^2: 1267,
+        # was 1037), else in compile as before (RegNetY, 7 MiB: read 26, compile 57 native).
+        read_extra = max(0, by_name["read_model"].peak - by_name["compile_model"].peak)
+        stages[0].weights_anon += read_extra
         # After session creation the serialized string (one block of the weights' size,
         # mmapped by glibc) is returned; the proto's freed tensors stay as free heap that the
         # first infer's re-laid-out weights and activations reuse: a run stage holds the larger
@@ -384,11 +446,25 @@ def predict(
         # Without a tensor over glibc's largest mmap threshold nothing is returned: the run
         # stages hold the session peak (Whisper-base encoder, 78 MiB in tensors <= 4 MiB:
         # session 431, run 435; MatMul chains of 4 and 16 MiB tensors: 212 / 212, 716 / 700).
-        floor = stages[0].peak
+        # OpenVINO's read copy (``read_extra``) is freed before the string and the proto, and
+        # compile reuses its heap: the floor is the session peak without it (20 x MatMul 1792^2
+        # 245 MiB, tensors <= 32 MiB: run 1033 measured, 1037 predicted so).
+        floor = stages[0].peak - read_extra
         if big_tensor(view):
             floor -= ort_initializer_bytes(view)
-        for st in stages[1:]:
-            st.weights_anon += max(floor, st.peak - kept_proto) - st.peak
+        if all_big(view):
+            # Every big transient copy unmapped (see ``all_big``): what stays is one copy of
+            # the weights and the small tensors' transients (3 each), then the first infer's
+            # re-laid-out weights (what native OpenVINO defers to it).
+            w_all = ort_initializer_bytes(view)
+            w0 = w_all + 3 * (w_all - big_initializer_bytes(view))
+            compile_w = by_name["compile_model"].weights_anon
+            for (_, src), st in zip(_STAGES[1:], stages[1:], strict=True):
+                st.weights_anon = w0 + max(0, by_name[src].weights_anon - compile_w)
+            stages[0].notes.append("weights all > 32 MiB: the transient copies are unmapped")
+        else:
+            for st in stages[1:]:
+                st.weights_anon += max(floor, st.peak - kept_proto) - st.peak
         stages[0].notes.append("dynamic shapes: the EP's ModelProto and its serialized string")
         for st in stages[1:]:
             st.notes.append("dynamic shapes: the freed proto's heap, reused by the first infer")
@@ -465,9 +541,14 @@ def _ort_cpu_only(
         for s in cpu.stages
     ]
     stages[0].notes.append("no node for OpenVINO: ORT's CPU EP runs the whole graph")
+    why = (
+        f"graph input(s) without a shape ({', '.join(sorted(view.shapeless_inputs))}): the EP "
+        "claims no node"
+        if view.shapeless_inputs
+        else f"no node OpenVINO can take (ai.onnx.ml or {', '.join(sorted(UNSUPPORTED))} only)"
+    )
     assumptions = [
-        "ORT OpenVINO EP, device_type CPU: no node OpenVINO can take (ai.onnx.ml or "
-        f"{', '.join(sorted(UNSUPPORTED))} only): ORT CPU's prediction plus the EP's fixed "
+        f"ORT OpenVINO EP, device_type CPU: {why}: ORT CPU's prediction plus the EP's fixed "
         f"cost, {fixed / MiB:.1f} MiB"
     ] + cpu.assumptions
     details = {**cpu.details, "ovep_subgraphs": 0}

@@ -85,12 +85,22 @@ def _act_and_peak(model: ir.Model, context: PassContext) -> tuple[int, int]:
 
 def _peak(model: ir.Model, context: PassContext, backend: str) -> int:
     """Predicted whole-process peak (the highest stage) on ``backend``, saved layout."""
+    return _peak_figures(model, context, backend)["steady_state"]
+
+
+def _peak_figures(model: ir.Model, context: PassContext, backend: str) -> dict[str, int]:
+    """The channel split's guard figures: the predicted whole-process peak on ``backend`` as
+    ``steady_state``; on CUDA also the host's highest stage (``host``), which the GPU + host
+    total of ``optimize --backend cuda`` needs (``Chooser.total``)."""
     from memshrink.estimate import estimate
 
     est = estimate(
         model, backend=backend, embedded=saved_embedded(model), **pipeline_bindings(model, context)
     )
-    return max(est.stage_peaks().values())
+    out = {"steady_state": int(max(est.stage_peaks().values()))}
+    if backend == "cuda":
+        out["host"] = int(max(est.prediction.details["host"].values()))
+    return out
 
 
 def _ir_shapes(model: ir.Model) -> dict[str, tuple[int, ...] | None]:
@@ -400,6 +410,9 @@ class ChunkPass(Pass):
         # of guard_backends (e.g. "openvino": its CPU plugin spends ~0.1-0.25 MiB per Conv/FC
         # primitive, and a split multiplies them)
         channel_guard: str = ""
+        # optimize --backend cuda: a layout must not raise CUDA's predicted GPU + host total
+        # (each copied Conv keeps its cuDNN state on the host); false: GPU alone, as default
+        cuda_total: bool = True
         # backends whose predicted process peak the layout should not raise (by more than 5 %
         # and 8 MiB): the ranking on ORT CPU is walked for the best layout that keeps them,
         # else ORT CPU's pick is kept (transforms/chunking/choice.py); "" = ORT CPU only.
@@ -494,11 +507,15 @@ class ChunkPass(Pass):
                     for b, f in stats.get("guard", {}).get("before", {}).items()
                     if b in chooser.prefer and "peak" in f
                 }
-            chooser.figures = lambda m, c, b: {"steady_state": _peak(m, c, b)}
+            if chooser.total:  # --backend cuda: GPU + host (one estimate gives both)
+                chooser.figures = _peak_figures
+            else:
+                chooser.figures = lambda m, c, b: {"steady_state": _peak(m, c, b)}
             ch = choose_channels(
                 model, lambda m: _act_and_peak(m, context), shapes, after,
                 base_peak=max(est.stage_peaks().values()),
-                budget=o.activation_budget, min_gain=o.min_gain, max_chunks=o.max_chunks,
+                budget=o.activation_budget, min_gain=o.min_gain, min_saving=o.min_saving,
+                max_chunks=o.max_chunks,
                 progress=context.progress, chooser=chooser,
             )  # fmt: skip
             stats["channels"] = ch
@@ -527,6 +544,7 @@ class ChunkPass(Pass):
             model, context, guard, [b for b in prefer if b not in guard],
             lambda c: _trial(model, shapes, c, o.spatial_axis),
             per_kernel=int(OV_CALIBRATION["ov_per_kernel"]), cap=o.prefer_cap,
+            total=context.deploy_only and o.cuda_total,
         )  # fmt: skip
 
     def _try(
@@ -719,7 +737,8 @@ class ChunkPass(Pass):
         gain = max(o.min_saving, o.min_gain * base)
         ranking = [pick] + [c for c in ranking[1:] if base - c["predicted_activations"] >= gain]
         chooser = self._chooser(model, context, shapes)
-        chosen = chooser.choose_into(ranking, stats, "every layout tried raises the steady state")
+        what = "steady state" + (" (CUDA: GPU + host)" if chooser.total else "")
+        chosen = chooser.choose_into(ranking, stats, f"every layout tried raises the {what}")
         if chosen is None:
             return stats, False, base
         pick = chosen

@@ -93,6 +93,20 @@ def guard_figures(model: ir.Model, context: PassContext, backend: str) -> dict[s
     return out
 
 
+def cuda_layout_figures(model: ir.Model, context: PassContext, embedded: bool) -> dict[str, Any]:
+    """Predicted CUDA stages if the weights are saved ``embedded`` (else external): host RSS
+    and GPU memory per stage, the file's own weight order (no order sampling)."""
+    from memshrink.estimate import estimate
+    from memshrink.estimate.cuda import WEIGHT_ORDERS
+
+    est = estimate(
+        model, backend="cuda", session_options={WEIGHT_ORDERS: "0"}, embedded=embedded,
+        **pipeline_bindings(model, context),
+    )  # fmt: skip
+    host = {k: int(v) for k, v in est.prediction.details["host"].items()}
+    return {"host": host, "gpu": {k: int(v) for k, v in est.stage_peaks().items()}}
+
+
 def process_figures(model: ir.Model, context: PassContext, backend: str) -> dict[str, int]:
     """Predicted process peak (the highest stage) on ``backend`` and its steady-state
     activations, in the weight layout the pipeline saves: what a preferred backend is judged by

@@ -202,13 +202,10 @@ def verify(
                 )
         out_names = [o.name for o in io_o.outputs]
         comparisons = _compare_pairs(runs_out, backend_list, out_names, atol, rtol, tolerances)
+        full = _cpu_original_outputs(runs_out)
         for c in comparisons:
             if c.status == "mismatch":
                 pair = [r for r in runs_out if r.backend == c.backend]
-                full = next(
-                    (x.outputs for x in runs_out if x.label == "original" and x.backend == "cpu"),
-                    None,
-                )
                 _recheck_at_full_precision(
                     c, pair, full, (ref_o, io_o), (ref_r, io_r), wd, feeds_path, feed_names,
                     timeout, session_options, provider_options, python, progress,
@@ -341,6 +338,11 @@ def _run(
     return res
 
 
+def _cpu_original_outputs(runs: list[RunResult]) -> Mapping[str, np.ndarray] | None:
+    """The original's outputs on ORT CPU: the full-precision reference for reduced-precision runs."""
+    return next((x.outputs for x in runs if x.label == "original" and x.backend == "cpu"), None)
+
+
 def _compare_pairs(
     runs: list[RunResult], backends: Sequence[str], names: list[str], atol: float, rtol: float,
     tolerances: Mapping[str, tuple[float, float]] | None,
@@ -356,11 +358,9 @@ def _compare_pairs(
             tols, notes = tolerances, []
             low = reduced_precision(o.child.get("assumptions"))
             if low and b != "cpu":
-                full = next(
-                    (x.outputs for x in runs if x.label == "original" and x.backend == "cpu"),
-                    None,
+                tols, why = widened_tolerances(
+                    names, _cpu_original_outputs(runs), o.outputs, atol, rtol, tolerances
                 )
-                tols, why = widened_tolerances(names, full, o.outputs, atol, rtol, tolerances)
                 notes.append(f"{b} computed in {low}: {why}")
             c.outputs = compare_outputs(names, o.outputs, r.outputs, atol, rtol, tols)
             extra = sorted(set(r.outputs) - set(names))
