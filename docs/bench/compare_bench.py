@@ -19,8 +19,10 @@ state) against the tools they would otherwise run (onnxsim, onnxslim, Polygraphy
 * ``memshrink.estimate`` predicts memshrink's output on every backend (with the recommended
   options on ``cpu``), set beside the measured stages.
 
-Findings (``regressions``): memshrink's output measured worse than the original, or than the
-best of onnxsim/onnxslim, at some stage by more than 2 % and 2 MiB (stage peak over baseline);
+Findings (``regressions``): memshrink's output measured worse than the original, than the
+best of onnxsim/onnxslim/Polygraphy, or than the original with a runtime memory setting (also
+with the recommended options, ORT CPU), at some stage by more than 2 % and 2 MiB (stage peak
+over baseline);
 outputs that do not match; estimates more than 10 % off. Resumable: ``--work`` keeps the
 tools' outputs and ``--json`` the models already done (``--redo`` measures them again).
 """
@@ -55,6 +57,12 @@ MODELS = (
     "zoo-resnet50",
 )
 WORSE_REL, WORSE_ABS, EST_TOL = 0.02, 2 * MiB, 0.10
+OTHER_TOOLS = ("onnxsim", "onnxslim", "polygraphy")
+RUNTIME_SETTINGS = (
+    "original+no-mem-pattern",
+    "original+no-pattern-no-arena",
+    "original+ov-lowmem",
+)
 ORT_OFF_PATTERN = {"enable_mem_pattern": False}
 ORT_OFF_ARENA = {"enable_mem_pattern": False, "enable_cpu_mem_arena": False}
 # OpenVINO CPU: the plugin's defaults on this 2-core box are already LATENCY / 1 stream; the
@@ -81,7 +89,10 @@ VARIANTS: dict[str, tuple[str, dict[str, dict[str, Any] | None]]] = {
 
 def run_tool(cmd: list[str], timeout: float) -> dict[str, Any]:
     """Run ``cmd`` niced in a child; wall seconds, peak RSS (bytes, rusage), exit code."""
-    env = dict(os.environ, PYTHONPATH=f"{ROOT / 'src'}:{ROOT}")
+    # a side folder of tools (pip install --no-deps --target DIR onnxslim polygraphy) stays on
+    # the path after this checkout's sources
+    extra = os.environ.get("PYTHONPATH", "")
+    env = dict(os.environ, PYTHONPATH=f"{ROOT / 'src'}:{ROOT}" + (f":{extra}" if extra else ""))
     t0 = time.perf_counter()
     try:
         proc = subprocess.Popen(
@@ -244,8 +255,70 @@ def measure_model(name: str, args: argparse.Namespace, prior: dict[str, Any]) ->
                 flush=True,
             )
     row["runs"] = runs
+    recheck_f32(row, work, args)
     row["estimates"] = estimates(files["memshrink"], rec, args.backends, tools)
     return row
+
+
+def stated_tolerance(work: Path) -> tuple[float, float] | None:
+    """The (atol, rtol) memshrink's output states for itself (``optimize --json``), if any."""
+    rep = work / "memshrink.json"
+    if not rep.is_file():
+        return None
+    tol = json.loads(rep.read_text()).get("stated_tolerance") or {}
+    return (float(tol["atol"]), float(tol["rtol"])) if "atol" in tol else None
+
+
+def recheck_f32(row: dict[str, Any], work: Path, args: argparse.Namespace) -> None:
+    """Variants whose outputs differ on OpenVINO, compared again with both models run at f32.
+
+    Why: OpenVINO's CPU plugin computes f32 models in bf16 on this host, and a rewrite that
+    moves the rounding (a channel split's partial sums) gives another bf16 answer; ``verify``
+    then decides at f32 (``verify/api.py``) and at the rewrite's stated tolerance, so the
+    bench does the same (``match_f32``; memshrink's variants at the tolerance they state).
+    """
+    from memshrink.verify.compare import compare_outputs
+    from memshrink.verify.kinds import read_io, resolve_model
+    from memshrink.verify.precision import FULL_PRECISION_OPTIONS
+    from memshrink.verify.runner import run_child
+
+    runs = row["runs"]
+    bad = [k for k, e in runs.items() if e.get("match") is False and k.endswith("@openvino")]
+    if not bad:
+        return
+    src = ROOT / ".cache" / "models" / f"{row['model']}.onnx"
+    files = {"original": src, **{k: v[1] for k, v in tool_commands(src, work).items()}}
+    feeds_path = work / "feeds.npz"
+    io = read_io(resolve_model(str(src), "original", work))
+    out_names = [o.name for o in io.outputs]
+    names = [x.split("[")[0] for x in row["inputs"]]  # the order feeds.npz was saved in
+    force = FULL_PRECISION_OPTIONS["openvino"]
+
+    def outputs(tool: str) -> Any:
+        r = run_child(
+            resolve_model(str(files[tool]), tool, work), f"{tool}-f32", "openvino",
+            workdir=work, feeds_path=feeds_path, feed_names=names, output_names=out_names,
+            runs=1, timeout=args.timeout, provider_options=force,
+        )  # fmt: skip
+        return r.outputs
+
+    ref = outputs("original")
+    stated = stated_tolerance(work)
+    for key in bad:
+        variant = key.split("@")[0]
+        tool = VARIANTS[variant][0]
+        got = outputs(tool)
+        if ref is None or got is None:
+            runs[key]["match_f32"] = None
+            continue
+        atol, rtol = (args.atol, args.rtol)
+        if tool == "memshrink" and stated:
+            atol, rtol = max(atol, stated[0]), max(rtol, stated[1])
+        cmp = compare_outputs(out_names, ref, got, atol, rtol)
+        runs[key]["match_f32"] = all(c.ok for c in cmp)
+        runs[key]["max_abs_f32"] = max((float(c.max_abs or 0.0) for c in cmp), default=0.0)
+        runs[key]["tolerance_f32"] = [atol, rtol]
+        print(f"  {key} at f32: match={runs[key]['match_f32']}", file=sys.stderr, flush=True)
 
 
 def estimates(
@@ -291,7 +364,16 @@ def findings(row: Mapping[str, Any]) -> list[str]:
         if ent.get("status") not in ("ok", "no-output"):
             out.append(f"{key}: {ent['status']}: {str(ent.get('error'))[:160]}")
         if ent.get("match") is False:
-            out.append(f"{key}: outputs differ (max abs {ent.get('max_abs'):.3g})")
+            at32 = ent.get("match_f32")
+            out.append(
+                f"{key}: outputs differ (max abs {ent.get('max_abs'):.3g})"
+                + (
+                    ""
+                    if at32 is None
+                    else f"; at f32: {'match' if at32 else 'DIFFER'} (max abs "
+                    f"{ent.get('max_abs_f32'):.3g}, atol/rtol {ent.get('tolerance_f32')})"
+                )
+            )
     for backend in {k.split("@")[1] for k in runs}:
         for stage, _ in (runs.get(f"original@{backend}") or {}).get("stages", {}).items():
             o = _stage(runs, f"original@{backend}", stage)
@@ -304,7 +386,7 @@ def findings(row: Mapping[str, Any]) -> list[str]:
                 )
             others = [
                 (t, v)
-                for t in ("onnxsim", "onnxslim")
+                for t in OTHER_TOOLS
                 if (v := _stage(runs, f"{t}@{backend}", stage)) is not None
             ]
             if others:
@@ -314,6 +396,19 @@ def findings(row: Mapping[str, Any]) -> list[str]:
                         f"WORSE than {t}: {backend}:{stage} {t} {best / MiB:.0f}, "
                         f"memshrink {m / MiB:.0f} MiB"
                     )
+            # the original with a runtime memory setting: memshrink's output with the defaults,
+            # and (ORT CPU) with the options `optimize` recommends, the like-for-like pair
+            for setting in RUNTIME_SETTINGS:
+                v = _stage(runs, f"{setting}@{backend}", stage)
+                if v is None:
+                    continue
+                for ms in ("memshrink-all", "memshrink-all+rec"):
+                    mv = _stage(runs, f"{ms}@{backend}", stage)
+                    if mv is not None and _worse(mv, v):
+                        out.append(
+                            f"WORSE than {setting}: {backend}:{stage} {v / MiB:.0f}, "
+                            f"{ms} {mv / MiB:.0f} MiB"
+                        )
     for key, pred in row.get("estimates", {}).items():
         backend = key.split("@")[1]
         if "error" in pred:
@@ -351,7 +446,9 @@ def _process_peak(runs: Mapping[str, Any], key: str) -> str:
         return str(ent.get("status"))
     vals = [v["peak_delta"] for v in ent["stages"].values()]
     cell = f"{max(vals) / MiB:.0f}" if vals else "–"
-    return cell if ent.get("match", True) else f"{cell} DIFFER"
+    if ent.get("match", True):
+        return cell
+    return f"{cell} (bf16≠, f32 =)" if ent.get("match_f32") else f"{cell} DIFFER"
 
 
 def format_summary(rows: list[dict[str, Any]]) -> str:
@@ -408,6 +505,8 @@ def format_tables(rows: list[dict[str, Any]]) -> str:
                     "ref" if k.startswith("original@")
                     else "–" if match is None
                     else "match" if match
+                    else f"bf16 differs ({ent.get('max_abs'):.2g}); f32 match"
+                    if ent.get("match_f32")
                     else f"DIFFER ({ent.get('max_abs'):.2g})"
                 )  # fmt: skip
                 cells = [_cell(runs, k, s) for s in stages]
@@ -471,6 +570,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--table", help="only print the markdown tables of this results JSON")
     ap.add_argument("--reestimate", action="store_true", help="only redo the estimates")
     ap.add_argument(
+        "--recheck-f32",
+        action="store_true",
+        help="only compare again at f32 the OpenVINO variants whose outputs differ",
+    )
+    ap.add_argument(
         "--retool",
         help="only time this tool again on the models in --json (after a change to it); the "
         "measured variant files are kept, the old record goes under 'previous'",
@@ -481,6 +585,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if a.retool:
         return retool(a)
+    if a.recheck_f32:
+        out = Path(a.json)
+        data = json.loads(out.read_text())
+        for row in data["rows"]:
+            if row["model"] in a.models:
+                recheck_f32(row, Path(a.work) / row["model"], a)
+                row["findings"] = findings(row)
+                out.write_text(json.dumps(data, indent=1) + "\n")
+        return 0
     if a.reestimate:  # the estimator changed: predict the measured memshrink outputs again
         out = Path(a.json)
         data = json.loads(out.read_text())

@@ -9,7 +9,12 @@ a Llama-like decoder with GQA); ORT's transformer optimizer (com.microsoft fused
 dynamic (MatMulInteger) and static (QDQ) quantizers, fp16 conversion; odd files: external data
 in a sub-folder / several files, opsets 11..21, IR 7, unused initializers, initializers listed
 as inputs, zero-size tensors, omitted optional inputs, unnamed and duplicate-named nodes,
-int64/bool/string inputs.
+int64/bool/string inputs. Session 10: CLIP (two towers), wav2vec2 / HuBERT (conv front end,
+dynamic audio length), Segformer, DINOv2 (interpolated position embeddings, dynamic H/W), DETR
+(transformers ResNet backbone), YOLOS, HF MobileViT, Qwen2 with its KV cache (dynamo), Phi-3,
+Gemma, BART's decoder step with past, Mamba (unrolled scan), ORT's optimizer on Llama,
+``MatMulNBits`` 4-bit, per-channel QDQ, ``torch.while_loop``, opset-23 Attention / RMSNorm /
+RotaryEmbedding, an onnxruntime-genai-style decoder (GroupQueryAttention, MatMulNBits).
 """
 
 from __future__ import annotations
@@ -1661,6 +1666,883 @@ def dynamo_cond(d: Path) -> Case:
     b = torch.export.Dim("batch", min=1, max=256)
     _dynamo(Net(), (torch.randn(4, 64),), p, ["x"], ["y"], ({0: b},))
     return Case("dynamo-torch-cond", p, dims={"batch": 8})
+
+
+# --------------------------------------------------------------------------- session 10
+
+
+def _hf_out(module: Any, names: list[str], keys: tuple[str, ...]) -> Any:
+    """Wraps an HF model: positional inputs go in by keyword (``names``), the named outputs come
+    out as a tuple (neither exporter takes ``**kwargs`` with per-input dynamic shapes)."""
+    import torch
+
+    class W(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = module
+
+        def forward(self, a: Any, b: Any = None, c: Any = None) -> Any:
+            o = self.m(**dict(zip(names, (a, b, c)[: len(names)], strict=True)))
+            return tuple(getattr(o, k) for k in keys)
+
+    return W().eval()
+
+
+def _hf_dynamo_pos(
+    name: str,
+    module: Any,
+    keys: tuple[str, ...],
+    inputs: dict[str, Any],
+    dyn: dict[str, dict[int, str]],
+    d: Path,
+    dims: dict[str, int],
+    ranges: dict[str, tuple[int, int]] | None = None,
+) -> Case:
+    """``_hf_dynamo`` for models whose output is a ModelOutput: named outputs ``keys``."""
+    import torch
+
+    sym: dict[str, Any] = {}
+    ds = tuple(
+        {
+            a: sym.setdefault(n, torch.export.Dim(n, min=2, max=4096))
+            for a, n in dyn.get(k, {}).items()
+        }
+        or None
+        for k in inputs
+    )
+    p = d / f"{name}.onnx"
+    wrapped = _hf_out(module, list(inputs), keys)
+    _dynamo(wrapped, tuple(inputs.values()), p, list(inputs), list(keys), ds)
+    return Case(name, p, dims=dims, int_ranges=ranges or {})
+
+
+@builder("hf-clip-dynamo")
+def hf_clip(d: Path) -> Case:
+    """CLIP: two towers (text transformer with causal mask + argmax pooling, vision ViT), text
+    and image batches independent, the logit matrix between them."""
+    import torch
+    import transformers
+
+    cfg = transformers.CLIPConfig(
+        text_config={
+            "vocab_size": 300,
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "max_position_embeddings": 32,
+        },
+        vision_config={
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "image_size": 64,
+            "patch_size": 16,
+        },
+        projection_dim=32,
+    )
+    _seed()
+    m = transformers.CLIPModel(cfg)
+    inputs = {
+        "input_ids": _tok(300, 3, 8),
+        "attention_mask": torch.ones(3, 8, dtype=torch.long),
+        "pixel_values": torch.randn(2, 3, 64, 64),
+    }
+    dyn = {
+        "input_ids": {0: "texts", 1: "seq"},
+        "attention_mask": {0: "texts", 1: "seq"},
+        "pixel_values": {0: "images"},
+    }
+    return _hf_dynamo_pos(
+        "hf-clip-dynamo",
+        m,
+        ("logits_per_image", "text_embeds", "image_embeds"),
+        inputs,
+        dyn,
+        d,
+        {"texts": 3, "seq": 12, "images": 2},
+        {"attention_mask": (1, 2), "input_ids": (0, 300)},
+    )
+
+
+def _audio_cfg(cls: Any) -> Any:
+    return cls(
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        conv_dim=(32, 32, 32),
+        conv_stride=(5, 2, 2),
+        conv_kernel=(10, 3, 3),
+        num_conv_pos_embeddings=16,
+        num_conv_pos_embedding_groups=4,
+        vocab_size=32,
+    )
+
+
+@builder("hf-wav2vec2-ctc-dynamo")
+def hf_wav2vec2(d: Path) -> Case:
+    """wav2vec2 CTC: a strided Conv1d feature extractor (group norm), a grouped positional
+    Conv1d, a transformer; the audio length is dynamic."""
+    import torch
+    import transformers
+
+    _seed()
+    m = transformers.Wav2Vec2ForCTC(_audio_cfg(transformers.Wav2Vec2Config))
+    return _hf_dynamo_pos(
+        "hf-wav2vec2-ctc-dynamo",
+        m,
+        ("logits",),
+        {"input_values": torch.randn(2, 4000)},
+        {"input_values": {0: "batch", 1: "samples"}},
+        d,
+        {"batch": 2, "samples": 8000},
+    )
+
+
+@builder("hf-hubert-legacy")
+def hf_hubert(d: Path) -> Case:
+    """HuBERT through the legacy exporter: the same conv front end, dynamic batch and length."""
+    import torch
+    import transformers
+
+    _seed()
+    m = transformers.HubertModel(_audio_cfg(transformers.HubertConfig)).eval()
+    p = d / "hubert.onnx"
+    axes = {"input_values": {0: "batch", 1: "samples"}}
+
+    class P(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = m
+
+        def forward(self, x: Any) -> Any:
+            return self.m(input_values=x).last_hidden_state
+
+    _legacy(P(), (torch.randn(2, 4000),), p, ["input_values"], ["last_hidden_state"], axes)
+    return Case("hf-hubert-legacy", p, dims={"batch": 2, "samples": 8000})
+
+
+@builder("hf-segformer-dynamo")
+def hf_segformer(d: Path) -> Case:
+    """Segformer: overlapping patch embeddings, efficient attention with a strided reduction
+    Conv, an all-MLP decoder that upsamples every stage to 1/4 (dynamic H/W)."""
+    import torch
+    import transformers
+
+    cfg = transformers.SegformerConfig(
+        num_encoder_blocks=2,
+        depths=[1, 1],
+        sr_ratios=[4, 2],
+        hidden_sizes=[16, 32],
+        patch_sizes=[7, 3],
+        strides=[4, 2],
+        num_attention_heads=[1, 2],
+        mlp_ratios=[2, 2],
+        decoder_hidden_size=32,
+        num_labels=5,
+    )
+    _seed()
+    m = transformers.SegformerForSemanticSegmentation(cfg)
+    return _hf_dynamo_pos(
+        "hf-segformer-dynamo",
+        m,
+        ("logits",),
+        {"pixel_values": torch.randn(2, 3, 64, 64)},
+        {"pixel_values": {0: "batch", 2: "h", 3: "w"}},
+        d,
+        {"batch": 2, "h": 128, "w": 96},
+    )
+
+
+@builder("hf-dinov2-legacy")
+def hf_dinov2(d: Path) -> Case:
+    """DINOv2: position embeddings interpolated (bicubic Resize) to the input's patch grid,
+    layer scale; dynamic batch/H/W through the legacy exporter."""
+    import torch
+    import transformers
+
+    cfg = transformers.Dinov2Config(
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        mlp_ratio=2,
+        image_size=56,
+        patch_size=14,
+    )
+    _seed()
+    inner = transformers.Dinov2Model(cfg).eval()
+
+    class W(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = inner
+
+        def forward(self, x: Any) -> Any:
+            o = self.m(pixel_values=x)
+            return o.last_hidden_state, o.pooler_output
+
+    p = d / "dinov2.onnx"
+    axes = {"pixel_values": {0: "batch", 2: "h", 3: "w"}}
+    _legacy(W(), (torch.randn(2, 3, 56, 56),), p, ["pixel_values"], ["tokens", "pooled"], axes)
+    return Case("hf-dinov2-legacy", p, dims={"batch": 2, "h": 84, "w": 112})
+
+
+@builder("hf-detr-legacy")
+def hf_detr(d: Path) -> Case:
+    """DETR with the transformers ResNet backbone (``use_timm_backbone=False``): sine position
+    embeddings from the pixel mask, an encoder-decoder over 20 object queries; fixed size."""
+    import torch
+    import transformers
+
+    backbone = transformers.ResNetConfig(
+        embedding_size=16,
+        hidden_sizes=[16, 32, 64, 128],
+        depths=[1, 1, 1, 1],
+        layer_type="basic",
+        out_features=["stage4"],
+    )
+    cfg = transformers.DetrConfig(
+        use_timm_backbone=False,
+        backbone_config=backbone,
+        use_pretrained_backbone=False,
+        d_model=64,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=128,
+        decoder_ffn_dim=128,
+        num_queries=20,
+        num_labels=5,
+    )
+    _seed()
+    inner = transformers.DetrForObjectDetection(cfg).eval()
+
+    class W(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = inner
+
+        def forward(self, x: Any) -> Any:
+            o = self.m(pixel_values=x)
+            return o.logits, o.pred_boxes
+
+    p = d / "detr.onnx"
+    _legacy(W(), (torch.randn(1, 3, 128, 128),), p, ["pixel_values"], ["logits", "boxes"], {})
+    return Case("hf-detr-legacy", p)
+
+
+@builder("hf-yolos-dynamo")
+def hf_yolos(d: Path) -> Case:
+    """YOLOS: a ViT with detection tokens appended, interpolated mid-position embeddings."""
+    import torch
+    import transformers
+
+    cfg = transformers.YolosConfig(
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        image_size=[64, 64],
+        patch_size=16,
+        num_detection_tokens=10,
+        num_labels=5,
+    )
+    _seed()
+    m = transformers.YolosForObjectDetection(cfg)
+    return _hf_dynamo_pos(
+        "hf-yolos-dynamo",
+        m,
+        ("logits", "pred_boxes"),
+        {"pixel_values": torch.randn(2, 3, 64, 64)},
+        {"pixel_values": {0: "batch"}},
+        d,
+        {"batch": 2},
+    )
+
+
+@builder("hf-mobilevit-legacy")
+def hf_mobilevit(d: Path) -> Case:
+    """HF MobileViT (inverted residuals + unfold/fold transformer blocks), legacy, dynamic batch."""
+    import torch
+    import transformers
+
+    cfg = transformers.MobileViTConfig(
+        image_size=64,
+        hidden_sizes=[32, 40, 48],
+        neck_hidden_sizes=[8, 8, 16, 24, 32, 40, 160],
+        num_attention_heads=2,
+        num_labels=10,
+    )
+    _seed()
+    inner = transformers.MobileViTForImageClassification(cfg).eval()
+
+    class W(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = inner
+
+        def forward(self, x: Any) -> Any:
+            return self.m(pixel_values=x).logits
+
+    p = d / "mobilevit_hf.onnx"
+    _legacy(
+        W(),
+        (torch.randn(2, 3, 64, 64),),
+        p,
+        ["pixel_values"],
+        ["logits"],
+        {"pixel_values": {0: "batch"}},
+    )
+    return Case("hf-mobilevit-legacy", p, dims={"batch": 2})
+
+
+def _decoder_with_past(lm: Any, n_layers: int) -> Any:
+    """Wraps a decoder LM: (ids, mask, k0, v0, k1, v1, ...) -> (logits, present k/v ...)."""
+    import torch
+    import transformers
+
+    class Wrap(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lm = lm
+
+        def forward(self, ids: Any, mask: Any, *past: Any) -> Any:
+            cache = transformers.DynamicCache()
+            for i in range(n_layers):
+                cache.update(past[2 * i], past[2 * i + 1], i)
+            out = self.lm(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True)
+            pk = out.past_key_values
+            return (
+                out.logits,
+                *[t for i in range(n_layers) for t in (pk.layers[i].keys, pk.layers[i].values)],
+            )
+
+    return Wrap().eval()
+
+
+@builder("hf-qwen2-kv-dynamo")
+def hf_qwen2(d: Path) -> Case:
+    """Qwen2 (GQA 4/2 heads, rotary, QKV bias) with its KV cache in and out through the dynamo
+    exporter: dynamic batch, new tokens and past length."""
+    import torch
+    import transformers
+
+    cfg = transformers.Qwen2Config(
+        vocab_size=500,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        use_cache=True,
+    )
+    _seed()
+    m = _decoder_with_past(transformers.Qwen2ForCausalLM(cfg).eval(), 2)
+    b = torch.export.Dim("batch", min=1, max=64)
+    s = torch.export.Dim("seq", min=1, max=64)
+    past = torch.export.Dim("past", min=1, max=64)
+    total = torch.export.Dim.AUTO  # seq + past: a sum of two dims is no derived Dim
+    pv = [torch.randn(2, 2, 5, 16) for _ in range(4)]
+    p = d / "qwen2_kv.onnx"
+    dyn = ({0: b, 1: s}, {0: b, 1: total}, tuple({0: b, 2: past} for _ in range(4)))  # *past
+    names = ["input_ids", "attention_mask", "past_k0", "past_v0", "past_k1", "past_v1"]
+    outs = ["logits", "present_k0", "present_v0", "present_k1", "present_v1"]
+    _dynamo(m, (_tok(500, 2, 3), torch.ones(2, 8, dtype=torch.long), *pv), p, names, outs, dyn)
+    return Case(
+        "hf-qwen2-kv-dynamo",
+        p,
+        dims={"batch": 2, "seq": 3, "past": 9, "s64": 12},  # s64: the exporter's seq + past
+        int_ranges={"attention_mask": (1, 2), "input_ids": (0, 500)},
+    )
+
+
+@builder("hf-phi3-legacy")
+def hf_phi3(d: Path) -> Case:
+    """Phi-3 (fused qkv and gate_up projections, RMSNorm, rotary), legacy, no cache."""
+    import transformers
+
+    cfg = transformers.Phi3Config(
+        vocab_size=500,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=128,
+        use_cache=False,
+        pad_token_id=0,
+    )
+    _seed()
+    inner = transformers.Phi3ForCausalLM(cfg).eval()
+    p = d / "phi3.onnx"
+    _legacy_text(inner, p, 500, ["logits"], opset=17)
+    return Case(
+        "hf-phi3-legacy", p, dims={"batch": 2, "seq": 12}, int_ranges={"attention_mask": (1, 2)}
+    )
+
+
+@builder("hf-gemma-dynamo")
+def hf_gemma(d: Path) -> Case:
+    """Gemma (multi-query attention: 1 KV head, GeGLU, scaled embeddings, tied head), dynamo."""
+    import torch
+    import transformers
+
+    cfg = transformers.GemmaConfig(
+        vocab_size=500,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        head_dim=16,
+        max_position_embeddings=128,
+        use_cache=False,
+    )
+    _seed()
+    m = transformers.GemmaForCausalLM(cfg)
+    inputs = {"input_ids": _tok(500), "attention_mask": torch.ones(2, 8, dtype=torch.long)}
+    dyn = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}}
+    return _hf_dynamo(
+        "hf-gemma-dynamo", m, inputs, dyn, d, {"batch": 2, "seq": 12}, {"attention_mask": (1, 2)}
+    )
+
+
+@builder("hf-bart-past-legacy")
+def hf_bart_past(d: Path) -> Case:
+    """BART's decoder step with past: encoder output and the self-attention cache in, the new
+    cache out (the `decoder_with_past` file of an exported seq2seq pair)."""
+    import torch
+    import transformers
+
+    cfg = transformers.BartConfig(
+        vocab_size=300,
+        d_model=64,
+        encoder_layers=1,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=128,
+        decoder_ffn_dim=128,
+        use_cache=True,
+        max_position_embeddings=128,
+    )
+    _seed()
+    inner = transformers.BartForConditionalGeneration(cfg).eval()
+    dec = inner.get_decoder()
+    head = inner.lm_head
+
+    class W(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.dec, self.head = dec, head
+
+        def forward(
+            self, ids: Any, enc: Any, emask: Any, k0: Any, v0: Any, k1: Any, v1: Any
+        ) -> Any:
+            cache = transformers.EncoderDecoderCache(
+                transformers.DynamicCache(), transformers.DynamicCache()
+            )
+            cache.self_attention_cache.update(k0, v0, 0)
+            cache.self_attention_cache.update(k1, v1, 1)
+            o = self.dec(
+                input_ids=ids,
+                encoder_hidden_states=enc,
+                encoder_attention_mask=emask,
+                past_key_values=cache,
+                use_cache=True,
+            )
+            sc = o.past_key_values.self_attention_cache
+            return (
+                self.head(o.last_hidden_state),
+                sc.layers[0].keys,
+                sc.layers[0].values,
+                sc.layers[1].keys,
+                sc.layers[1].values,
+            )
+
+    past = [torch.randn(2, 4, 5, 16) for _ in range(4)]
+    args = (_tok(300, 2, 1), torch.randn(2, 7, 64), torch.ones(2, 7, dtype=torch.long), *past)
+    names = ["input_ids", "encoder_hidden_states", "encoder_attention_mask"]
+    names += ["past_k0", "past_v0", "past_k1", "past_v1"]
+    outs = ["logits", "present_k0", "present_v0", "present_k1", "present_v1"]
+    axes: dict[str, dict[int, str]] = {
+        "input_ids": {0: "batch"},
+        "encoder_hidden_states": {0: "batch", 1: "enc"},
+        "encoder_attention_mask": {0: "batch", 1: "enc"},
+    }
+    for n in names[3:]:
+        axes[n] = {0: "batch", 2: "past"}
+    p = d / "bart_dec_past.onnx"
+    _legacy(W(), args, p, names, outs, axes, opset=17)
+    return Case(
+        "hf-bart-past-legacy",
+        p,
+        dims={"batch": 2, "enc": 10, "past": 6},
+        int_ranges={"encoder_attention_mask": (1, 2), "input_ids": (0, 300)},
+    )
+
+
+@builder("ort-optimizer-llama-gpt2type")
+def ort_optimized_llama(d: Path) -> Case:
+    """ORT's transformer optimizer on the legacy Llama (model_type gpt2): SimplifiedLayerNorm /
+    SkipSimplifiedLayerNormalization, FastGelu-free SwiGLU, whatever fuses."""
+    from onnxruntime.transformers import optimizer
+
+    src = llama_legacy(d)
+    with _quiet():
+        opt = optimizer.optimize_model(
+            str(src.path), model_type="gpt2", num_heads=4, hidden_size=64, opt_level=0
+        )
+    p = d / "llama_ortopt.onnx"
+    opt.save_model_to_file(str(p))
+    return Case("ort-optimizer-llama-gpt2type", p, dims=src.dims, int_ranges=src.int_ranges)
+
+
+@builder("ort-matmulnbits-4bit-llama")
+def ort_nbits(d: Path) -> Case:
+    """4-bit weight-only quantization (``MatMulNBitsQuantizer``, symmetric, block 32): every
+    MatMul with a constant weight becomes com.microsoft MatMulNBits (packed uint8 + scales)."""
+    from onnxruntime.quantization.matmul_nbits_quantizer import (
+        DefaultWeightOnlyQuantConfig,
+        MatMulNBitsQuantizer,
+    )
+
+    src = llama_legacy(d)
+    model = onnx.load(str(src.path))
+    with _quiet():
+        q = MatMulNBitsQuantizer(
+            model, algo_config=DefaultWeightOnlyQuantConfig(block_size=32, is_symmetric=True)
+        )
+        q.process()
+    p = d / "llama_nbits4.onnx"
+    _save(q.model.model, p, check=False)
+    return Case("ort-matmulnbits-4bit-llama", p, dims=src.dims, int_ranges=src.int_ranges)
+
+
+@builder("ort-qdq-perchannel-cnn")
+def quant_static_pc(d: Path) -> Case:
+    """``quantize_static`` QDQ with per-channel weight scales (axis 0 DequantizeLinear of the
+    Conv weights, int8 activations, ``QuantizeBias``), a CNN with a residual add."""
+    import torch
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+    from torch import nn
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.c1 = nn.Conv2d(3, 32, 3, padding=1)
+            self.c2 = nn.Conv2d(32, 32, 3, padding=1)
+            self.c3 = nn.Conv2d(32, 64, 3, stride=2, padding=1)
+            self.fc = nn.Linear(64, 10)
+
+        def forward(self, x: Any) -> Any:
+            y = torch.relu(self.c1(x))
+            y = torch.relu(self.c2(y) + y)
+            y = torch.relu(self.c3(y))
+            return self.fc(y.mean(dim=(2, 3)))
+
+    _seed()
+    src = d / "cnn_fp32_pc.onnx"
+    _legacy(Net(), (torch.randn(1, 3, 64, 64),), src, ["x"], ["y"], {"x": {0: "batch"}}, opset=13)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            rng = np.random.default_rng(0)
+            self.data = iter(
+                [{"x": rng.standard_normal((1, 3, 64, 64), np.float32)} for _ in range(4)]
+            )
+
+        def get_next(self) -> Any:
+            return next(self.data, None)
+
+    p = d / "cnn_qdq_pc.onnx"
+    with _quiet():
+        quantize_static(
+            str(src),
+            str(p),
+            Reader(),
+            quant_format=QuantFormat.QDQ,
+            per_channel=True,
+            activation_type=QuantType.QInt8,
+            weight_type=QuantType.QInt8,
+        )
+    return Case("ort-qdq-perchannel-cnn", p, dims={"batch": 4})
+
+
+@builder("dynamo-while-loop")
+def dynamo_while(d: Path) -> Case:
+    """``torch.while_loop`` through the dynamo exporter: a Loop whose body reads outer weights
+    and whose trip count comes from the data (an int input)."""
+    import torch
+    from torch import nn
+    from torch._higher_order_ops import while_loop
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(64, 64)
+
+        def forward(self, x: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+            def cond(i: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+                return i < n
+
+            def body(i: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                return i + 1, torch.tanh(self.lin(h))
+
+            _, h = while_loop(cond, body, (torch.zeros((), dtype=torch.int64), x))
+            return h
+
+    _seed()
+    p = d / "dynamo_while.onnx"
+    b = torch.export.Dim("batch", min=1, max=256)
+    _dynamo(Net(), (torch.randn(4, 64), torch.tensor(3)), p, ["x", "n"], ["y"], ({0: b}, None))
+    return Case("dynamo-while-loop", p, dims={"batch": 8}, int_ranges={"n": (1, 5)})
+
+
+@builder("opset23-attention-rmsnorm")
+def opset23(d: Path) -> Case:
+    """Hand-built opset-23 transformer block: the standard ``Attention`` op (4D, GQA 4/2 heads,
+    causal), ``RMSNormalization`` and ``RotaryEmbedding``; symbolic batch and sequence."""
+    hid, heads, kv, hd, ff = 64, 4, 2, 16, 128
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", hid])
+    pos = helper.make_tensor_value_info("position_ids", TensorProto.INT64, ["batch", "seq"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", hid])
+    inv = 1.0 / (10000 ** (np.arange(0, hd, 2) / hd))
+    ang = np.arange(128)[:, None] * inv[None]
+    inits = [
+        _w("g1", hid),
+        _w("g2", hid),
+        _w("wq", hid, heads * hd),
+        _w("wk", hid, kv * hd),
+        _w("wv", hid, kv * hd),
+        _w("wo", heads * hd, hid),
+        _w("w1", hid, ff),
+        _w("w2", ff, hid),
+        numpy_helper.from_array(np.cos(ang).astype(np.float32), "cos"),
+        numpy_helper.from_array(np.sin(ang).astype(np.float32), "sin"),
+        numpy_helper.from_array(np.array([0, 0, heads, hd], np.int64), "shq"),
+        numpy_helper.from_array(np.array([0, 0, kv, hd], np.int64), "shkv"),
+        numpy_helper.from_array(np.array([0, 0, heads * hd], np.int64), "sho"),
+    ]
+    for t in inits:
+        if t.name.startswith(("g", "w")):
+            t.CopyFrom(
+                numpy_helper.from_array(
+                    numpy_helper.to_array(t) * 0.1 + (1.0 if t.name[0] == "g" else 0.0), t.name
+                )
+            )
+    n = helper.make_node
+    nodes = [
+        n("RMSNormalization", ["x", "g1"], ["h"], axis=-1, epsilon=1e-6),
+        n("MatMul", ["h", "wq"], ["q0"]),
+        n("MatMul", ["h", "wk"], ["k0"]),
+        n("MatMul", ["h", "wv"], ["v0"]),
+        n("Reshape", ["q0", "shq"], ["q1"]),
+        n("Reshape", ["k0", "shkv"], ["k1"]),
+        n("Reshape", ["v0", "shkv"], ["v1"]),
+        n("Transpose", ["q1"], ["q2"], perm=[0, 2, 1, 3]),  # 4D rotary input is BNSH
+        n("Transpose", ["k1"], ["k2"], perm=[0, 2, 1, 3]),
+        n("RotaryEmbedding", ["q2", "cos", "sin", "position_ids"], ["q"]),
+        n("RotaryEmbedding", ["k2", "cos", "sin", "position_ids"], ["k"]),
+        n("Transpose", ["v1"], ["v"], perm=[0, 2, 1, 3]),
+        n("Attention", ["q", "k", "v"], ["a"], is_causal=1),
+        n("Transpose", ["a"], ["a1"], perm=[0, 2, 1, 3]),
+        n("Reshape", ["a1", "sho"], ["a2"]),
+        n("MatMul", ["a2", "wo"], ["o"]),
+        n("Add", ["x", "o"], ["r1"]),
+        n("RMSNormalization", ["r1", "g2"], ["h2"], axis=-1, epsilon=1e-6),
+        n("MatMul", ["h2", "w1"], ["f1"]),
+        n("Gelu", ["f1"], ["f2"]),
+        n("MatMul", ["f2", "w2"], ["f3"]),
+        n("Add", ["r1", "f3"], ["y"]),
+    ]
+    g = helper.make_graph(nodes, "opset23", [x, pos], [y], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 23)])
+    m.ir_version = 11  # the least opset 23 allows
+    p = d / "opset23_attention.onnx"
+    _save(m, p)
+    return Case(
+        "opset23-attention-rmsnorm",
+        p,
+        dims={"batch": 2, "seq": 32},
+        int_ranges={"position_ids": (0, 100)},
+    )
+
+
+@builder("hf-mamba-legacy")
+def hf_mamba(d: Path) -> Case:
+    """Mamba (selective state-space scan, causal depthwise Conv1d), legacy export of the
+    reference PyTorch path: the scan is a Python loop over tokens, so the exporter unrolls it
+    for the traced length (16) and only the batch stays dynamic, as users get it."""
+    import torch
+    import transformers
+
+    cfg = transformers.MambaConfig(
+        vocab_size=300,
+        hidden_size=64,
+        state_size=8,
+        num_hidden_layers=2,
+        expand=2,
+        conv_kernel=4,
+        use_cache=False,
+    )
+    _seed()
+    inner = transformers.MambaForCausalLM(cfg).eval()
+
+    class W(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = inner
+
+        def forward(self, ids: Any) -> Any:
+            return self.m(input_ids=ids).logits
+
+    p = d / "mamba.onnx"
+    _legacy(W(), (_tok(300, 2, 16),), p, ["input_ids"], ["logits"], {"input_ids": {0: "batch"}})
+    return Case("hf-mamba-legacy", p, dims={"batch": 3}, int_ranges={"input_ids": (0, 300)})
+
+
+@builder("genai-style-gqa-nbits")
+def genai_gqa(d: Path) -> Case:
+    """What onnxruntime-genai's model builder writes for an LLM: com.microsoft
+    GroupQueryAttention (rotary inside, ``seqlens_k`` / ``total_sequence_length`` computed from
+    the attention mask, past KV in, present KV out), SimplifiedLayerNormalization /
+    SkipSimplifiedLayerNormalization, then 4-bit ``MatMulNBits`` weights (the quantizer run on
+    it); symbolic batch, sequence and past."""
+    from onnxruntime.quantization.matmul_nbits_quantizer import (
+        DefaultWeightOnlyQuantConfig,
+        MatMulNBitsQuantizer,
+    )
+
+    hid, heads, kv, hd, ff, vocab, layers = 64, 4, 2, 16, 128, 500, 2
+    n = helper.make_node
+    ms = "com.microsoft"
+    inits = [_w("embed", vocab, hid), _w("lm_head", hid, vocab)]
+    inv = 1.0 / (10000 ** (np.arange(0, hd, 2) / hd))
+    ang = np.arange(256)[:, None] * inv[None]
+    inits += [
+        numpy_helper.from_array(np.cos(ang).astype(np.float32), "cos_cache"),
+        numpy_helper.from_array(np.sin(ang).astype(np.float32), "sin_cache"),
+        numpy_helper.from_array(np.array([1], np.int64), "one_axis"),
+        numpy_helper.from_array(np.array(1, np.int64), "one"),
+        numpy_helper.from_array(np.array([1], np.int64), "idx1"),
+    ]
+    ins = [
+        helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
+        helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "total"]),
+    ]
+    outs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", "seq", vocab])]
+    nodes = [
+        n("Gather", ["embed", "input_ids"], ["h0"]),
+        n("ReduceSum", ["attention_mask", "one_axis"], ["msum"], keepdims=0),
+        n("Sub", ["msum", "one"], ["msum1"]),
+        n("Cast", ["msum1"], ["seqlens_k"], to=TensorProto.INT32),
+        n("Shape", ["attention_mask"], ["mshape"]),
+        n("Gather", ["mshape", "idx1"], ["tot64"]),
+        n("Cast", ["tot64"], ["total_len"], to=TensorProto.INT32),
+    ]
+    h, skip = "h0", None
+    for i in range(layers):
+        inits += [
+            numpy_helper.from_array(np.ones(hid, np.float32), f"ln1_{i}"),
+            numpy_helper.from_array(np.ones(hid, np.float32), f"ln2_{i}"),
+            _w(f"wqkv_{i}", hid, (heads + 2 * kv) * hd),
+            _w(f"wo_{i}", heads * hd, hid),
+            _w(f"wup_{i}", hid, ff),
+            _w(f"wdown_{i}", ff, hid),
+        ]
+        for t in inits[-4:]:
+            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t) * 0.05, t.name))
+        pk, pv = f"past_key_values.{i}.key", f"past_key_values.{i}.value"
+        for nm in (pk, pv):
+            ins.append(
+                helper.make_tensor_value_info(nm, TensorProto.FLOAT, ["batch", kv, "past", hd])
+            )
+        for nm in (f"present.{i}.key", f"present.{i}.value"):
+            outs.append(
+                helper.make_tensor_value_info(nm, TensorProto.FLOAT, ["batch", kv, "total", hd])
+            )
+        if skip is None:
+            nodes.append(
+                n("SimplifiedLayerNormalization", [h, f"ln1_{i}"], [f"x{i}"], epsilon=1e-6, axis=-1)
+            )
+            res = h
+        else:
+            nodes.append(
+                n(
+                    "SkipSimplifiedLayerNormalization",
+                    [h, skip, f"ln1_{i}"],
+                    [f"x{i}", "", "", f"res{i}"],
+                    domain=ms,
+                    epsilon=1e-6,
+                )
+            )
+            res = f"res{i}"
+        q, k, v = f"q{i}", f"k{i}", f"v{i}"
+        nodes += [
+            n("MatMul", [f"x{i}", f"wqkv_{i}"], [f"qkv{i}"]),
+            n(
+                "Split",
+                [f"qkv{i}", f"split{i}"],
+                [q, k, v],
+                axis=-1,
+            ),
+            n(
+                "GroupQueryAttention",
+                [q, k, v, pk, pv, "seqlens_k", "total_len", "cos_cache", "sin_cache"],
+                [f"att{i}", f"present.{i}.key", f"present.{i}.value"],
+                domain=ms,
+                num_heads=heads,
+                kv_num_heads=kv,
+                do_rotary=1,
+            ),
+            n("MatMul", [f"att{i}", f"wo_{i}"], [f"o{i}"]),
+            n(
+                "SkipSimplifiedLayerNormalization",
+                [f"o{i}", res, f"ln2_{i}"],
+                [f"y{i}", "", "", f"res2_{i}"],
+                domain=ms,
+                epsilon=1e-6,
+            ),
+            n("MatMul", [f"y{i}", f"wup_{i}"], [f"u{i}"]),
+            n("Sigmoid", [f"u{i}"], [f"s{i}"]),
+            n("Mul", [f"u{i}", f"s{i}"], [f"g{i}"]),
+            n("MatMul", [f"g{i}", f"wdown_{i}"], [f"dn{i}"]),
+        ]
+        inits.append(
+            numpy_helper.from_array(np.array([heads * hd, kv * hd, kv * hd], np.int64), f"split{i}")
+        )
+        h, skip = f"dn{i}", f"res2_{i}"
+    inits.append(numpy_helper.from_array(np.ones(hid, np.float32), "lnf"))
+    nodes += [
+        n("SkipSimplifiedLayerNormalization", [h, skip, "lnf"], ["hf"], domain=ms, epsilon=1e-6),
+        n("MatMul", ["hf", "lm_head"], ["logits"]),
+    ]
+    g = helper.make_graph(nodes, "genai", ins, outs, inits)
+    model = _make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ms, 1)])
+    with _quiet():
+        qz = MatMulNBitsQuantizer(
+            model, algo_config=DefaultWeightOnlyQuantConfig(block_size=32, is_symmetric=True)
+        )
+        qz.process()
+    p = d / "genai_gqa_nbits.onnx"
+    _save(qz.model.model, p, check=False)
+    return Case(
+        "genai-style-gqa-nbits",
+        p,
+        dims={"batch": 2, "seq": 1, "past": 11, "total": 12},  # a decode step: GQA takes
+        # several new tokens over a past only at batch 1
+        int_ranges={"attention_mask": (1, 2), "input_ids": (0, vocab)},
+    )
 
 
 def build_all(folder: Path, only: list[str] | None = None) -> tuple[list[Case], dict[str, str]]:

@@ -151,13 +151,13 @@ def test_external_fp16_converts_without_session_copies():
     assert not b.copies
 
 
-def test_embedded_fp16_model_is_predicted_partly_pinned():
+def test_embedded_fp16_model_is_predicted_copies_merged():
     """Its session copies are the fp16 ones, freed together after the transformers, as
-    rewritten Conv weights' are: ``partly_pinned``. The same net at f32 frees each copy at its
-    packing: ``pinned``."""
+    rewritten Conv weights' are: ``copies_merged`` (LeViT-128S fp16's copies: one merged hole in
+    3 of 3 heap walks). The same net at f32 frees each copy at its packing: ``pinned``."""
     g = lower(build_view(_mlp16(2, 64)).graph)
     assert g is not None
-    assert embedded_mode(g, split_weights(g), []) == "partly_pinned"
+    assert embedded_mode(g, split_weights(g), []) == "copies_merged"
     f32 = _mlp16(2, 64)
     for t in f32.graph.initializer:
         arr = numpy_helper.to_array(t).astype(np.float32)
@@ -220,9 +220,10 @@ def test_constant_folding_keeps_its_intermediates_to_the_end_of_the_pass():
 
 def test_folding_intermediates_count_as_freed_together():
     """An embedded model whose folding intermediates outweigh its prepacked copies is
-    predicted ``partly_pinned`` (the copies' coin), one with none ``pinned``."""
+    predicted ``copies_merged`` (freed together, as rewritten Conv weights), one with none
+    ``pinned``."""
     g = build_view(_folded_chain()).graph
-    assert embedded_mode(g, split_weights(g), []) == "partly_pinned"
+    assert embedded_mode(g, split_weights(g), []) == "copies_merged"
     plain = _folded_chain()
     plain.graph.node[2].input[1] = "C"
     del plain.graph.node[:2]

@@ -224,3 +224,59 @@ def test_below_level_all_each_run_casts_the_weights(tmp_path):
     stages = estimate(big, session_options=opts).prediction.stages
     for st, measured in ((stages[1], 35 * MiB), (stages[2], 53 * MiB)):
         assert abs(st.peak - measured) <= 0.10 * measured, (st.name, st.peak / MiB)  # rtol 10 %
+
+
+def _chain(ops: list[str]) -> onnx.ModelProto:
+    """fp16 x[1, 64, 64] -> MatMul(w) -> ops... (Reshape to [1, 64, 8, 8], Transpose 0213,
+    Relu) -> y."""
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((64, 64)) * 0.02).astype(np.float16), "w"),
+        numpy_helper.from_array(np.array([1, 64, 8, 8], np.int64), "shape"),
+    ]
+    nodes, x = [helper.make_node("MatMul", ["x", "w"], ["t0"])], "t0"
+    for k, op in enumerate(ops, 1):
+        ins = [x, "shape"] if op == "Reshape" else [x]
+        attrs = {"perm": [0, 2, 1, 3]} if op == "Transpose" else {}
+        nodes.append(helper.make_node(op, ins, [f"t{k}"], **attrs))
+        x = f"t{k}"
+    g = helper.make_graph(
+        nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, 64, 64])],
+        [helper.make_tensor_value_info(x, TensorProto.FLOAT16, None)], inits,
+    )  # fmt: skip
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _ort_types(m: onnx.ModelProto, tmp_path) -> list[tuple[str, int]]:
+    """ORT 1.32's optimized graph at BASIC: (op, output dtype) per node."""
+    src, dst = str(tmp_path / "c.onnx"), str(tmp_path / "c_opt.onnx")
+    onnx.save(m, src)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    so.optimized_model_filepath = dst
+    so.log_severity_level = 3
+    ort.InferenceSession(src, so, providers=["CPUExecutionProvider"])
+    o = onnx.shape_inference.infer_shapes(onnx.load(dst))
+    ty = {v.name: v.type.tensor_type.elem_type for v in [*o.graph.value_info, *o.graph.output]}
+    return [(n.op_type, ty.get(n.output[0], 0)) for n in o.graph.node]
+
+
+@x86
+@pytest.mark.parametrize(
+    ("ops", "fp16_ops"),
+    [(["Reshape", "Transpose", "Relu"], {"Reshape", "Transpose"}), (["Reshape", "Relu"], set())],
+)
+def test_only_isolated_fp16_nodes_run_in_f32(tmp_path, ops, fp16_ops):
+    """``IsIsolatedFp16NodeOnCpu``: a Reshape alone between MatMul and Relu runs in f32 (no
+    Casts around it), Reshape -> Transpose between them stay fp16 with a Cast at each end:
+    ORT's own dump, and ``lower`` the same (op, dtype) sequence up to node order."""
+    m = _chain(ops)
+    theirs = _ort_types(m, tmp_path)
+    ours_g = lower(build_view(m).graph, fuse_weights=False)  # BASIC: the weight's Cast stays
+    assert ours_g is not None
+    ours = [(n.op_type, ours_g.tensors[n.outputs[0]].elem_type) for n in ours_g.nodes]
+    assert sorted(ours) == sorted(theirs)
+    kept16 = {op for op, t in theirs if t == TensorProto.FLOAT16 and op != "Cast"}
+    assert kept16 == fp16_ops
+    casts = sum(op == "Cast" for op, _ in theirs)
+    assert casts == (5 if fp16_ops else 3)  # x, w, [to fp16, back to f32,] y

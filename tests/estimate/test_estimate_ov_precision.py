@@ -272,9 +272,9 @@ def test_dynamic_bf16_fc_measured(tmp_path: Path) -> None:
     from memshrink.verify import profile
 
     # 4 x 1024^2 FCs (16 MiB), [K, N] and Transpose'd: compile holds 8 / 0 MiB of bf16
-    # weights, infer 1 adds the 8 MiB pack. atol 3 MiB on compile; 6 MiB on the growth to
-    # infer 1, which also holds the ~6 MiB of library pages calibrated at f32
-    # (``ov_deferred_lib``): at bf16 infer 1 measures 4-5 MiB below the prediction.
+    # weights, infer 1 adds the 8 MiB pack. atol 5 MiB on compile: the library pages a
+    # dynamic model leaves to infer 1 (``ov_deferred_lib``) are their mean over 19 models
+    # (2.8 MiB, 0.4-4.6; this graph's Transpose'd form 4.3); 6 MiB on the growth to infer 1.
     dims = {"B": 1, "S": 128}
     for transposed in (False, True):
         path = _save(_fc(4, transposed), tmp_path / f"fc{int(transposed)}.onnx")
@@ -283,7 +283,7 @@ def test_dynamic_bf16_fc_measured(tmp_path: Path) -> None:
         pred = estimate(path, backend="openvino", dims=dims).stage_peaks()
         grow_pred = pred["run_1"] - pred["compile_model"]
         assert grow_pred == pytest.approx(meas["infer1"] - meas["compile"], abs=6 * MiB)
-        assert pred["compile_model"] == pytest.approx(meas["compile"], abs=3 * MiB)
+        assert pred["compile_model"] == pytest.approx(meas["compile"], abs=5 * MiB)
 
 
 @pytest.mark.slow

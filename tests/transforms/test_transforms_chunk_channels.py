@@ -311,3 +311,18 @@ def test_backend_cuda_guards_the_channel_split_on_gpu_plus_host(tmp_path: Path) 
         )
     gpu_only = {"chunk": {**opts["chunk"], "cuda_total": False}}  # the GPU guard alone keeps one
     assert PassManager(["chunk"], options=gpu_only).run(src, ctx)[1].passes[0].modified
+
+
+def test_min_saving_refuses_a_tiny_channel_split(tmp_path: Path) -> None:
+    """``min_saving`` bounds the channel splits as it bounds the row layouts: the ``all``
+    preset (4 MiB) once took channels x2 on HF MobileViT b2 for 0.25 MiB predicted, and the
+    75 added nodes cost the OpenVINO EP +16 MiB measured."""
+    src = tmp_path / "ib.onnx"
+    onnx.save_model(bottleneck(hw=16), src)
+    opts: dict = {"chunk": {"modes": "channels"}}
+    plain = PassManager(["chunk"], options=opts).run(src)[1].passes[0]
+    assert plain.modified and plain.stats["channels"]["chunks"] >= 2
+    opts["chunk"]["min_saving"] = "4MiB"
+    res = PassManager(["chunk"], options=opts).run(src)[1].passes[0]
+    assert not res.modified
+    assert "under min_saving 4194304 B" in res.stats["channels"]["reason"]

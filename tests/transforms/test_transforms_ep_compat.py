@@ -373,3 +373,52 @@ def test_embedded_weights_keep_the_cut_when_one_subgraph_costs_more(tmp_path: Pa
     model, report = PassManager(["external-data", "ep-compat"]).run(memshrink.load(src), ctx)
     assert report.passes[1].modified
     assert [n.op_type for n in model.graph].count("IsNaN") == 0
+
+
+def _nbits_attention(tmp_path: Path) -> Path:
+    """A 4-bit MatMulNBits projection (K=N=64, block 32) before torch's Softmax/IsNaN guard."""
+    k = n = 64
+    b = np.full((n, k // 32, 16), 0x88, np.uint8)  # every 4-bit weight at its zero point 8
+    nodes = [
+        helper.make_node(
+            "MatMulNBits", ["x", "b", "sc"], ["p"], domain="com.microsoft",
+            K=k, N=n, bits=4, block_size=32,
+        ),
+        helper.make_node("Softmax", ["p"], ["s"], axis=-1),
+        helper.make_node("IsNaN", ["s"], ["nan"]),
+        helper.make_node("Where", ["nan", "zero", "s"], ["y"]),
+    ]  # fmt: skip
+    inits = [
+        onnx.numpy_helper.from_array(b, "b"),
+        onnx.numpy_helper.from_array(np.full(n * k // 32, 0.1, F), "sc"),
+        onnx.numpy_helper.from_array(np.array(0.0, F), "zero"),
+    ]
+    g = helper.make_graph(
+        nodes, "nbits",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, n])], inits,
+    )  # fmt: skip
+    model = helper.make_model(
+        g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    )
+    model.ir_version = 8
+    path = tmp_path / "nbits.onnx"
+    onnx.save(model, path)
+    return path
+
+
+def test_matmulnbits_keep_the_cut(tmp_path: Path) -> None:
+    """As one EP subgraph, OpenVINO would run the MatMulNBits with dynamically quantized
+    activations (a 4-bit Llama's logits moved 4.8e-3 on the EP): the pass leaves the model
+    alone, and does it when told to."""
+    src = _nbits_attention(tmp_path)
+    feeds = {"x": np.random.default_rng(0).standard_normal((2, 64)).astype(F)}
+    ref = make_runner(str(src), "cpu").run(["y"], feeds)[0]
+    res = PassManager(["ep-compat"]).run(memshrink.load(src), PassContext())[1].passes[0]
+    assert not res.modified and "MatMulNBits" in res.stats["reason"]
+    opts = {"ep-compat": {"compressed_weights": True}}
+    model, report = PassManager(["ep-compat"], options=opts).run(memshrink.load(src), PassContext())
+    assert report.passes[0].modified and report.passes[0].stats["isnan_rewritten"] == 1
+    out = tmp_path / "nbits_rw.onnx"
+    memshrink.save(model, out)
+    np.testing.assert_array_equal(make_runner(str(out), "cpu").run(["y"], feeds)[0], ref)

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import platform
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from memshrink.estimate import ort as ortsim
-from memshrink.estimate import ort_fp16, ort_identity, ort_ml
+from memshrink.estimate import ort_fp16, ort_identity, ort_inline, ort_ml, ort_symdims
 from memshrink.estimate.gather_pages import gather_pages
 from memshrink.estimate.glibc_heap import GlibcHeap, hole_shares
 from memshrink.estimate.graph import GraphInfo, ModelView
@@ -62,12 +63,21 @@ def _ort_cpu(
     rules = ortsim.session_options_rules({k: str(v) for k, v in opts.items()})
     view = _ort_identity(view)
     stored = split_weights(view.graph)  # as the file holds them (the parse buffer reads these)
+    view, order, inline_notes = _ort_inline(view, order)
+    lost = ort_symdims.ort_view(view.graph)
+    if lost is not None:
+        view = dataclasses.replace(view, graph=lost)
+        inline_notes.append(
+            "named dims ORT's shape inference cannot carry (a Reshape to a shape computed "
+            "through Slice, not declared in the file, and what follows it) are unnamed for "
+            "buffer reuse (ort_symdims)"
+        )
     view, order, fp16_notes = _ort_fp16(view, order, str(rules["graph_optimization_level"]))
     w = split_weights(view.graph) if fp16_notes else stored
     if fp16_notes and sched in ("ort_default", "ort_priority"):
         order = make_schedule(view.graph, sched)  # the Casts where ORT's own order puts them
     g, order, opt_notes = _ort_graph(view, order, sched, str(rules["graph_optimization_level"]))
-    opt_notes = fp16_notes + opt_notes
+    opt_notes = inline_notes + fp16_notes + opt_notes
     reuse = bool(rules["enable_mem_reuse"])
     pband = None
     if sched == "ort_default" and rules["enable_mem_pattern"]:
@@ -305,6 +315,22 @@ def _ort_identity(view: ModelView) -> ModelView:
     return view if g is None else dataclasses.replace(view, graph=g)
 
 
+def _ort_inline(view: ModelView, order: list[int]) -> tuple[ModelView, list[int], list[str]]:
+    """Function ops without a CPU kernel for their types, replaced by their bodies
+    (``ort_inline``), as the session does at load."""
+    done = ort_inline.inline(view.graph, order)
+    if done is None:
+        return view, order, []
+    g, order = done
+    before = Counter(n.op_type for n in view.graph.nodes)
+    after = Counter(n.op_type for n in g.nodes)
+    gone = {op: before[op] - after[op] for op in ort_inline.INLINED if before[op] > after[op]}
+    note = "function ops ORT CPU has no kernel for, inlined at load as their ONNX bodies: " + (
+        ", ".join(f"{op} x{k}" for op, k in gone.items())
+    )
+    return dataclasses.replace(view, graph=g), order, [note]
+
+
 def _ort_fp16(
     view: ModelView, order: list[int], level: str = "all"
 ) -> tuple[ModelView, list[int], list[str]]:
@@ -320,18 +346,24 @@ def _ort_fp16(
         return view, order, []
     n = len(view.graph.nodes)
     new = range(n, len(g.nodes))
-    weights = [i for i in new if g.nodes[i].inputs[0] in g.initializers]
-    first = [i for i in new if i not in weights and g.nodes[i].outputs[0] not in g.outputs]
+    first = [i for i in new if g.nodes[i].inputs[0] in g.inputs]
     last = [i for i in new if g.nodes[i].outputs[0] in g.outputs]
+    weights = [i for i in new if g.nodes[i].inputs[0] in g.initializers]
+    inner = [i for i in new if i not in first and i not in last and i not in weights]
     order = list(order)
+    for i in inner:  # a Cast between an fp16 node and an f32 one: right after its producer
+        p = g.tensors[g.nodes[i].inputs[0]].producer
+        order.insert(order.index(p) + 1 if p in order else len(order), i)
     for i in weights:
         readers = g.tensors[g.nodes[i].outputs[0]].consumers
         at = min((order.index(c) for c in readers if c in order), default=len(order))
         order.insert(at, i)
     cast = sum(g.tensors[t].nbytes or 0 for t in g.fp16_cast)
     notes = [
-        "ORT CPU has no fp16 kernel for most ops on x86-64: the fp16 region runs in f32 "
-        f"(InsertCastTransformer: {len(first)} input / {len(last)} output Casts; "
+        "ORT CPU has no fp16 kernel for most ops on x86-64: those nodes (and fp16 data movement "
+        "between them alone) run in f32 "
+        f"(InsertCastTransformer: {len(first)} input / {len(inner)} inner / {len(last)} output "
+        "Casts; "
         + (
             f"{len(g.fp16_cast)} fp16 weights converted to {cast / MiB:.1f} MiB of f32 copies)"
             if level == "all"

@@ -39,6 +39,9 @@ some blocks and not others (small allocations between them drain the tcache's 7 
 size, or not). Which, the replay cannot see, so ``partly_pinned`` is the expected heap over
 ``PARTLY_SAMPLES`` seeded replays: copies pinned in half of them, merged in the other half,
 every other aligned block pinned with probability ``PARTLY_P`` = 1/2 (``partly_pinned``).
+``copies_merged`` is the same with the copies' region always whole: what most processes of
+the Conv models show (ResNet-50 b16: run 1 at 318 MiB in 18 of 26 processes; session 10),
+the headline for models whose copies are freed together (``ort_weights.embedded_mode``).
 
 Small allocations between the big ones are not replayed (their bytes are the calibrated
 session overhead). Checked against ``mallinfo2()`` after session creation and against the
@@ -62,7 +65,7 @@ ALIGN_SPARE = 64 + 32  # posix_memalign(64, n): alignment + MINSIZE asked of _in
 FRAGMENT = ALIGN_SPARE - 8  # the spare left beside a freed aligned block
 ROTATIONS = 4
 PARTLY_P = 0.5  # embedded weights, partly pinned heap: chance that an aligned block's spare pins
-PARTLY_SAMPLES = 8  # seeded replays of the partly pinned heap
+PARTLY_SAMPLES = 8  # seeded replays of the partly pinned heap (and of ``copies_merged``)
 # the threshold in `memshrink verify`'s child when session creation starts (LD_PRELOAD trace of
 # mmapped frees, docs/estimate.md): its imports leave it at 212 KiB; numpy then reads each .npz
 # feed in chunks of at most 256 KiB (``format.read_array``), each a bytes object (+33 bytes)
@@ -107,6 +110,8 @@ class GlibcHeap:
     brk: int = 0  # end of the heap
     chunks: list[_Chunk] = field(default_factory=list)
     mmapped: dict[int, int] = field(default_factory=dict)
+    # an mmapped block's resident pages: all of it, or what was written (``touch``)
+    mapped_pages: dict[int, int] = field(default_factory=dict)
     peak: int = 0  # the largest ``resident`` seen
     _addrs: list[int] = field(default_factory=list)
     _by_size: list[tuple[int, int]] = field(default_factory=list)  # free chunks (size, addr)
@@ -118,24 +123,40 @@ class GlibcHeap:
         h = GlibcHeap(self.threshold, self.trim_threshold, self.top, self.brk)
         h.chunks = [_Chunk(c.addr, c.size, c.free, c.pinned) for c in self.chunks]
         h.mmapped = dict(self.mmapped)
+        h.mapped_pages = dict(self.mapped_pages)
         h.peak = self.peak
         h._addrs = list(self._addrs)
         h._by_size = list(self._by_size)
         h._mapped_bytes, h._next_mmap = self._mapped_bytes, self._next_mmap
         return h
 
-    def alloc(self, n: int, *, aligned: bool = False, pin: bool = True) -> int:
+    def alloc(
+        self, n: int, *, aligned: bool = False, pin: bool = True, written: int | None = None
+    ) -> int:
+        """Allocate ``n`` bytes; ``written``: the bytes written so far when fewer than ``n``
+        (a mapping's untouched pages are not resident; a heap block counts to the top)."""
         h = self._place(n, aligned, pin)
+        if written is not None and h in self.mmapped:
+            self.touch(h, written)
         self.peak = max(self.peak, self.resident)
         return h
+
+    def touch(self, handle: int, written: int) -> None:
+        """The block ``handle`` has been written up to ``written`` bytes: an mmapped one's
+        resident pages are those (its header's page included), never more than the mapping."""
+        if handle not in self.mmapped:
+            return
+        pages = min(self.mmapped[handle], (written + 16 + PAGE - 1) // PAGE * PAGE)
+        self._mapped_bytes += pages - self.mapped_pages[handle]
+        self.mapped_pages[handle] = pages
+        self.peak = max(self.peak, self.resident)
 
     def place(self, n: int) -> str:
         """Allocate ``n`` bytes from ORT's allocator (``posix_memalign(64)``) and say where
         glibc put them: ``hole`` (a free chunk below the top: its pages are resident already),
         ``top`` or ``mmap`` (fresh pages)."""
-        top, mapped = self.top, self._mapped_bytes
-        self.alloc(n, aligned=True)
-        if self._mapped_bytes != mapped:
+        top = self.top
+        if self.alloc(n, aligned=True) in self.mmapped:
             return "mmap"
         return "top" if self.top != top else "hole"
 
@@ -170,7 +191,7 @@ class GlibcHeap:
             if need >= self.threshold:
                 h = self._next_mmap
                 self._next_mmap -= 1
-                self.mmapped[h] = (need + 8 + PAGE - 1) // PAGE * PAGE
+                self.mmapped[h] = self.mapped_pages[h] = (need + 8 + PAGE - 1) // PAGE * PAGE
                 self._mapped_bytes += self.mmapped[h]
                 return h
             self.brk += (need - (self.brk - self.top) + TOP_PAD + PAGE - 1) // PAGE * PAGE
@@ -182,7 +203,7 @@ class GlibcHeap:
     def free(self, handle: int) -> None:
         if handle in self.mmapped:
             size = self.mmapped.pop(handle)
-            self._mapped_bytes -= size
+            self._mapped_bytes -= self.mapped_pages.pop(handle)
             if self.threshold < size <= MMAP_THRESHOLD_MAX:
                 self.threshold, self.trim_threshold = size, 2 * size
             return
@@ -214,7 +235,7 @@ class GlibcHeap:
         return sum(size for size, _ in self._by_size)
 
 
-SPARES = ("rotate", "pinned", "consolidated", "partly_pinned")
+SPARES = ("rotate", "pinned", "consolidated", "partly_pinned", "copies_merged")
 
 
 def replay(
@@ -224,7 +245,8 @@ def replay(
     keeps no trailing spare when ``(k + rotation) % 4 == 3``; ``pinned`` — every aligned block
     keeps its spare; ``consolidated`` — none does; ``partly_pinned`` — the session copies
     keep theirs when ``seed`` is odd, every other aligned block with probability ``PARTLY_P``
-    (``seed`` picks which; the modes of embedded weights)."""
+    (``seed`` picks which; the modes of embedded weights); ``copies_merged`` — the session
+    copies never keep theirs, every other aligned block with probability ``PARTLY_P``."""
     if spares not in SPARES:
         raise ValueError(f"spares must be one of {SPARES}, not {spares!r}")
     t = blocks.threshold or MMAP_THRESHOLD_START
@@ -237,6 +259,10 @@ def replay(
             if key in live:
                 heap.free(live.pop(key))
             continue
+        if op == "touch":
+            if key in live:
+                heap.touch(live[key], n)
+            continue
         aligned = key in blocks.aligned
         pin = spares != "consolidated"
         if aligned and spares == "rotate":
@@ -245,7 +271,11 @@ def replay(
         elif aligned and spares == "partly_pinned":
             # the session copies: one coin per process (odd seeds pin them all)
             pin = seed % 2 == 1 if key in blocks.copies else rng.random() < PARTLY_P
-        live[key] = heap.alloc(n - CHUNK_OVERHEAD, aligned=aligned, pin=pin)
+        elif aligned and spares == "copies_merged":
+            pin = key not in blocks.copies and rng.random() < PARTLY_P
+        live[key] = heap.alloc(
+            n - CHUNK_OVERHEAD, aligned=aligned, pin=pin, written=blocks.written.get(key)
+        )
     return heap
 
 
@@ -282,15 +312,15 @@ def hole_shares(blocks: CreationBlocks, regions: list[int]) -> list[float]:
     return shares
 
 
-MODES = ("pinned", "consolidated", "partly_pinned")
+MODES = ("pinned", "consolidated", "partly_pinned", "copies_merged")
 
 
 def embedded_modes(blocks: CreationBlocks) -> dict[str, list[GlibcHeap]]:
     """The heaps after an embedded model's session creation in each of its modes (module
     docstring): one replay for ``pinned`` and ``consolidated``, ``PARTLY_SAMPLES`` seeded
-    replays for ``partly_pinned`` (a stage's figure in that mode is the mean over them)."""
+    replays for ``partly_pinned`` and ``copies_merged`` (a stage's figure in those modes is
+    the mean over them)."""
     out = {mode: [replay(blocks, spares=mode)] for mode in MODES[:2]}
-    out["partly_pinned"] = [
-        replay(blocks, spares="partly_pinned", seed=s) for s in range(PARTLY_SAMPLES)
-    ]
+    for mode in MODES[2:]:
+        out[mode] = [replay(blocks, spares=mode, seed=s) for s in range(PARTLY_SAMPLES)]
     return out

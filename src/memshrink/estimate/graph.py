@@ -123,6 +123,9 @@ class GraphInfo:
     # ORT CPU, fp16 models (``ort_fp16.lower``): initializers stored as fp16 that the runtime
     # converts to anon f32 copies at session creation (their ``nbytes`` are the f32 copy's)
     fp16_cast: set[str] = field(default_factory=set)
+    opset: int = 0  # the default domain's opset (0: unknown); decides which ops are functions
+    # node outputs whose shape the file declares (value_info): a runtime starts from these
+    declared: set[str] = field(default_factory=set)
 
 
 # Never constant-folded by ONNX Runtime (non-deterministic, or kept for QDQ fusion).
@@ -413,10 +416,10 @@ def _fingerprint(model: ir.Model) -> int:
             and getattr(t, "nbytes", SMALL_CONST_BYTES + 1) <= SMALL_CONST_BYTES
         ):  # values inference reads (Reshape targets, NMS's max boxes): a new value re-infers
             parts.append(t.tobytes())
-    parts.append(tuple(v.name for v in model.graph.outputs))
+    parts.append(tuple((v.name, v.dtype) for v in model.graph.outputs))
     parts.append(
-        tuple(
-            (v.name, None if v.shape is None else tuple(str(d) for d in v.shape))
+        tuple(  # the dtype too: an fp16 twin of an f32 graph has other tensor types
+            (v.name, None if v.shape is None else tuple(str(d) for d in v.shape), v.dtype)
             for v in model.graph.inputs
         )
     )
@@ -953,6 +956,8 @@ def build_view(
         weight_bytes += nb
         ext_bytes += nb if ext else 0
     graph = _build_graph(sym_proto.graph, sym_types, conc_types, init_info, set())
+    graph.opset = int(irm.opset_imports.get("", irm.opset_imports.get("ai.onnx", 0)) or 0)
+    graph.declared = {v.name for v in _declared_values(irm.graph) if v.name and v.shape is not None}
     unused = sorted(set(dim_bounds or {}) - {n for n, h in bounded.items() if h == "--dim-bound"})
     if unused:
         raise UsageError(

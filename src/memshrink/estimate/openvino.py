@@ -43,7 +43,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from memshrink.estimate import ov_read, ov_slices
+from memshrink.estimate import ov_kinds, ov_read, ov_slices
 from memshrink.estimate.disjoint import find_root
 from memshrink.estimate.graph import GraphInfo, ModelView, NodeInfo, TensorInfo
 from memshrink.estimate.host import normalize_precision, ov_default_precision
@@ -68,12 +68,16 @@ OV_CALIBRATION: dict[str, float] = {
     "ov_read_lib": 4.8 * MiB,  # read_model: frontend library pages (file-backed) ...
     "ov_read_lib_per_op_type": 0.05 * MiB,  # ... more op translators (CNNs 5.3, GPT-2 5.9)
     "ov_compile_anon": 8 * MiB,  # plugin graph, executor, primitive caches
-    # Library pages touched by read + compile (file-backed): a graph with a Conv/FC touches
-    # oneDNN's code (``ov_lib``), plus some per distinct op kind (pooling, concat, ...).
-    "ov_lib": 29.5 * MiB,
+    # Library pages touched by read + compile (file-backed), by the plugin node kinds of the
+    # graph and its If / Loop bodies (``ov_kinds.node_kinds``): a graph with an FC / MatMul
+    # touches oneDNN's matmul code (``ov_lib``), one with a Conv its convolution code too
+    # (``ov_lib_conv``), plus some per distinct kind (pooling, concat, reduce, ...). Fitted on
+    # 24 static compiles, 2026-11-27 (rms 0.8 MiB; docs/estimate.md, "Session 10").
+    "ov_lib": 28.5 * MiB,
+    "ov_lib_conv": 30.2 * MiB,
     "ov_lib_eltwise": 23.5 * MiB,  # graphs without a Conv/FC (Snippets only)
-    "ov_lib_per_op_type": 0.7 * MiB,
-    "ov_lib_op_types": 10,  # distinct ONNX op types counted at most
+    "ov_lib_per_op_type": 0.7 * MiB,  # ... per distinct node kind
+    "ov_lib_op_types": 10,  # distinct node kinds counted at most
     # Per-node compile anon (fitted on an AVX2 host, session 5). Re-measured 2026-11-27 on this
     # AVX512-BF16 host (``ov_pernode_bench.py``, docs/estimate.md, "Session 8: per-node costs"):
     # identical 1x1 Conv+Relu +0.1075 MiB each at compile (the ov.Model's share included),
@@ -107,6 +111,12 @@ OV_CALIBRATION: dict[str, float] = {
     # 5.5 MiB less anon (6 blocks).
     "ov_per_mha_dyn": 0.88 * MiB,
     "ov_per_mha_dyn_f32": 1.20 * MiB,
+    # A DynamicQuantizeLinear (ORT ``quantize_dynamic``'s activations) is decomposed into
+    # Reduce min/max, Snippets / Eltwise scale and zero-point nodes and Converts, each with its
+    # own kernel: compile anon +0.55 MiB per node, 4 vs 12 chained [2, 16, 64] DQL ->
+    # DequantizeLinear (8.88 -> 13.28 MiB over read), the same static or dynamic, bf16 or f32;
+    # the MatMulIntegers beside them +0.05 each (12 vs 12 float MatMuls). Measured 2026-11-27.
+    "ov_per_dyn_quant": 0.55 * MiB,
     "ov_conv": 1.0,  # x Conv weight bytes: one re-laid-out private copy
     "ov_conv_fused": 2.0,  # x Conv weights rewritten by a BN/Mul fusion: fused Constant + copy
     "ov_deconv": 2.0,  # x ConvTranspose weights: transposed, then re-laid out
@@ -133,10 +143,18 @@ OV_CALIBRATION: dict[str, float] = {
     "ov_fc_lowp_transposed": 0.5,  # x [K, N] FC weight bytes, per FC reading it
     "ov_fc_lowp_packed": 0.5,  # x every FC weight's bytes (and again per extra [K, N] reader)
     "ov_infer": 1 * MiB,  # infer request, output tensors' bookkeeping
-    # Dynamic shapes: library pages first touched when the deferred Conv/FC primitives are
-    # made at the first infer instead of at compile (4 x FC+Relu chain: infer 1 file +6.3 MiB,
-    # same chain without Relu +0.8; BERT-base: +6.1).
-    "ov_deferred_lib": 6 * MiB,
+    # Dynamic shapes: library pages first touched at the first infer instead of at compile,
+    # where every primitive (not only Conv/FC) is made: static compile file pages minus the
+    # dynamic compile's, 19 models with and without Conv/FC weights, 0.4-4.6 MiB, mean 2.8
+    # (the dynamic run 1 is the static run 1 within ~1 MiB). Measured 2026-11-27 (session 10;
+    # session 5's 6 MiB from a 4 x FC+Relu chain and BERT-base applied only with deferred
+    # weights, so control-flow and element-wise graphs got none).
+    "ov_deferred_lib": 2.8 * MiB,
+    # ... at f32 the FC code goes with the deferred primitives: compile touches none of it
+    # (4 x FC+Relu chain, session 5 on an f32-only host: infer 1 file +6.3 MiB, BERT-base
+    # +6.1; 2026-11-27 at f32: the same chain 23.9 -> 32.1 MiB from compile to infer 1, the
+    # 3 x MatMul+Add+Relu of ``ir7`` 23.9 -> 32.2; legacy CNN 28.9 -> 33.6).
+    "ov_deferred_lib_f32": 6 * MiB,
     # Dynamic shapes: the caller drops the ov.Model after compile_model (``compile_model(
     # read_model(path))``, the verifier's ``del model``); the heap blocks it frees are taken
     # again by the small allocations of the first infer (primitives, small weight copies), so
@@ -179,6 +197,9 @@ SIMPLE = frozenset(
     }
 )
 HEADS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
+# ... and a MatMulInteger by an int8 weight, also an FC primitive in the runtime graph (12 of
+# them compile +0.6 MiB over 12 float MatMuls, measured 2026-11-27)
+KERNEL_OPS = HEADS | {"MatMulInteger"}
 FOLDS_INTO_WEIGHTS = frozenset({"BatchNormalization", "Mul"})
 AFFINE = frozenset({"BatchNormalization", "Mul", "Add", "Sub", "Div"})  # with a constant
 
@@ -688,7 +709,7 @@ def conv_configs(g: GraphInfo) -> tuple[int, int]:
     keys: set[tuple[Any, ...]] = set()
     n = 0
     for node in g.nodes:
-        if node.op_type not in HEADS or len(node.inputs) < 2:
+        if node.op_type not in KERNEL_OPS or len(node.inputs) < 2:
             continue
         w = g.tensors.get(node.inputs[1])
         if w is None or w.kind != "initializer":
@@ -719,14 +740,24 @@ def conv_configs(g: GraphInfo) -> tuple[int, int]:
     return n, len(keys)
 
 
+def dyn_quant_count(g: GraphInfo) -> int:
+    """DynamicQuantizeLinear nodes, each compiled into its own small kernels
+    (``ov_per_dyn_quant``)."""
+    return sum(n.op_type == "DynamicQuantizeLinear" for n in g.nodes)
+
+
 def lib_pages(g: GraphInfo, c: Mapping[str, float]) -> int:
     """Library pages (file-backed) that read_model and compile_model touch: oneDNN's code
-    when the graph has a Conv/FC, plus some per distinct op kind (measured 34.0-37.0 MiB on
-    the CNNs, 24-25 on element-wise-only sweeps)."""
-    types = {n.op_type for n in g.nodes}
-    has_kernel = bool(types & HEADS)
-    base = c["ov_lib"] if has_kernel else c["ov_lib_eltwise"]
-    return int(base + c["ov_lib_per_op_type"] * min(len(types), int(c["ov_lib_op_types"])))
+    when the graph (or an If / Loop body) has an FC or a Conv, plus some per distinct plugin
+    node kind (``ov_kinds``; static compiles measured 23.9-36.4 MiB, 2026-11-27)."""
+    kinds = ov_kinds.node_kinds(g)
+    if kinds & ov_kinds.CONV_KINDS:
+        base = c["ov_lib_conv"]
+    elif kinds & ov_kinds.FC_KINDS:
+        base = c["ov_lib"]
+    else:
+        base = c["ov_lib_eltwise"]
+    return int(base + c["ov_lib_per_op_type"] * min(len(kinds), int(c["ov_lib_op_types"])))
 
 
 MHA_ELTWISE = frozenset({"Add", "Mul", "Div"})  # seen inside tokenized MHA (scale, mask)
@@ -1199,7 +1230,7 @@ def predict(
     structure = ov_read.proto_bytes(view.model_path, inside)
     graph_anon = ov_read.read_anon(g, c, structure)
     lib = lib_pages(g, c)
-    n_types = len({n.op_type for n in g.nodes})
+    n_types = len(ov_kinds.op_types(g))  # the frontend translates If / Loop bodies too
     read_lib = int(c["ov_read_lib"] + c["ov_read_lib_per_op_type"] * n_types)
     rd = Stage("read_model", overhead=graph_anon + read_lib)
     mapped = option_flag(opts, ENABLE_MMAP, True)
@@ -1238,8 +1269,15 @@ def predict(
         fc_total = c["ov_fc_lowp_transposed"] * kn + packed
     # A scale folded into an FC's weights: the fused Constant stays beside the packed copy.
     copies = int(fc_total + c["ov_fc"] * w.fc_fused + 2 * w.fp16) + conv_copies - deferred
-    lib_shift = int(c["ov_deferred_lib"]) if deferred else 0
     n_kernels, n_configs = conv_configs(g)
+    # Library pages touched at the first infer: with any primitive made there (the deferred
+    # Conv/FC copies), and in every dynamic graph at bf16 / f16 (element-wise, control flow:
+    # If / Loop bodies too; int8 MatMulInteger FCs: ORT-quantized BERT 1.9 MiB). At f32 a
+    # dynamic graph whose only kernels are FCs without a post-op makes them at compile: no
+    # shift (4 x MatMul 1024^2 at f32: compile file 23.5, infer 1 24.2).
+    shift_key = "ov_deferred_lib_f32" if precision == "f32" else "ov_deferred_lib"
+    at_infer = dynamic and (precision != "f32" or not n_kernels)
+    lib_shift = int(c[shift_key]) if deferred or at_infer else 0
     n_mha = mha_count(g)
     seq_dynamic = dynamic and not batch_only_dynamic(view)
     n_mha_dyn = mha_dynamic_count(g) if seq_dynamic else 0
@@ -1255,6 +1293,7 @@ def predict(
         + c["ov_per_kernel"] * n_kernels
         + jit
         + c["ov_per_subgraph"] * n_sub
+        + c["ov_per_dyn_quant"] * dyn_quant_count(g)
         + c["ov_per_mha_f32" if precision == "f32" else "ov_per_mha"]
         * (n_mha - n_mha_dyn - n_mha_wide)
         + c["ov_per_mha_wide_f32" if precision == "f32" else "ov_per_mha_wide"] * n_mha_wide
@@ -1302,7 +1341,15 @@ def predict(
             "weights packed again (half their f32 bytes), at the first infer"
         )
     if dynamic:  # the first infer's small allocations reuse the dropped ov.Model's heap
-        reuse = int(min(c["ov_model_heap_reuse"] * graph_anon, deferred + jit_shift))
+        # ... and, with weights on the heap, its f16 Constants: the compiled model holds their
+        # decompressed f32 copies, so the originals go with the ov.Model, and the deferred FC
+        # packs land in their blocks. 4 x MatMul(x, Cast(W f16 1024^2)), embedded, symbolic
+        # [B, S]: infer 1 72.8 MiB dynamic against 80.1 static, 8 MiB of f16 weights; timm
+        # LeViT-fp16 embedded infer 1 117.7 (14.3 MiB f16; 131.6 predicted without this).
+        # Measured 2026-11-27 (session 10), bf16 host.
+        heap_f16 = w.fp16 if view.embedded or not mapped else 0
+        graph_heap = c["ov_model_heap_reuse"] * graph_anon + heap_f16
+        reuse = int(min(graph_heap, deferred + jit_shift))
         if reuse > 0:
             run.overhead -= reuse
             run.notes.append(

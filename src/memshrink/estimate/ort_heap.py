@@ -31,18 +31,35 @@ class CreationBlocks:
     """The large heap events of ORT CPU session creation, in order (from ``ort_weights``)."""
 
     events: list[tuple[str, str, int]] = field(default_factory=list)  # (op, key, bytes)
-    # op: alloc | free
+    # op: alloc | free | touch (the block's written bytes grow to ``bytes``)
     aligned: set[str] = field(default_factory=set)  # keys from ORT's allocator (posix_memalign)
     copies: set[str] = field(default_factory=set)  # embedded: session state's initializer copies
     threshold: int = 0  # glibc's dynamic mmap threshold when creation starts (0: its default)
+    # blocks written only in part when allocated (a protobuf string's doubled capacity): the
+    # bytes written then; an mmapped block's untouched pages are not resident
+    written: dict[str, int] = field(default_factory=dict)
 
-    def alloc(self, key: str, n: int, *, aligned: bool = False, copy: bool = False) -> None:
+    def alloc(
+        self,
+        key: str,
+        n: int,
+        *,
+        aligned: bool = False,
+        copy: bool = False,
+        written: int | None = None,
+    ) -> None:
         if n > 0:
             self.events.append(("alloc", key, n + CHUNK_OVERHEAD))
             if aligned:
                 self.aligned.add(key)
             if copy:
                 self.copies.add(key)
+            if written is not None and written < n:
+                self.written[key] = written
+
+    def touch(self, key: str, written: int) -> None:
+        """The block ``key`` has now been written up to ``written`` bytes."""
+        self.events.append(("touch", key, written))
 
     def free(self, *keys: str) -> None:
         self.events.extend(("free", k, 0) for k in keys)

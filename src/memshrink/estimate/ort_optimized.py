@@ -22,8 +22,9 @@ rewrites change which activations exist, how big they are and in which order the
   Conv/FusedConv with constant weights, block-aligned channels (or fewer input channels than a
   block: NCHW input read directly) become ``nchwc`` Conv nodes whose outputs are padded to the
   block; MaxPool/AveragePool (channels aligned), and — when every producer is NCHWc —
-  Global pools, Concat on axis 1, Add/Sum, Mul, Relu/Sigmoid/Tanh, QuickGelu and
-  BatchNormalization follow; a Mul by a per-channel constant becomes a depthwise NCHWc Conv;
+  Global pools, Concat on axis 1, Add/Sum, Mul, Relu/Sigmoid/Tanh/HardSigmoid, QuickGelu and
+  BatchNormalization follow (``x * HardSigmoid(x, 1/6, 0.5)`` after a Conv: its HardSwish);
+  a Mul by a per-channel constant becomes a depthwise NCHWc Conv;
   ``Transpose`` to NCHW before a ReorderInput / to NHWC after a blocked tensor becomes a
   ``channels_last`` Reorder. An Add whose input shapes ORT cannot prove equal (it traces each
   dim to the tensor it derives from, ``NchwcArgument::Shape``, then compares declared dims)
@@ -801,6 +802,9 @@ class _Rewriter:
                     self._concat(n, args, make_arg, use, converted)
                 elif op in NCHWC_ACTIVATIONS:
                     self._activation(n, args, make_arg, use, converted)
+                elif op == "HardSigmoid":
+                    if not self._hard_swish(n, args, use, converted):
+                        self._activation(n, args, make_arg, use, converted)
                 elif op == "BatchNormalization":
                     self._batchnorm(n, args, make_arg, use, converted)
                 elif op in ("GlobalAveragePool", "GlobalMaxPool"):
@@ -1105,6 +1109,47 @@ class _Rewriter:
             self._bump("NchwcConvActivation")
             return
         make_arg(n.outputs[0], n, a.channels, a.origin)
+
+    def _hard_swish(self, n: _Node, args: dict, use: Any, converted: set[int]) -> bool:
+        """HardSwish, inlined at load (``ort_inline``) or written as the pair:
+        ``x * HardSigmoid(x, 1/6, 0.5)`` right after an activation-free NCHWc Conv whose
+        output nothing else reads becomes the Conv's ``HardSwish`` activation (ORT 1.32 dumps
+        at level all: inlined or written as the pair, either Mul operand order; not with
+        another alpha, another reader of ``x``, a Conv that already has an activation, or
+        the Mul's output a graph output). Otherwise the HardSigmoid runs on the blocked tensor
+        like Relu (``_activation``) and the Mul of two NCHWc tensors follows (``_binary``);
+        ORT's dumps have no ReorderOutput between them. True when fused."""
+        src = n.inputs[0] if n.inputs else ""
+        a = args.get(src)
+        if a is None or n.outputs[0] in self.outputs:
+            return False
+        alpha, beta = float(n.attrs.get("alpha", 0.2)), float(n.attrs.get("beta", 0.5))
+        if abs(alpha - 1 / 6) > 1e-6 or abs(beta - 0.5) > 1e-6:
+            return False
+        cn = a.node
+        if cn.op_type != "Conv" or cn.domain != NCHWC_DOMAIN or "activation" in cn.attrs:
+            return False
+        readers = self._orig_cons.get(n.outputs[0], [])
+        mul = self.nodes.get(readers[0]) if len(readers) == 1 else None
+        if (
+            mul is None
+            or mul.op_type != "Mul"
+            or mul.domain not in ("", "ai.onnx")
+            or sorted(mul.inputs) != sorted([src, n.outputs[0]])
+            or mul.outputs[0] in self.outputs
+            or a.starting != 2
+            or sorted(self._orig_cons.get(src, [])) != sorted([n.idx, mul.idx])
+        ):
+            return False
+        use(src)
+        use(src)
+        cn.attrs["activation"] = "HardSwish"
+        converted.update((n.idx, mul.idx))
+        del self.nodes[n.idx]
+        del self.nodes[mul.idx]
+        args[mul.outputs[0]] = _Arg(cn, cn.outputs[0], *self._uses(mul), a.channels, a.origin)
+        self._bump("NchwcConvHardSwish")
+        return True
 
     def _nhwc_transpose(self, src: str, prod: dict[str, int], cons: dict) -> _Node | None:
         """The ``Transpose(perm=0,3,1,2)`` writing ``src`` for nothing but this ReorderInput,

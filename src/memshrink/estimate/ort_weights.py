@@ -171,11 +171,12 @@ def embedded_mode(g: GraphInfo, w: WeightSplit, convs: list[ConvWeight]) -> str:
     what frees the session copies (docs/estimate.md, "Which glibc mode"). Prepacked weights'
     copies, each freed right after its packed copy is allocated: ``pinned`` (GPT-2 19 of 19
     processes, BERT-base 27 of 41). Rewritten Conv weights' copies, freed together once the
-    graph transformers are done: ``partly_pinned``, the expected heap when each spare pins
-    with even odds — processes of these models spread between the two extremes (MobileNetV2
-    45 / 50 MiB at creation against 39 consolidated and 51 pinned; ResNet-50 b16 run 1 318 /
-    374 against 318 and 395). An observed rule, not one read in glibc: which spare finds a
-    tcache slot is decided by small allocations the replay does not see. The fp16 copies of
+    graph transformers are done: ``copies_merged``, their region one hole (ResNet-50 b16's
+    318 MiB run-1 cluster, 18 of 26 processes, and MobileNetV2's 45 MiB one: heap walks)
+    and every other spare pinning with even odds (``partly_pinned`` tossed a coin for the
+    copies too: ResNet-50 b16 run 1 +11 %). Processes still spread between the extremes
+    (the band). An observed rule, not one read in glibc: which spare finds a tcache slot is
+    decided by small allocations the replay does not see. The fp16 copies of
     weights ORT converts to f32 (``ort_fp16``) are freed together after the transformers too,
     whoever packs their f32 copies later (traced, LeViT-128S fp16: the copies' region one
     merged 7-11 MiB hole in 3 of 3 heap walks; ``creation_blocks``), and so are constant
@@ -188,7 +189,7 @@ def embedded_mode(g: GraphInfo, w: WeightSplit, convs: list[ConvWeight]) -> str:
     packed = sum(
         g.tensors[n].nbytes or 0 for n, k in w.names.items() if k == "prepacked" and n not in cast
     )
-    return "partly_pinned" if conv >= packed else "pinned"
+    return "copies_merged" if conv >= packed else "pinned"
 
 
 def _heap_bytes(nbytes: int) -> int:
@@ -473,7 +474,11 @@ PROTO_FIELDS = 48
 def _string_blocks(b: CreationBlocks, key: str, nbytes: int) -> None:
     """A raw-data string as protobuf parses it: ``reserve(size)`` up to 50 MB, then appends
     that double the capacity, each step freeing the last (traced: BERT's 94 MB table is
-    50 MB + 1, then 100 MB + 1), then the tensor's small fields, which stay: a freed string
+    50 MB + 1, then 100 MB + 1; a 512 MiB weight 50, 100, 200, 400, 800 MB), each written only
+    as far as the string's bytes go: mmapped (every such string is over the 32 MiB threshold
+    maximum), the doubled capacity's tail is never resident (an embedded 5 x 49 MiB MLP
+    peaked at 304 MiB, where counting the 100 MB capacities predicted 539). Then the
+    tensor's small fields, which stay: a freed string
     leaves a hole of its own size only, which its session copy (``posix_memalign``, 96 bytes
     more) never fits (multibranch's 216 KiB weights, traced in the verifier's child: the
     copies extend the heap top, and only the conversions' plain-malloc V and S reuse the
@@ -486,9 +491,16 @@ def _string_blocks(b: CreationBlocks, key: str, nbytes: int) -> None:
     prev = ""
     for i, cap in enumerate(caps):
         k = key if i == len(caps) - 1 else f"{key}@{cap}"
-        b.alloc(k, cap + 1)
+        if len(caps) == 1:
+            b.alloc(k, cap + 1)
+        else:
+            # a grown string holds what was copied in, then what the parser appends: the
+            # doubled capacity's tail is never written (mmapped: never resident)
+            b.alloc(k, cap + 1, written=caps[i - 1] if i else 0)
         if prev:
             b.free(prev)
+        if len(caps) > 1:
+            b.touch(k, min(cap, nbytes) + 1)
         prev = k
     b.alloc(f"fields:{key}", PROTO_FIELDS)
 

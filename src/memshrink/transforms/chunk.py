@@ -517,7 +517,8 @@ class ChunkPass(Pass):
             ch = choose_channels(
                 model, lambda m: _act_and_peak(m, context), shapes, after,
                 base_peak=max(est.stage_peaks().values()),
-                budget=o.activation_budget, min_gain=o.min_gain, max_chunks=o.max_chunks,
+                budget=o.activation_budget, min_gain=o.min_gain, min_saving=o.min_saving,
+                max_chunks=o.max_chunks,
                 progress=context.progress, chooser=chooser,
             )  # fmt: skip
             stats["channels"] = ch

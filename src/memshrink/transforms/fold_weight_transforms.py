@@ -139,7 +139,7 @@ class FoldWeightTransformsPass(Pass):
     name = "fold-weight-transforms"
     summary = "Fold Cast/Transpose/Reshape of weights and Conv+BatchNorm ahead of time."
     targets = ("session-creation", "weights")
-    _shared: bool = True  # fold_shared for this run (off when the pipeline targets OpenVINO)
+    _shared: bool = True  # fold_shared for this run (see Options.fold_shared)
     exact = (
         "Cast/Transpose/Reshape folds are bit-exact; Conv+BatchNorm folding changes rounding "
         "(relative error ~1e-6; conv_bn=false keeps the pass bit-exact)"
@@ -150,9 +150,12 @@ class FoldWeightTransformsPass(Pass):
         conv_bn: bool = True
         # Fold a transform even when its weight has other readers (tied embedding / LM head):
         # the file stores both forms, and the runtime maps them instead of building a heap copy.
-        # Never when the pipeline targets OpenVINO (optimize --backend openvino): its FC takes
-        # the transpose itself, so the folded copy is pure cost (GPT-2: compile 888 -> 1035,
-        # steady 1086 -> 1231 MiB with it, 1085 without; docs/compare.md).
+        # Only when the pipeline names one runtime other than OpenVINO (optimize --backend
+        # ort / ort-openvino / cuda). OpenVINO's FC takes the transpose itself, so there the
+        # folded copy is pure cost; without --backend (deploy anywhere) it is a trade the
+        # unfolded model wins: GPT-2 all, measured process peaks folded / unfolded: ORT CPU
+        # 633 / 633, OpenVINO 1228 / 1007 (original 1007), its EP 1256 / 1351 (original
+        # 2063) MiB: unfolded, no runtime ends above the original (docs/compare.md).
         fold_shared: bool = True
 
     def run(self, model: ir.Model, context: PassContext) -> PassResult:
@@ -164,7 +167,9 @@ class FoldWeightTransformsPass(Pass):
             "bytes_rewritten": 0,
             "bytes_added": 0,
         }
-        self._shared = self.options.fold_shared and context.backend != "openvino"
+        self._shared = (
+            self.options.fold_shared and context.deploy_only and context.backend != "openvino"
+        )
         for graph in model.graphs():
             changed = True
             while changed:

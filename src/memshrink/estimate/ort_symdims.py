@@ -1,0 +1,84 @@
+"""Named dims ONNX Runtime's own shape inference loses: no buffer reuse on them.
+
+The allocation planner reuses a freed buffer only for a tensor of the same shape, dim by dim
+equal values or equal non-empty ``dim_param`` names (``ort._same_size``). The estimator's
+shapes come from ONNX's inference with data propagation, which carries a symbolic dim
+(``batch``) through every shape computation. ORT 1.32's session-time inference does not
+carry it through ``Slice``: a ``Reshape`` to ``Concat(Slice(Shape(x)), ...)`` has unnamed
+dims in ORT, and so has everything computed from it, while ``Concat(Unsqueeze(Gather(
+Shape(x))), ...)`` keeps ``batch``. Measured (x = [batch, 196, 64] bound to 2, MatMul ->
+Add(bias [4, 196, 196]) -> 4 elementwise ops on [2, 4, 196, 196], arena off, run 1's
+memaligns of 1,229,312 B): 2 with Gather + Unsqueeze (the chain reuses), 6 with Slice (none);
+LeViT-128S fp16 (its first Reshape is ``Concat(Slice(Shape), -1)``): 12 such allocations in
+ORT where the planner with ``batch`` kept predicted 6, and its memory-pattern block
+3,879,936 B measured against 5,723,712 B predicted; with a static batch ORT reuses (2
+allocations, block 6,523,904 B).
+
+With the Slice giving the concrete dims and ``batch`` from Gather, ORT loses them too (6): it
+does not carry shape data through ``Slice`` at all. A shape the file declares (``value_info``)
+is kept: dynamo exports declare every Reshape output (BERT-base, GPT-2, ViT-B/16: 72 / 159 / 73
+of 72 / 159 / 73, each with 36 ``Slice(Shape)``), and their memory-pattern blocks were predicted
+to the byte with the names kept; LeViT's legacy export declares none.
+
+``ort_view`` renames those dims ``unk__ort`` (``ort._unnamed``), for ORT CPU only: the output
+of a ``Reshape`` whose shape derives from a lost shape value (a ``Slice`` of shape data, and
+what shape data is computed from it, or a ``Shape`` of a renamed tensor), then every tensor
+computed from a renamed one, except through ``Shape``/``Size``; never a declared tensor.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from memshrink.estimate.graph import GraphInfo, NodeInfo
+
+LOST = "unk__ort"
+_SHAPE_OPS = frozenset({"Shape", "Size"})
+
+
+def _visit(g: GraphInfo, n: NodeInfo, shape_data: set[str], lost_data: set[str],
+           unnamed: set[str]) -> None:  # fmt: skip
+    ins = [x for x in n.inputs if x]
+    outs = [o for o in n.outputs if o]
+    if n.op_type in _SHAPE_OPS:
+        shape_data.update(outs)
+        if ins and ins[0] in unnamed:
+            lost_data.update(outs)
+        return
+    consts = [x for x in ins if x not in shape_data]
+    if len(consts) < len(ins) and all(g.tensors[x].kind == "initializer" for x in consts):
+        shape_data.update(outs)  # a shape computation: shape values and constants only
+        if (n.op_type == "Slice" and ins[0] in shape_data) or any(x in lost_data for x in ins):
+            lost_data.update(outs)
+        return
+    if (n.op_type == "Reshape" and len(ins) > 1 and ins[1] in lost_data) or any(
+        x in unnamed for x in ins if x not in shape_data
+    ):
+        unnamed.update(o for o in outs if o not in g.declared)  # a declared shape is kept
+
+
+def ort_view(g: GraphInfo) -> GraphInfo | None:
+    """``g`` with the named dims ORT cannot name renamed ``unk__ort``; None when none."""
+    nodes = [n for n in g.nodes if n.index not in g.folded]
+    shape_data: set[str] = set()  # values computed from Shape / Size
+    lost_data: set[str] = set()  # shape values ORT's inference does not know
+    unnamed: set[str] = set()  # tensors whose named dims ORT does not know
+    size = -1
+    while size != len(shape_data) + len(lost_data) + len(unnamed):  # index order is not
+        size = len(shape_data) + len(lost_data) + len(unnamed)  # topological (appended nodes)
+        for n in nodes:
+            _visit(g, n, shape_data, lost_data, unnamed)
+    renamed = {}
+    for name in unnamed:
+        t = g.tensors.get(name)
+        if t is None or t.sym_shape is None:
+            continue
+        sym = tuple(
+            LOST if isinstance(d, str) and d and not d.startswith("unk__") else d
+            for d in t.sym_shape
+        )
+        if sym != t.sym_shape:
+            renamed[name] = dataclasses.replace(t, sym_shape=sym)
+    if not renamed:
+        return None
+    return dataclasses.replace(g, tensors={**g.tensors, **renamed})
