@@ -54,7 +54,8 @@ def _visit(g: GraphInfo, n: NodeInfo, shape_data: set[str], lost_data: set[str],
     if (n.op_type == "Reshape" and len(ins) > 1 and ins[1] in lost_data) or any(
         x in unnamed for x in ins if x not in shape_data
     ):
-        unnamed.update(o for o in outs if o not in g.declared)  # a declared shape is kept
+        # a declared shape is kept, but for the dims it leaves empty
+        unnamed.update(o for o in outs if o not in g.declared or o in g.declared_empty)
 
 
 def ort_view(g: GraphInfo) -> GraphInfo | None:
@@ -73,9 +74,15 @@ def ort_view(g: GraphInfo) -> GraphInfo | None:
         t = g.tensors.get(name)
         if t is None or t.sym_shape is None:
             continue
+        empty = g.declared_empty.get(name) if name in g.declared else None
         sym = tuple(
-            LOST if isinstance(d, str) and d and not d.startswith("unk__") else d
-            for d in t.sym_shape
+            LOST
+            if isinstance(d, str)
+            and d
+            and not d.startswith("unk__")
+            and (empty is None or i in empty)
+            else d
+            for i, d in enumerate(t.sym_shape)
         )
         if sym != t.sym_shape:
             renamed[name] = dataclasses.replace(t, sym_shape=sym)
