@@ -960,12 +960,12 @@ def build_view(
         ext_bytes += nb if ext else 0
     graph = _build_graph(sym_proto.graph, sym_types, conc_types, init_info, set())
     graph.opset = int(irm.opset_imports.get("", irm.opset_imports.get("ai.onnx", 0)) or 0)
-    decl = [v for v in _declared_values(irm.graph) if v.name and v.shape is not None]
-    graph.declared = {v.name for v in decl}
-    for v in decl:
-        empty = frozenset(i for i, d in enumerate(_dims_of(v.shape) or ()) if d is None)
+    decl_values = [dv for dv in _declared_values(irm.graph) if dv.name and dv.shape is not None]
+    graph.declared = {str(dv.name) for dv in decl_values}
+    for dv in decl_values:
+        empty = frozenset(i for i, dd in enumerate(_dims_of(dv.shape) or ()) if dd is None)
         if empty:
-            graph.declared_empty[v.name] = empty
+            graph.declared_empty[str(dv.name)] = empty
     unused = sorted(set(dim_bounds or {}) - {n for n, h in bounded.items() if h == "--dim-bound"})
     if unused:
         raise UsageError(

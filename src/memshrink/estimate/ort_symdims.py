@@ -20,10 +20,19 @@ is kept: dynamo exports declare every Reshape output (BERT-base, GPT-2, ViT-B/16
 of 72 / 159 / 73, each with 36 ``Slice(Shape)``), and their memory-pattern blocks were predicted
 to the byte with the names kept; LeViT's legacy export declares none.
 
+A declaration names only what it writes: dynamo's wav2vec2 declares the attention Reshape's
+output ``[?, ?, ?, ?]`` and the scores ``[?, 4, S, ?]`` (dims left empty), and ORT keeps them
+unnamed (its ``optimized_model_filepath`` dump): run 1 allocates the scores, the Softmax and
+the ``Where`` fresh (no in-place, no reuse), and its memory-pattern block is 18,307,328 B,
+against 15,711,296 predicted with the names kept and 18,306,368 with them lost. BERT-base's
+identical chain ran 48 fresh [1, 12, 128, 128] buffers, as lost names predict (2 kept).
+
 ``ort_view`` renames those dims ``unk__ort`` (``ort._unnamed``), for ORT CPU only: the output
 of a ``Reshape`` whose shape derives from a lost shape value (a ``Slice`` of shape data, and
 what shape data is computed from it, or a ``Shape`` of a renamed tensor), then every tensor
-computed from a renamed one, except through ``Shape``/``Size``; never a declared tensor.
+computed from a renamed one, except through ``Shape``/``Size``. A declared tensor keeps the
+dims its declaration names (a value or a name) and loses only the ones it leaves empty
+(``GraphInfo.declared_empty``); one declared in full stops the renaming.
 """
 
 from __future__ import annotations
