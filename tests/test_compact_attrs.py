@@ -249,3 +249,60 @@ def test_symbolic_tool_gets_lists_only_when_inference_reads_them(forest_path: Pa
     )
     assert _tool_proto(const, types(const)) is const
     assert len(_infer(const).graph.node[0].attribute[0].ints) == 0  # the view drops it
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        list(range(-5, THRESHOLD)),  # negative ints: 10-byte varints
+        [0, 127, 128, 16383, 16384, 2**31, 2**62, -(2**63)] * 600,
+        np.linspace(-3, 3, THRESHOLD, dtype=np.float32).tolist(),
+        ["BRANCH_LEQ", "LEAF", "é"] * 2000,
+    ],
+)
+def test_wire_list_is_what_protobuf_writes(values: list) -> None:
+    """The list's fields built from the array equal the serialized attribute's (unpacked,
+    one key per element), so a save can splice them in."""
+    attr = helper.make_attribute("a", values)
+    if isinstance(values[0], str):
+        compact: object = tuple(values)
+    elif isinstance(values[0], float):
+        compact = CompactList(np.array(values, np.float32))
+    else:
+        compact = CompactList(compact_attrs._narrow(np.array(values, np.int64)))
+    got = compact_attrs.wire_list(compact)
+    bare = onnx.AttributeProto(name="a", type=attr.type).SerializeToString()
+    # protobuf's field order: name (1), the list (7-9), type (20)
+    assert attr.SerializeToString() == bare[:3] + got + bare[3:]
+
+
+def test_the_scan_lifts_large_lists_out_of_the_skeleton(forest_path: Path) -> None:
+    """The loader's scan takes the lists off the skeleton (parsed alone, one attribute at a
+    time), so the skeleton it parses is small; the load still gives every value back."""
+    from memshrink.protoscan import scan_model_file
+
+    res = scan_model_file(str(forest_path), "forest.onnx", lift_lists=compact_attrs.lift)
+    assert len(res.skeleton) < 4096 < forest_path.stat().st_size
+    assert len(res.lists) == 7  # the 7 nodes_* lists; target_* stay in the skeleton
+    assert all(len(v) == N for v, _ in res.lists.values())
+
+
+def test_estimate_splices_a_constants_large_list_for_inference() -> None:
+    """In the estimator the large lists are markers; ONNX's inference still gets them spliced
+    in: a Constant's ``value_ints`` is its output's shape."""
+    from memshrink.estimate.graph import build_view
+
+    const = helper.make_model(
+        helper.make_graph(
+            [
+                helper.make_node("Constant", [], ["c"], value_ints=list(range(THRESHOLD))),
+                helper.make_node("Cast", ["c"], ["y"], to=TensorProto.FLOAT),
+            ],
+            "c",
+            [],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        ),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+    view = build_view(load(const), dims={})
+    assert view.graph.tensors["y"].shape == (THRESHOLD,)

@@ -109,6 +109,40 @@ def test_replacement_model_flows_on(mlp_path: Path) -> None:
     assert "memshrink.source" in model.meta  # metadata carried over to the new model
 
 
+def test_a_replaced_model_is_freed_before_the_next_pass(mlp_path: Path) -> None:
+    """onnx_ir graphs are cycles: without a collect the replaced model (simplify's input)
+    stays in memory until the GC happens to run; the caller hands over its only reference."""
+    import gc
+    import weakref
+
+    from memshrink.model import load
+
+    refs: list[weakref.ref] = []
+    alive: list[bool] = []
+
+    class Replace(_Recorder):
+        name = "replace"
+
+        def run(self, model: ir.Model, context: PassContext) -> PassResult:
+            refs.append(weakref.ref(model.graph))  # the model object goes by refcount
+            return PassResult(modified=True, model=ir.from_proto(ir.to_proto(model)))
+
+    class Observe(_Recorder):
+        name = "observe"
+
+        def run(self, model: ir.Model, context: PassContext) -> PassResult:
+            alive.append(refs[0]() is not None)
+            return PassResult(modified=False)
+
+    gc.disable()  # only the manager's own collect may free it
+    try:
+        loaded = [load(mlp_path)]
+        PassManager([Replace([]), Observe([])]).run(loaded.pop())
+    finally:
+        gc.enable()
+    assert alive == [False]
+
+
 def test_progress_messages(mlp_path: Path) -> None:
     messages: list[str] = []
     PassManager("prune").run(mlp_path, PassContext(progress=messages.append))

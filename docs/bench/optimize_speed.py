@@ -1,5 +1,7 @@
-"""Process CPU time of `optimize --passes all` on the 5,000-node graph, per pass and per estimate.
-python docs/bench/optimize_speed.py [--profile OUT.prof] [--nodes 5000]"""
+"""Process CPU time and peak RSS of `optimize --passes all` on the 5,000-node graph, per pass
+and per estimate. The peak of a step is VmHWM after it, reset before it (``/proc/self/clear_refs``
+5), so each row is the largest RSS seen while that step ran; `rss` is the RSS after it.
+python docs/bench/optimize_speed.py [--profile OUT.prof] [--nodes 5000] [--src MODEL.onnx]"""
 
 # ruff: noqa: E402  (faulthandler first: stack samples of a long pass)
 
@@ -9,7 +11,6 @@ faulthandler.dump_traceback_later(45, repeat=True)
 import argparse
 import cProfile
 import os
-import resource
 import sys
 import time
 
@@ -22,23 +23,47 @@ ap.add_argument("--profile")
 ap.add_argument("--nodes", type=int, default=5000)
 ap.add_argument("--dir", default="/tmp/memshrink-optimize-speed")
 ap.add_argument("--passes", default="all")
+ap.add_argument("--src", help="optimize this model instead of the generated graph")
 a = ap.parse_args()
 os.makedirs(a.dir, exist_ok=True)
-src = f"{a.dir}/big{a.nodes}.onnx"
+src = a.src or f"{a.dir}/big{a.nodes}.onnx"
 if not os.path.exists(src):
     onnx.save(big_graph(a.nodes), src)
 import memshrink.cli as cli
 import memshrink.hooks as hooks
 import memshrink.pipeline as pipeline
 
+
+def _status_mib(key: str) -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+_overall = [0.0]
+
+
+def _reset_peak() -> None:
+    """Fold VmHWM into the run's peak, then reset it (ru_maxrss would reset with it)."""
+    _overall[0] = max(_overall[0], _status_mib("VmHWM"))
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
 rec = []
 orig_est = hooks._estimate_summary
 
 
 def est(model, context):
+    _reset_peak()
     c = time.process_time()
     r = orig_est(model, context)
-    rec.append(("estimate", time.process_time() - c))
+    rec.append(("estimate", time.process_time() - c, _status_mib("VmHWM"), _status_mib("VmRSS")))
     return r
 
 
@@ -52,9 +77,10 @@ def resolve(*args, **kw):
         run = p.run
 
         def wrapped(model, context, _run=run, _n=p.name):
+            _reset_peak()
             c = time.process_time()
             r = _run(model, context)
-            rec.append((_n, time.process_time() - c))
+            rec.append((_n, time.process_time() - c, _status_mib("VmHWM"), _status_mib("VmRSS")))
             return r
 
         p.run = wrapped
@@ -66,7 +92,7 @@ c0 = time.process_time()
 w0 = time.perf_counter()
 argv = ["optimize", src, f"{a.dir}/out.onnx", "--passes", a.passes, "--json", f"{a.dir}/rep.json"]
 if a.profile:
-    pr = cProfile.Profile()
+    pr = cProfile.Profile(time.process_time)  # CPU time: wall time is noisy on a shared box
     pr.enable()
 code = cli.main(argv)
 if a.profile:
@@ -74,10 +100,11 @@ if a.profile:
     pr.dump_stats(a.profile)
 tot = time.process_time() - c0
 print(
-    f"exit {code}; total process CPU {tot:.2f} s, wall {time.perf_counter() - w0:.1f} s, maxrss {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB"
+    f"exit {code}; total process CPU {tot:.2f} s, wall {time.perf_counter() - w0:.1f} s, peak RSS {max(_overall[0], _status_mib('VmHWM')):.0f} MiB"
 )
 s = 0
-for n, t in rec:
-    print(f"  {n:24s} {t:7.2f}")
+print(f"  {'step':24s} {'CPU s':>7s} {'peak MiB':>9s} {'RSS after':>9s}")
+for n, t, hwm, rss in rec:
+    print(f"  {n:24s} {t:7.2f} {hwm:9.0f} {rss:9.0f}")
     s += t
 print(f"  passes+estimates {s:.2f}; rest (load, save, other-backend predictions) {tot - s:.2f}")

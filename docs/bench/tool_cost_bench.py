@@ -5,7 +5,8 @@ Each command runs in a fresh child (``python -m memshrink.cli``). Two peaks are 
 ``own`` is the command's own process (``VmHWM`` polled from /proc every 50 ms; it only grows,
 so the last reading before exit is the peak), ``tree`` is ``wait4``'s ``ru_maxrss`` (the
 largest of the process and the children it waited for: for ``verify`` that is a runtime child
-holding the model). The target applies to ``own``.
+holding the model). The target applies to ``own``. ``cpu`` is user + system CPU seconds of
+the command and its waited-for children (less noisy than wall time on a shared machine).
 
 Usage: python docs/bench/tool_cost_bench.py [--models gpt2,gpt2-ext,bert-base,gpt2-large-ext]
        [--commands all,safe,estimate-in,estimate-out] [--verify] [--json OUT.json]
@@ -63,6 +64,8 @@ def run_measured(cmd: list[str]) -> dict:
         "wall_s": round(wall, 1),
         "own_mib": round(own / 1024),
         "tree_mib": round(usage.ru_maxrss / 1024),
+        # user + system CPU of the command and the children it waited for (verify's runtimes)
+        "cpu_s": round(usage.ru_utime + usage.ru_stime, 1),
         "exit": code,
         "progress_lines": sum(1 for line in err.splitlines() if line.strip()),
     }
@@ -86,8 +89,10 @@ def main() -> int:
     cli = [sys.executable, "-m", "memshrink.cli"]
     commands = args.commands.split(",")
     rows = []
-    print("| model | weights (MiB) | command | wall (s) | peak RSS (MiB) | target (MiB) |")
-    print("| --- | ---: | --- | ---: | ---: | ---: |")
+    print(
+        "| model | weights (MiB) | command | wall (s) | CPU (s) | peak RSS (MiB) | target (MiB) |"
+    )
+    print("| --- | ---: | --- | ---: | ---: | ---: | ---: |")
     names = [] if args.file and args.models == DEFAULT_MODELS else args.models.split(",")
     for name in names + args.file:
         if name in args.file:
@@ -128,7 +133,7 @@ def main() -> int:
                     peak += f" (children {row['tree_mib']})"
                 miss = "" if row["own_mib"] <= target else " **miss**"
                 print(
-                    f"| {name} | {row['weights_mib']} | {label} | {row['wall_s']} | {peak}"
+                    f"| {name} | {row['weights_mib']} | {label} | {row['wall_s']} | {row['cpu_s']} | {peak}"
                     f" | {row['target_mib']}{miss} |",
                     flush=True,
                 )

@@ -16,6 +16,7 @@ keep each one's element count (:func:`note_lengths`).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from collections.abc import Hashable, Iterator, Sequence, Sized
 from typing import Any, overload
@@ -133,6 +134,23 @@ def _take(attr: onnx.AttributeProto) -> Any | None:
     else:
         return None
     return value
+
+
+def lift(raw: memoryview, taken: dict[str, tuple[Any, str]]) -> bytes | None:
+    """``protoscan``'s list lifter: one attribute's bytes with a large list, parsed alone and
+    returned without it (marked for :func:`put_back`; the value goes into ``taken``); None
+    when its lists are short. The skeleton then never holds the lists: parsing a 24 MiB
+    forest's skeleton with them cost ~+100 MiB before :func:`take_large_lists` could run."""
+    if len(raw) < THRESHOLD:  # an element takes at least one byte: too short to be large
+        return None
+    attr = onnx.AttributeProto.FromString(bytes(raw))
+    value = _take(attr)
+    if value is None:
+        return None
+    mark = f"{_MARK}s{len(taken)}"
+    taken[mark] = (value, attr.doc_string)
+    attr.doc_string = mark
+    return attr.SerializeToString()
 
 
 def _proto_nodes(proto: onnx.ModelProto) -> Iterator[onnx.NodeProto]:
@@ -322,3 +340,138 @@ class _Dropper:
 def _varints(buf: memoryview, start: int, end: int) -> int:
     """How many varints a packed payload holds (bytes without the continuation bit)."""
     return int(np.count_nonzero(np.frombuffer(buf[start:end], np.uint8) < 0x80))
+
+
+# ---------------------------------------------------------------- writing lists without a proto
+
+_KEY_FLOATS, _KEY_INTS, _KEY_STRINGS = 0x3D, 0x40, 0x4A  # fields 7 (I32), 8 (VARINT), 9 (LEN)
+_ATTR_DOC = 13
+
+
+def _is_large(value: Any) -> bool:
+    if isinstance(value, CompactList):
+        return True
+    return isinstance(value, tuple) and len(value) >= THRESHOLD and isinstance(value[0], str)
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if not n:
+            out.append(b)
+            return bytes(out)
+        out.append(b | 0x80)
+
+
+def wire_list(value: Any) -> bytes:
+    """The list's fields as protobuf writes them for an AttributeProto (unpacked: onnx.proto is
+    proto2): one key per element, then a float's 4 bytes, an int's varint (two's complement,
+    10 bytes when negative) or a string's length and bytes. Built with numpy from the array,
+    never as a repeated field of Python objects."""
+    if not isinstance(value, CompactList):
+        pieces: dict[str, bytes] = {}
+        for s in value:
+            if s not in pieces:
+                enc = s.encode("utf-8")
+                pieces[s] = bytes([_KEY_STRINGS]) + _varint(len(enc)) + enc
+        return b"".join([pieces[s] for s in value])
+    arr = value.array
+    n = len(arr)
+    if arr.dtype == np.float32:
+        rows = np.empty((n, 5), np.uint8)
+        rows[:, 0] = _KEY_FLOATS
+        rows[:, 1:] = arr.astype("<f4").view(np.uint8).reshape(n, 4)
+        return rows.tobytes()
+    v = arr.astype(np.int64).view(np.uint64)
+    nb = np.ones(n, np.int64)  # bytes of each varint: 1 + one per further 7 bits
+    for k in range(1, 10):
+        nb += v >= np.uint64(1 << (7 * k))
+    ends = np.cumsum(nb + 1)
+    starts = ends - nb - 1
+    out = np.empty(int(ends[-1]) if n else 0, np.uint8)
+    out[starts] = _KEY_INTS
+    for k in range(10):
+        m = nb > k
+        if not m.any():
+            break
+        byte = ((v[m] >> np.uint64(7 * k)) & np.uint64(0x7F)).astype(np.uint8)
+        byte[nb[m] > k + 1] |= 0x80
+        out[starts[m] + 1 + k] = byte
+    return out.tobytes()
+
+
+@contextlib.contextmanager
+def marked(model: ir.Model, table: dict[bytes, tuple[Any, str]], note: bool = False):
+    """While inside, every large list attribute of ``model`` is an empty list marked in its
+    ``doc_string``; ``table`` gets marker -> (value, the doc_string :func:`splice` writes: the
+    attribute's own, or with ``note`` its :data:`LENGTH_NOTE`). Serialize inside, then
+    :func:`splice` the bytes."""
+    swapped: list[tuple[ir.Node, str, ir.Attr]] = []
+    try:
+        for node in _ir_nodes(model):
+            for name, attr in list(node.attributes.items()):
+                if attr.type in _LIST_TYPES and _is_large(attr.value):
+                    mark = f"{_MARK}w{len(table)}"
+                    doc = f"{LENGTH_NOTE}{len(attr.value)}" if note else attr.doc_string or ""
+                    table[mark.encode()] = (attr.value, doc)
+                    swapped.append((node, name, attr))
+                    node.attributes[name] = _CompactAttr(name, attr.type, (), mark)
+        yield table
+    finally:
+        for node, name, attr in reversed(swapped):
+            node.attributes[name] = attr
+
+
+def splice(data: bytes, table: dict[bytes, tuple[Any, str]], strict: bool = True) -> bytes:
+    """``data`` (a serialized ModelProto made inside :func:`marked`) with each marked list's
+    fields (:func:`wire_list`) where its marker was: the bytes protobuf writes for the model
+    with the lists. ``strict``: every marker must be found (a save); the estimator's protos
+    leave out functions, or a derived proto may hold some of the nodes only."""
+    if not table:
+        return data
+    splicer = _Splicer(memoryview(data), table)
+    new = splicer.message(0, len(data), "model")
+    if new is None and not strict:
+        return data
+    if new is None or strict and splicer.spliced != len(table):
+        raise RuntimeError("compact_attrs: a list marker was lost in serialization")
+    return new
+
+
+_LIST_TYPES = frozenset({ir.AttributeType.INTS, ir.AttributeType.FLOATS, ir.AttributeType.STRINGS})
+
+
+class _Splicer:
+    """Rebuilds the messages on a path to a marked attribute (as :class:`_Dropper`), writing
+    the list's fields where the marker's ``doc_string`` was: a list attribute has no fields
+    10-12, so its lists (7-9) come right before ``doc_string`` (13) in protobuf's order."""
+
+    def __init__(self, buf: memoryview, table: dict[bytes, tuple[Any, str]]) -> None:
+        self.buf = buf
+        self.table = table
+        self.spliced = 0
+
+    def message(self, start: int, end: int, kind: str) -> bytes | None:
+        children = _Dropper._CHILDREN[kind]
+        pieces: list[bytes | memoryview] = []
+        changed = False
+        for fnum, wtype, fstart, pstart, pend in iter_fields(self.buf, start, end):
+            if kind == "attribute" and fnum == _ATTR_DOC and wtype == LEN:
+                hit = self.table.get(bytes(self.buf[pstart:pend]))
+                if hit is not None:
+                    pieces.append(wire_list(hit[0]))
+                    if hit[1]:
+                        pieces.append(_len_field(_ATTR_DOC, hit[1].encode()))
+                    changed = True
+                    self.spliced += 1
+                    continue
+            child = children.get(fnum) if wtype == LEN else None
+            new = self.message(pstart, pend, child) if child else None
+            if new is None:
+                pieces.append(self.buf[fstart:pend])
+            else:
+                pieces.append(_len_field(fnum, new))
+                changed = True
+        return b"".join(pieces) if changed else None

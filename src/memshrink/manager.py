@@ -9,6 +9,7 @@ verification) without the passes knowing about them.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -273,6 +274,9 @@ class PassManager:
                         tolerance.KEY, model.metadata_props[tolerance.KEY]
                     )
                 model = result.model
+                # an onnx_ir graph is a web of cycles (nodes <-> values <-> graph): only the
+                # cyclic GC frees the replaced model, which can wait passes long
+                gc.collect()
             if result.modified:
                 context.invalidate()
                 # recorded at once, so a hook verifying after this pass compares at it too

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import onnx
 import onnx_ir as ir
 
-from memshrink import opaque_types
+from memshrink import compact_attrs, opaque_types
 from memshrink.errors import ModelLoadError, UsageError
 from memshrink.protoscan import scan_model_file
 
@@ -69,7 +69,9 @@ def _load_path(path: Path) -> ir.Model:
     if not path.is_file():
         raise ModelLoadError(f"{path}: no such file")
     try:
-        scan = scan_model_file(str(path), location=path.name, threshold=LIFT_THRESHOLD)
+        scan = scan_model_file(
+            str(path), location=path.name, threshold=LIFT_THRESHOLD, lift_lists=compact_attrs.lift
+        )
     except OSError as exc:
         raise ModelLoadError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     try:
@@ -80,7 +82,7 @@ def _load_path(path: Path) -> ir.Model:
     if not proto.HasField("graph") or proto.ir_version <= 0:
         raise ModelLoadError(f"{path}: not an ONNX model (no graph or ir_version)")
     try:
-        model = opaque_types.deserialize(proto, base_dir=str(path.parent))
+        model = opaque_types.deserialize(proto, base_dir=str(path.parent), lists=scan.lists)
     except Exception as exc:
         raise ModelLoadError(f"{path}: cannot be parsed as ONNX: {exc}") from None
     del proto

@@ -10,6 +10,8 @@ puts them back on the values of the same name whenever the model is serialized t
 
 from __future__ import annotations
 
+from typing import Any
+
 import onnx
 import onnx_ir as ir
 
@@ -68,10 +70,17 @@ def restore(proto: onnx.ModelProto, kept: dict[str, onnx.TypeProto] | None) -> o
     return proto
 
 
-def deserialize(proto: onnx.ModelProto, copy: bool = False, base_dir: str = "") -> ir.Model:
+def deserialize(
+    proto: onnx.ModelProto,
+    copy: bool = False,
+    base_dir: str = "",
+    lists: dict[str, tuple[Any, str]] | None = None,
+) -> ir.Model:
     """``ir.serde.deserialize_model`` that also takes models with map-typed values and sparse
     initializers (made dense: ``memshrink.sparse_init``), and keeps large scalar-list
-    attributes compact (``memshrink.compact_attrs``); ``copy`` leaves ``proto`` alone."""
+    attributes compact (``memshrink.compact_attrs``); ``copy`` leaves ``proto`` alone.
+    ``lists``: the large lists the loader's scan already took off ``proto``
+    (``compact_attrs.lift``), put back the same way."""
     kept: dict[str, onnx.TypeProto] = {}
     sparse = sparse_init.has_sparse(proto)
     large = compact_attrs.has_large_lists(proto)
@@ -83,7 +92,9 @@ def deserialize(proto: onnx.ModelProto, copy: bool = False, base_dir: str = "") 
         if sparse:
             sparse_init.densify(proto, base_dir)
         kept = strip(proto)
-    taken = compact_attrs.take_large_lists(proto) if large else {}
+    taken = dict(lists or {})
+    if large:
+        taken.update(compact_attrs.take_large_lists(proto))
     model = ir.serde.deserialize_model(proto)
     compact_attrs.put_back(model, taken)
     if kept:

@@ -46,6 +46,9 @@ class ScanResult:
     embedded_tensors: int = 0  # small tensors left inline
     external_refs: int = 0  # tensors that already referenced external files
     notes: list[str] = field(default_factory=list)
+    # what ``lift_lists`` took off large scalar-list attributes (``compact_attrs.lift``),
+    # marker -> (compact value, the attribute's own doc_string)
+    lists: dict = field(default_factory=dict)
 
 
 def _encode_varint(value: int) -> bytes:
@@ -68,11 +71,19 @@ def _len_field(field_number: int, payload: bytes) -> bytes:
     return _key(field_number, LEN) + _encode_varint(len(payload)) + payload
 
 
+#: Replaces one attribute holding a scalar list (its bytes) by smaller bytes, recording what it
+#: took in the dict; None keeps it (``compact_attrs.lift``).
+ListLifter = Callable[[memoryview, dict], "bytes | None"]
+
+
 class _Rewriter:
-    def __init__(self, buf: memoryview, location: str, threshold: int) -> None:
+    def __init__(
+        self, buf: memoryview, location: str, threshold: int, lift_lists: ListLifter | None = None
+    ) -> None:
         self.buf = buf
         self.location = location
         self.threshold = threshold
+        self.lift_lists = lift_lists
         self.result = ScanResult(skeleton=b"")
 
     def _message(
@@ -119,7 +130,11 @@ class _Rewriter:
         # its tensor inline (copied as is), which is correct, only not lazily loaded.
         for fnum, _, _, _, _ in iter_fields(self.buf, start, end):
             if fnum in _ATTR_SCALAR_LISTS:
-                return None
+                # a long list (a forest's): parsed alone and kept compact, never as part of
+                # the skeleton (a 24 MiB forest's skeleton parse was ~+100 MiB)
+                if self.lift_lists is None:
+                    return None
+                return self.lift_lists(self.buf[start:end], self.result.lists)
             if fnum in (_ATTR_T, _ATTR_G, _ATTR_TENSORS, _ATTR_GRAPHS):
                 break
         return self._message(
@@ -173,12 +188,15 @@ class _Rewriter:
         )
 
 
-def scan_model_file(path: str, location: str, threshold: int = 1024) -> ScanResult:
+def scan_model_file(
+    path: str, location: str, threshold: int = 1024, lift_lists: ListLifter | None = None
+) -> ScanResult:
     """Build the weight-free skeleton of the .onnx at ``path``.
 
     ``location`` is the name written into the lifted tensors' external-data entries (the
-    .onnx file's own name, resolved against its folder). Raises ModelLoadError for
-    truncated or non-protobuf input.
+    .onnx file's own name, resolved against its folder). ``lift_lists`` is given each
+    attribute that holds a scalar list. Raises ModelLoadError
+    for truncated or non-protobuf input.
     """
     with open(path, "rb") as f:
         size = f.seek(0, 2)
@@ -188,7 +206,7 @@ def scan_model_file(path: str, location: str, threshold: int = 1024) -> ScanResu
     buf = memoryview(mm)
     result: ScanResult | None = None
     try:
-        rewriter = _Rewriter(buf, location, threshold)
+        rewriter = _Rewriter(buf, location, threshold, lift_lists)
         new = rewriter.model(0, size)
         rewriter.result.skeleton = new if new is not None else bytes(buf)
         result = rewriter.result

@@ -46,6 +46,19 @@ def test_the_all_preset_sets_min_saving() -> None:
     assert chunk.options.min_saving == 4 << 20
 
 
+def test_no_layout_is_tried_when_the_activations_are_under_min_saving() -> None:
+    """A layout's predicted activations are >= 0, so it saves at most the model's own: under
+    min_saving the search is skipped (no trial clones); at it, the search runs and refuses."""
+    base = ChunkPass().run(ir.from_proto(cnn(batch=4, hw=32)), PassContext())
+    before = base.stats["predicted_activations_before"]
+    res = ChunkPass(min_saving=before + 1).run(ir.from_proto(cnn(batch=4, hw=32)), PassContext())
+    assert not res.modified and "candidates" not in res.stats
+    assert "no layout can save that much" in res.stats["reason"]
+    res = ChunkPass(min_saving=before).run(ir.from_proto(cnn(batch=4, hw=32)), PassContext())
+    assert not res.modified and res.stats["candidates"]
+    assert res.stats["reason"].startswith("best candidate")
+
+
 def ffn(batch: int = 2, seq: int = 256, h: int = 64, hidden: int = 1024) -> onnx.ModelProto:
     """A transformer FFN (MatMul, Relu, MatMul): a channel-split block of 2 MiB hidden tensors."""
     rng = np.random.default_rng(0)

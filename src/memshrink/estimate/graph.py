@@ -11,6 +11,7 @@ become typed graph inputs, so their data is never touched.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
@@ -29,9 +30,11 @@ from memshrink.compact_attrs import (
     digest_value,
     drop_large_lists,
     has_large_lists,
+    marked,
     note_lengths,
     noted_length,
     parse_without_large_lists,
+    splice,
 )
 from memshrink.errors import ModelLoadError, UnboundDimensionError, UsageError
 from memshrink.estimate import dd_bounds, shape_values
@@ -126,6 +129,9 @@ class GraphInfo:
     opset: int = 0  # the default domain's opset (0: unknown); decides which ops are functions
     # node outputs whose shape the file declares (value_info): a runtime starts from these
     declared: set[str] = field(default_factory=set)
+    # declared dims left empty (neither a value nor a name), per declared tensor: they name
+    # nothing for ORT's planner (``ort_symdims``)
+    declared_empty: dict[str, frozenset[int]] = field(default_factory=dict)
 
 
 # Never constant-folded by ONNX Runtime (non-deterministic, or kept for QDQ fusion).
@@ -300,10 +306,14 @@ def _weight_free_proto(model: ir.Model, input_dims: Mapping[str, Sequence[Dim]])
             gp.initializer[-1].name = name
         else:
             gp.input.append(_value_info(name, et, dims))
-    for node in g:
-        # into the graph's own message: ``append`` would copy each node (a forest's lists twice)
-        ir.serde.serialize_node_into(np_ := gp.node.add(), node)
-        note_lengths(np_, node)
+    table = _LISTS[-1] if _LISTS else None
+    with contextlib.ExitStack() as stack:
+        if table is not None:  # large lists: empty and marked, spliced in by ``_infer``
+            stack.enter_context(marked(model, table, note=True))
+        for node in g:
+            # into the graph's own message: ``append`` would copy each node (a forest's lists)
+            ir.serde.serialize_node_into(np_ := gp.node.add(), node)
+            note_lengths(np_, node)
     for v in g.outputs:
         et = int(v.dtype) if v.dtype is not None else 0
         gp.output.append(_value_info(v.name or "", et, _dims_of(v.shape)))
@@ -358,15 +368,20 @@ def _declared_values(g: ir.Graph) -> list[ir.Value]:
 def _infer(mp: onnx.ModelProto) -> onnx.ModelProto:
     """ONNX's shape inference; the result without large scalar lists (only its structure and
     types are read) when the model has any."""
+    table = _LISTS[-1] if _LISTS else None
+    data = b""
     try:
-        if not has_large_lists(mp):
+        if not table and not has_large_lists(mp):
             return onnx.shape_inference.infer_shapes(mp, strict_mode=False, data_prop=True)
         from onnx.onnx_cpp2py_export import shape_inference as c_inference
 
-        data = c_inference.infer_shapes(mp.SerializeToString(), False, False, True)
-        return parse_without_large_lists(data)
+        data = mp.SerializeToString()
+        if table:  # the marked lists' fields, written from their arrays (``compact_attrs``)
+            data = splice(data, table, strict=False)
+        return parse_without_large_lists(c_inference.infer_shapes(data, False, False, True))
     except Exception:  # noqa: BLE001 - inference is best effort; unknowns are reported
-        return mp
+        # with marked lists: the model as the lists' notes left it (their lengths)
+        return parse_without_large_lists(data) if table and data else mp
 
 
 _CACHE: OrderedDict[
@@ -452,6 +467,27 @@ def _cached_infer(
     if hit is not None:
         _CACHE.move_to_end(key)
         return hit
+    _LISTS.append({})  # the weight-free protos' marked lists (``_weight_free_proto``)
+    try:
+        return _infer_uncached(model, fp, dims, key, symbolic_tool, data_bounds, dim_bounds)
+    finally:
+        _LISTS.pop()
+
+
+#: Stack of marker -> large list tables (``compact_attrs.marked``) of the inference running:
+#: its weight-free protos carry the lists as markers, and ``_infer`` splices them in.
+_LISTS: list[dict[bytes, tuple[Any, str]]] = []
+
+
+def _infer_uncached(
+    model: ir.Model,
+    fp: int,
+    dims: Mapping[str, Sequence[Dim]],
+    key: tuple,
+    symbolic_tool: bool,
+    data_bounds: bool,
+    dim_bounds: Mapping[str, int] | None,
+) -> tuple[onnx.ModelProto, dict[str, tuple[int, SymShape | None]], dict[str, str]]:
     if data_bounds:
         return _remember(key, _with_bounds(model, fp, dims, symbolic_tool, dim_bounds or {}))
     proto = _weight_free_proto(model, dims)
@@ -639,12 +675,23 @@ def _tool_proto(
     """``proto`` without its large scalar lists when ONNX's inference infers the same types
     without them (a forest's ``nodes_*``: the Python tool copies the model and every node it
     hands to ONNX, 1.3 GiB peak for a 24 MiB RandomForest); else ``proto`` itself."""
+    table = _LISTS[-1] if _LISTS else None
+    if table:  # the lists are marked, not in ``proto``: it is the light one
+        same: dict[str, tuple[int, SymShape | None]] = {}
+        _LISTS.append({})  # infer it as it is
+        try:
+            _collect_types(_infer(proto).graph, same)
+        finally:
+            _LISTS.pop()
+        if same == dict(types):
+            return proto
+        return onnx.ModelProto.FromString(splice(proto.SerializeToString(), table, strict=False))
     if not has_large_lists(proto):
         return proto
     light = onnx.ModelProto()
     light.CopyFrom(proto)
     drop_large_lists(light)
-    same: dict[str, tuple[int, SymShape | None]] = {}
+    same = {}
     _collect_types(_infer(light).graph, same)
     return light if same == dict(types) else proto
 
@@ -957,7 +1004,12 @@ def build_view(
         ext_bytes += nb if ext else 0
     graph = _build_graph(sym_proto.graph, sym_types, conc_types, init_info, set())
     graph.opset = int(irm.opset_imports.get("", irm.opset_imports.get("ai.onnx", 0)) or 0)
-    graph.declared = {v.name for v in _declared_values(irm.graph) if v.name and v.shape is not None}
+    decl_values = [dv for dv in _declared_values(irm.graph) if dv.name and dv.shape is not None]
+    graph.declared = {str(dv.name) for dv in decl_values}
+    for dv in decl_values:
+        empty = frozenset(i for i, dd in enumerate(_dims_of(dv.shape) or ()) if dd is None)
+        if empty:
+            graph.declared_empty[str(dv.name)] = empty
     unused = sorted(set(dim_bounds or {}) - {n for n, h in bounded.items() if h == "--dim-bound"})
     if unused:
         raise UsageError(
