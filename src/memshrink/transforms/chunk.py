@@ -414,7 +414,7 @@ class ChunkPass(Pass):
         # (each copied Conv keeps its cuDNN state on the host); false: GPU alone, as default
         cuda_total: bool = True
         # backends whose predicted process peak the layout should not raise (by more than 5 %
-        # and 8 MiB): the ranking on ORT CPU is walked for the best layout that keeps them,
+        # and 2 MiB): the ranking on ORT CPU is walked for the best layout that keeps them,
         # else ORT CPU's pick is kept (transforms/chunking/choice.py); "" = ORT CPU only.
         # Ignored when the user names the one runtime they deploy on (optimize --backend)
         prefer_backends: str = "openvino,ort-openvino"
@@ -548,7 +548,7 @@ class ChunkPass(Pass):
             lambda c: _trial(model, shapes, c, o.spatial_axis),
             per_kernel=int(OV_CALIBRATION["ov_per_kernel"]), cap=o.prefer_cap,
             cap_bytes=o.prefer_cap_bytes,
-            total=context.deploy_only and o.cuda_total,
+            total=context.deploy_only and context.backend == "cuda" and o.cuda_total,
         )  # fmt: skip
 
     def _try(

@@ -226,6 +226,7 @@ class Chooser:
             self.report["refused"] = (
                 f"every layout tried raises {', '.join(prefer)}'s predicted peak by more than "
                 f"{self.cap:.0%} (prefer_cap, with the prediction's margin) or a guarded backend"
+                "; deploying on ONNX Runtime CPU only? --backend ort lets chunk split for it"
             )
         return None
 
