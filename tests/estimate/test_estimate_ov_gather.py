@@ -72,6 +72,49 @@ def test_only_gathers_of_activations_count(tmp_path: Path) -> None:
     assert activation_gathers(g2) == 5
 
 
+def test_a_body_gather_of_an_outer_activation_counts(tmp_path: Path) -> None:
+    """A Loop body's Gather of an outer activation (its producer indexes the outer graph's
+    nodes, not the body's: a detector's RoI loop crashed the first version) counts once."""
+    body = helper.make_graph(
+        [
+            helper.make_node("Gather", ["r", "i"], ["g"], axis=0),
+            helper.make_node("Add", ["s_in", "g"], ["s_out"]),
+            helper.make_node("Identity", ["c_in"], ["c_out"]),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("c_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("s_in", TensorProto.FLOAT, None),
+        ],
+        [
+            helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("s_out", TensorProto.FLOAT, None),
+        ],
+    )
+    n = numpy_helper.from_array(np.array(3, np.int64), "n")
+    nodes = [  # the Relu is outer node 3: past the body's three nodes
+        helper.make_node("Identity", ["x"], ["x1"]),
+        helper.make_node("Identity", ["x1"], ["x2"]),
+        helper.make_node("Identity", ["x2"], ["x3"]),
+        helper.make_node("Relu", ["x3"], ["r"]),
+        helper.make_node("Loop", ["n", "", "x0"], ["y"], body=body),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4]),
+            helper.make_tensor_value_info("x0", TensorProto.FLOAT, [4]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [n],
+    )
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    g = build_view(_save(m, tmp_path / "loop.onnx")).graph
+    assert activation_gathers(g) == 1
+
+
 def test_gather_chain_compile_slope(tmp_path: Path) -> None:
     """Measured (verifier's child, bf16, B = 3): compile peak 31.37 MiB with 4 Gathers, 33.88
     with 68 (+2.51); infer 1 the same +2.51. Predicted: 64 x ``ov_per_gather`` plus the

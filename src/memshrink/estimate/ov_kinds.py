@@ -107,10 +107,13 @@ def activation_gathers(g: GraphInfo) -> int:
     for graph, node in _nodes(g):
         if node.op_type != "Gather" or node.index in graph.folded or not node.inputs:
             continue
-        t = graph.tensors.get(node.inputs[0]) or g.tensors.get(node.inputs[0])
+        # a body may read an outer tensor: its producer index is the owner graph's
+        owner = graph if node.inputs[0] in graph.tensors else g
+        t = owner.tensors.get(node.inputs[0])
         if t is None or t.kind == "initializer" or t.folded:
             continue
-        p = graph.nodes[t.producer] if t.producer is not None else None
+        ok = t.producer is not None and t.producer < len(owner.nodes)
+        p = owner.nodes[t.producer] if ok else None
         if p is not None and p.op_type in ("Shape", "Size", "Constant"):
             continue
         n += 1
