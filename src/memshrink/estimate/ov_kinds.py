@@ -112,8 +112,8 @@ def activation_gathers(g: GraphInfo) -> int:
         t = owner.tensors.get(node.inputs[0])
         if t is None or t.kind == "initializer" or t.folded:
             continue
-        ok = t.producer is not None and t.producer < len(owner.nodes)
-        p = owner.nodes[t.producer] if ok else None
+        i = t.producer
+        p = owner.nodes[i] if i is not None and i < len(owner.nodes) else None
         if p is not None and p.op_type in ("Shape", "Size", "Constant"):
             continue
         n += 1
