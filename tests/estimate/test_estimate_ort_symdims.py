@@ -51,18 +51,39 @@ def _attention(batch_from: str) -> onnx.ModelProto:
         g.value_info.append(
             helper.make_tensor_value_info("r", TensorProto.FLOAT, ["batch", 196, 4, 16])
         )
+    if batch_from.startswith("slice_empty"):  # declared, but the batch dim left empty
+        vi = [helper.make_tensor_value_info("r", TensorProto.FLOAT, [None, 196, 4, 16])]
+        att_dim0 = {"slice_empty": None, "slice_empty_all": None, "slice_empty_named": "batch"}
+        if batch_from != "slice_empty":  # every attention tensor declared too (wav2vec2's)
+            vi += [
+                helper.make_tensor_value_info(
+                    t, TensorProto.FLOAT, [att_dim0[batch_from], 4, 196, 196]
+                )
+                for t in ("mm", "a", "a2", "a3", "a4", "a5")
+            ]
+        g.value_info.extend(vi)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
 @pytest.mark.parametrize(
-    ("batch_from", "measured"), [("gather", 2), ("slice", 6), ("slice_declared", 2)]
+    ("batch_from", "measured"),
+    [
+        ("gather", 2),
+        ("slice", 6),
+        ("slice_declared", 2),
+        ("slice_empty", 6),
+        ("slice_empty_all", 6),
+        ("slice_empty_named", 2),
+    ],
 )
 def test_reuse_follows_what_ort_can_name(batch_from, measured):
     """Known answers (ORT 1.32, x = [2, 196, 64], arena off, run 1's memaligns of one
     attention tensor, docs/bench/malloc_trace.c): 2 through Gather + Unsqueeze, where the
     chain reuses, 6 through Slice, where ORT's tensors have no ``batch`` name, and 2 again
-    when the file declares the Reshape's output shape. The estimator's plan allocates as
-    many buffers of that size."""
+    when the file declares the Reshape's output shape. A declaration that leaves the batch
+    dim empty names nothing (6, also with every attention tensor declared that way, as
+    wav2vec2's dynamo export does), unless the attention tensors' declarations name it (2).
+    The estimator's plan allocates as many buffers of that size."""
     e = estimate(_attention(batch_from), backend="ort", shapes={"x": [2, 196, 64]})
     plan = e.prediction.details["plan"]
     assert sum(b.size == ATT for b in plan.buffers) == measured
@@ -76,3 +97,18 @@ def test_only_dims_behind_a_slice_are_unnamed():
     assert sl.tensors["x"].sym_shape[0] == "batch"
     assert sl.tensors["r"].sym_shape[0] == LOST and sl.tensors["a5"].sym_shape[0] == LOST
     assert ort_view(build_view(_attention("gather"), shapes={"x": [2, 196, 64]}).graph) is None
+
+
+def test_a_declared_empty_dim_is_unnamed_and_a_declared_name_kept():
+    """Only the dims a declaration leaves empty are renamed: ``r`` declared
+    ``[?, 196, 4, 16]`` loses its batch name; ``mm`` declared ``[?, 4, 196, 196]`` keeps
+    nothing named but 196 values, and ``mm`` declared ``[batch, ...]`` is left alone."""
+    g = build_view(_attention("slice_empty_all"), shapes={"x": [2, 196, 64]}).graph
+    sl = ort_view(g)
+    assert sl is not None
+    assert g.declared_empty["r"] == frozenset({0})
+    assert sl.tensors["r"].sym_shape[0] == LOST and sl.tensors["mm"].sym_shape[0] == LOST
+    named = ort_view(build_view(_attention("slice_empty_named"), shapes={"x": [2, 196, 64]}).graph)
+    assert named is not None
+    assert named.tensors["r"].sym_shape[0] == LOST
+    assert named.tensors["mm"].sym_shape[0] == "batch"

@@ -249,9 +249,14 @@ def test_region_is_convex(tmp_path: Path) -> None:
     assert np.array_equal(run_ort(src, feeds)[0], run_ort(out, feeds)[0])  # atol 0, rtol 0
 
 
+#: The cap before session 10: the tiny CNN's layouts raise OpenVINO's predicted peak by ~6 %
+#: (2-3 MiB), over the 5 % / 2 MiB default, so the tests of ORT CPU's ranking keep the old one.
+OLD_CAP = {"chunk": {"prefer_cap": 0.25, "prefer_cap_bytes": "8MiB"}}
+
+
 def test_pass_chooses_k_and_lowers_the_prediction(tmp_path: Path) -> None:
     src = _save(cnn(batch=8, hw=64), tmp_path / "cnn8.onnx")
-    model, report = PassManager(["chunk"]).run(src)
+    model, report = PassManager(["chunk"], options=OLD_CAP).run(src)
     rec = report.passes[0]
     assert rec.modified, rec.stats
     st = rec.stats
@@ -267,12 +272,12 @@ def test_pass_chooses_k_and_lowers_the_prediction(tmp_path: Path) -> None:
 
 def test_activation_budget_picks_the_cheapest_fit(tmp_path: Path) -> None:
     src = _save(cnn(batch=8, hw=64), tmp_path / "cnn8.onnx")
-    free = PassManager(["chunk"]).run(src)[1].passes[0].stats
+    free = PassManager(["chunk"], options=OLD_CAP).run(src)[1].passes[0].stats
     base = free["predicted_activations_before"]
     fits = [c for c in free["candidates"]
             if "refused" not in c and c.get("predicted_activations", base) < base]  # fmt: skip
     budget = max(c["predicted_activations"] for c in fits)
-    opts = {"chunk": {"activation_budget": budget, "min_gain": -1.0}}
+    opts = {"chunk": {**OLD_CAP["chunk"], "activation_budget": budget, "min_gain": -1.0}}
     st = PassManager(["chunk"], options=opts).run(src)[1]
     chosen = st.passes[0].stats
     assert chosen["predicted_activations_after"] <= budget

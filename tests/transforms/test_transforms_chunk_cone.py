@@ -157,11 +157,14 @@ def test_pass_chunks_the_top_down_merge_under_the_estimator(tmp_path: Path) -> N
     Which near-equal layout the pass keeps by default (the cone ×16 or plain bands ×4, within
     3 % on ORT CPU, ``choice.rank``) is decided by OpenVINO's predicted peak (``prefer_backends``), which moved
     with the split-copy rule of session 9; so the cone is asked for with a budget at its own
-    prediction, and the default run is only required to lower the prediction."""
+    prediction, and the default run is only required to lower the prediction (at the cap
+    before session 10, 25 % / 8 MiB: at 5 % / 2 MiB no layout keeps OpenVINO here)."""
     h, w = 384, 256
     src = tmp_path / "fpn.onnx"
     onnx.save_model(fpn_like(h, w, c=16, ctm="half_pixel", nearest="round_prefer_floor"), src)
-    default = ChunkPass(modes="spatial").run(load(src), PassContext())
+    default = ChunkPass(modes="spatial", prefer_cap=0.25, prefer_cap_bytes=8 << 20).run(
+        load(src), PassContext()
+    )
     before = default.stats["predicted_activations_before"]
     assert default.modified and default.stats["predicted_activations_after"] < before * 0.95
     predicted = [c for c in default.stats["candidates"] if "predicted_activations" in c]

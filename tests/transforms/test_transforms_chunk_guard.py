@@ -157,3 +157,11 @@ def test_chunk_under_backend_cuda_refuses_what_costs_the_host_more_than_the_gpu_
     off = ChunkPass(cuda_total=False).run(ir.from_proto(_cnn()), cuda_target)
     assert off.modified and off.stats["chunks"] == 8
     assert off.stats["guard"]["change"]["cuda"]["steady_state"] < 0
+
+
+def test_chunk_under_backend_ort_does_not_hold_cudas_host() -> None:
+    # GPU + host is CUDA's own deployment: `--backend ort` keeps only the GPU guard, so the same
+    # CNN is split (batch x8 lowers CUDA's GPU) where `--backend cuda` refuses every layout.
+    res = ChunkPass().run(ir.from_proto(_cnn()), PassContext(backend="ort", deploy_only=True))
+    assert res.modified and res.stats["chunks"] == 8
+    assert "GPU + host" not in str(res.stats["guard"])

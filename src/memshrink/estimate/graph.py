@@ -129,6 +129,9 @@ class GraphInfo:
     opset: int = 0  # the default domain's opset (0: unknown); decides which ops are functions
     # node outputs whose shape the file declares (value_info): a runtime starts from these
     declared: set[str] = field(default_factory=set)
+    # declared dims left empty (neither a value nor a name), per declared tensor: they name
+    # nothing for ORT's planner (``ort_symdims``)
+    declared_empty: dict[str, frozenset[int]] = field(default_factory=dict)
 
 
 # Never constant-folded by ONNX Runtime (non-deterministic, or kept for QDQ fusion).
@@ -1001,7 +1004,12 @@ def build_view(
         ext_bytes += nb if ext else 0
     graph = _build_graph(sym_proto.graph, sym_types, conc_types, init_info, set())
     graph.opset = int(irm.opset_imports.get("", irm.opset_imports.get("ai.onnx", 0)) or 0)
-    graph.declared = {v.name for v in _declared_values(irm.graph) if v.name and v.shape is not None}
+    decl_values = [dv for dv in _declared_values(irm.graph) if dv.name and dv.shape is not None]
+    graph.declared = {str(dv.name) for dv in decl_values}
+    for dv in decl_values:
+        empty = frozenset(i for i, dd in enumerate(_dims_of(dv.shape) or ()) if dd is None)
+        if empty:
+            graph.declared_empty[str(dv.name)] = empty
     unused = sorted(set(dim_bounds or {}) - {n for n, h in bounded.items() if h == "--dim-bound"})
     if unused:
         raise UsageError(

@@ -117,6 +117,15 @@ OV_CALIBRATION: dict[str, float] = {
     # DequantizeLinear (8.88 -> 13.28 MiB over read), the same static or dynamic, bf16 or f32;
     # the MatMulIntegers beside them +0.05 each (12 vs 12 float MatMuls). Measured 2026-11-27.
     "ov_per_dyn_quant": 0.55 * MiB,
+    # A Gather reading an activation stays a runtime Gather node (with index / axis Constants):
+    # 4 / 36 / 68 scalar-index Gathers of one [B, 64, 16] input into a Concat, the verifier's
+    # child (bf16, dynamic batch): compile peak 31.37 / 32.65 / 33.88 MiB, +0.039 MiB per
+    # Gather at compile and at infer 1, of which read's per-op / per-Constant rule already
+    # gives 0.013 (read measured +0.009). The compiled model's own share, measured after the
+    # ov.Model is dropped: +0.031 each, the same static (6.77 / 7.70 / 8.70 MiB) and at f32.
+    # Element-wise / Transpose nodes cost ~0.0125 each (inside ``ov_compile_anon``'s fit).
+    # Mamba's unrolled scan holds 128 (docs/estimate.md, "Session 10: Gather nodes").
+    "ov_per_gather": 0.026 * MiB,
     "ov_conv": 1.0,  # x Conv weight bytes: one re-laid-out private copy
     "ov_conv_fused": 2.0,  # x Conv weights rewritten by a BN/Mul fusion: fused Constant + copy
     "ov_deconv": 2.0,  # x ConvTranspose weights: transposed, then re-laid out
@@ -1294,6 +1303,7 @@ def predict(
         + jit
         + c["ov_per_subgraph"] * n_sub
         + c["ov_per_dyn_quant"] * dyn_quant_count(g)
+        + c["ov_per_gather"] * ov_kinds.activation_gathers(g)
         + c["ov_per_mha_f32" if precision == "f32" else "ov_per_mha"]
         * (n_mha - n_mha_dyn - n_mha_wide)
         + c["ov_per_mha_wide_f32" if precision == "f32" else "ov_per_mha_wide"] * n_mha_wide

@@ -20,10 +20,19 @@ is kept: dynamo exports declare every Reshape output (BERT-base, GPT-2, ViT-B/16
 of 72 / 159 / 73, each with 36 ``Slice(Shape)``), and their memory-pattern blocks were predicted
 to the byte with the names kept; LeViT's legacy export declares none.
 
+A declaration names only what it writes: dynamo's wav2vec2 declares the attention Reshape's
+output ``[?, ?, ?, ?]`` and the scores ``[?, 4, S, ?]`` (dims left empty), and ORT keeps them
+unnamed (its ``optimized_model_filepath`` dump): run 1 allocates the scores, the Softmax and
+the ``Where`` fresh (no in-place, no reuse), and its memory-pattern block is 18,307,328 B,
+against 15,711,296 predicted with the names kept and 18,306,368 with them lost. BERT-base's
+identical chain ran 48 fresh [1, 12, 128, 128] buffers, as lost names predict (2 kept).
+
 ``ort_view`` renames those dims ``unk__ort`` (``ort._unnamed``), for ORT CPU only: the output
 of a ``Reshape`` whose shape derives from a lost shape value (a ``Slice`` of shape data, and
 what shape data is computed from it, or a ``Shape`` of a renamed tensor), then every tensor
-computed from a renamed one, except through ``Shape``/``Size``; never a declared tensor.
+computed from a renamed one, except through ``Shape``/``Size``. A declared tensor keeps the
+dims its declaration names (a value or a name) and loses only the ones it leaves empty
+(``GraphInfo.declared_empty``); one declared in full stops the renaming.
 """
 
 from __future__ import annotations
@@ -54,7 +63,8 @@ def _visit(g: GraphInfo, n: NodeInfo, shape_data: set[str], lost_data: set[str],
     if (n.op_type == "Reshape" and len(ins) > 1 and ins[1] in lost_data) or any(
         x in unnamed for x in ins if x not in shape_data
     ):
-        unnamed.update(o for o in outs if o not in g.declared)  # a declared shape is kept
+        # a declared shape is kept, but for the dims it leaves empty
+        unnamed.update(o for o in outs if o not in g.declared or o in g.declared_empty)
 
 
 def ort_view(g: GraphInfo) -> GraphInfo | None:
@@ -73,9 +83,15 @@ def ort_view(g: GraphInfo) -> GraphInfo | None:
         t = g.tensors.get(name)
         if t is None or t.sym_shape is None:
             continue
+        empty = g.declared_empty.get(name) if name in g.declared else None
         sym = tuple(
-            LOST if isinstance(d, str) and d and not d.startswith("unk__") else d
-            for d in t.sym_shape
+            LOST
+            if isinstance(d, str)
+            and d
+            and not d.startswith("unk__")
+            and (empty is None or i in empty)
+            else d
+            for i, d in enumerate(t.sym_shape)
         )
         if sym != t.sym_shape:
             renamed[name] = dataclasses.replace(t, sym_shape=sym)

@@ -96,3 +96,25 @@ def node_kinds(g: GraphInfo) -> set[str]:
 def op_types(g: GraphInfo) -> set[str]:
     """ONNX op types of ``g`` and its bodies (the frontend translates every body op)."""
     return {node.op_type for _, node in _nodes(g)}
+
+
+def activation_gathers(g: GraphInfo) -> int:
+    """Gather nodes of ``g`` and its bodies that read an activation (or a graph input): each
+    stays a runtime ``Gather`` node with its own executor and index / axis Constants, while a
+    Gather of a Shape or of weights alone folds (``ov_per_gather``). An unrolled scan (Mamba's
+    legacy export: 128 of them, one per token and tensor) pays this per step."""
+    n = 0
+    for graph, node in _nodes(g):
+        if node.op_type != "Gather" or node.index in graph.folded or not node.inputs:
+            continue
+        # a body may read an outer tensor: its producer index is the owner graph's
+        owner = graph if node.inputs[0] in graph.tensors else g
+        t = owner.tensors.get(node.inputs[0])
+        if t is None or t.kind == "initializer" or t.folded:
+            continue
+        i = t.producer
+        p = owner.nodes[i] if i is not None and i < len(owner.nodes) else None
+        if p is not None and p.op_type in ("Shape", "Size", "Constant"):
+            continue
+        n += 1
+    return n

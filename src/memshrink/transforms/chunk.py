@@ -27,7 +27,7 @@ from memshrink.transforms.chunking import cone as cones
 from memshrink.transforms.chunking import weightless as cores
 from memshrink.transforms.chunking.channel_choice import choose_channels
 from memshrink.transforms.chunking.channels import find_blocks
-from memshrink.transforms.chunking.choice import Chooser, rank
+from memshrink.transforms.chunking.choice import CAP_BYTES, PREFER_CAP, Chooser, rank
 from memshrink.transforms.chunking.layout import distinct_edges
 from memshrink.transforms.chunking.nested import band_end_names, nest
 from memshrink.transforms.chunking.overlap import ends, overlap_plans
@@ -414,14 +414,17 @@ class ChunkPass(Pass):
         # (each copied Conv keeps its cuDNN state on the host); false: GPU alone, as default
         cuda_total: bool = True
         # backends whose predicted process peak the layout should not raise (by more than 5 %
-        # and 8 MiB): the ranking on ORT CPU is walked for the best layout that keeps them,
+        # and 2 MiB): the ranking on ORT CPU is walked for the best layout that keeps them,
         # else ORT CPU's pick is kept (transforms/chunking/choice.py); "" = ORT CPU only.
         # Ignored when the user names the one runtime they deploy on (optimize --backend)
         prefer_backends: str = "openvino,ort-openvino"
-        # ... and a hard cap: when none keeps them, a layout raising one by more than this
-        # fraction (and 8 MiB) is never kept; the best on ORT CPU within it is, else no chunk
-        # (stats["guard"]["refused"]). 0 = no cap (ORT CPU's pick kept, as before)
-        prefer_cap: float = 0.25
+        # ... and a hard cap: a layout raising one's predicted saved peak by more than this
+        # fraction (OpenVINO: divided by CAP_MARGIN) and prefer_cap_bytes is never kept; the
+        # best on ORT CPU within it is, else no chunk (stats["guard"]["refused"]). 0 = no cap
+        # (ORT CPU's pick kept, as before). 5 % / 2 MiB: at 25 % / 8 MiB the default measured
+        # OpenVINO +15-19 % on ResNet-50 b16 and EfficientFormer (docs/chunk.md, "The default cap")
+        prefer_cap: float = PREFER_CAP
+        prefer_cap_bytes: int = CAP_BYTES
         # batch-mode prefix cuts tried (0 = whole region; c = up to the last op with an output
         # of >= 1/c of the largest): fewer copied Conv/FC nodes for OpenVINO. Only the whole
         # region by default: on ResNet-50 b16 no cut kept OpenVINO and met ORT CPU's 0.5x
@@ -544,7 +547,8 @@ class ChunkPass(Pass):
             model, context, guard, [b for b in prefer if b not in guard],
             lambda c: _trial(model, shapes, c, o.spatial_axis),
             per_kernel=int(OV_CALIBRATION["ov_per_kernel"]), cap=o.prefer_cap,
-            total=context.deploy_only and o.cuda_total,
+            cap_bytes=o.prefer_cap_bytes,
+            total=context.deploy_only and context.backend == "cuda" and o.cuda_total,
         )  # fmt: skip
 
     def _try(
