@@ -289,8 +289,10 @@ def parse_without_large_lists(data: bytes) -> onnx.ModelProto:
     return onnx.ModelProto.FromString(bytes(view) if new is None else new)
 
 
-class _Dropper:
-    """Rebuilds only the messages on a path to a dropped list (protoscan's approach)."""
+class _PathRewriter:
+    """Rebuilds only the messages on a path to a rewritten field (protoscan's approach);
+    subclasses say which fields change (``_field``) and which messages change whole
+    (``_enter``). Everything else is copied as bytes."""
 
     _CHILDREN = {
         "model": {_MODEL_GRAPH: "graph", _MODEL_FUNCTIONS: "function"},
@@ -302,6 +304,40 @@ class _Dropper:
 
     def __init__(self, buf: memoryview) -> None:
         self.buf = buf
+
+    def _enter(self, start: int, end: int, kind: str) -> bool:
+        """Whether the message at ``start:end`` changes whatever its fields do."""
+        return False
+
+    def _field(
+        self, kind: str, fnum: int, wtype: int, pstart: int, pend: int, entered: bool
+    ) -> list[bytes] | None:
+        """The bytes that replace one field ([] drops it), or None to keep or descend."""
+        return None
+
+    def message(self, start: int, end: int, kind: str) -> bytes | None:
+        entered = self._enter(start, end, kind)
+        children = self._CHILDREN[kind]
+        pieces: list[bytes | memoryview] = []
+        changed = entered
+        for fnum, wtype, fstart, pstart, pend in iter_fields(self.buf, start, end):
+            replaced = self._field(kind, fnum, wtype, pstart, pend, entered)
+            if replaced is not None:
+                pieces.extend(replaced)
+                changed = True
+                continue
+            child = children.get(fnum) if wtype == LEN else None
+            new = self.message(pstart, pend, child) if child else None
+            if new is None:
+                pieces.append(self.buf[fstart:pend])
+            else:
+                pieces.append(_len_field(fnum, new))
+                changed = True
+        return b"".join(pieces) if changed else None
+
+
+class _Dropper(_PathRewriter):
+    """Drops the lists of every attribute that holds at least THRESHOLD elements."""
 
     def _large(self, start: int, end: int) -> bool:
         """Whether the attribute's lists hold at least THRESHOLD elements (an element takes
@@ -319,22 +355,13 @@ class _Dropper:
                     return True
         return False
 
-    def message(self, start: int, end: int, kind: str) -> bytes | None:
-        drop = kind == "attribute" and self._large(start, end)
-        children = self._CHILDREN[kind]
-        pieces: list[bytes | memoryview] = []
-        changed = drop
-        for fnum, wtype, fstart, pstart, pend in iter_fields(self.buf, start, end):
-            if drop and fnum in _ATTR_LISTS:
-                continue
-            child = children.get(fnum) if wtype == LEN else None
-            new = self.message(pstart, pend, child) if child else None
-            if new is None:
-                pieces.append(self.buf[fstart:pend])
-            else:
-                pieces.append(_len_field(fnum, new))
-                changed = True
-        return b"".join(pieces) if changed else None
+    def _enter(self, start: int, end: int, kind: str) -> bool:
+        return kind == "attribute" and self._large(start, end)
+
+    def _field(
+        self, kind: str, fnum: int, wtype: int, pstart: int, pend: int, entered: bool
+    ) -> list[bytes] | None:
+        return [] if entered and fnum in _ATTR_LISTS else None
 
 
 def _varints(buf: memoryview, start: int, end: int) -> int:
@@ -443,35 +470,24 @@ def splice(data: bytes, table: dict[bytes, tuple[Any, str]], strict: bool = True
 _LIST_TYPES = frozenset({ir.AttributeType.INTS, ir.AttributeType.FLOATS, ir.AttributeType.STRINGS})
 
 
-class _Splicer:
-    """Rebuilds the messages on a path to a marked attribute (as :class:`_Dropper`), writing
-    the list's fields where the marker's ``doc_string`` was: a list attribute has no fields
-    10-12, so its lists (7-9) come right before ``doc_string`` (13) in protobuf's order."""
+class _Splicer(_PathRewriter):
+    """Writes each marked list's fields where its marker's ``doc_string`` was: a list
+    attribute has no fields 10-12, so its lists (7-9) come right before ``doc_string`` (13)
+    in protobuf's order."""
 
     def __init__(self, buf: memoryview, table: dict[bytes, tuple[Any, str]]) -> None:
-        self.buf = buf
+        super().__init__(buf)
         self.table = table
         self.spliced = 0
 
-    def message(self, start: int, end: int, kind: str) -> bytes | None:
-        children = _Dropper._CHILDREN[kind]
-        pieces: list[bytes | memoryview] = []
-        changed = False
-        for fnum, wtype, fstart, pstart, pend in iter_fields(self.buf, start, end):
-            if kind == "attribute" and fnum == _ATTR_DOC and wtype == LEN:
-                hit = self.table.get(bytes(self.buf[pstart:pend]))
-                if hit is not None:
-                    pieces.append(wire_list(hit[0]))
-                    if hit[1]:
-                        pieces.append(_len_field(_ATTR_DOC, hit[1].encode()))
-                    changed = True
-                    self.spliced += 1
-                    continue
-            child = children.get(fnum) if wtype == LEN else None
-            new = self.message(pstart, pend, child) if child else None
-            if new is None:
-                pieces.append(self.buf[fstart:pend])
-            else:
-                pieces.append(_len_field(fnum, new))
-                changed = True
-        return b"".join(pieces) if changed else None
+    def _field(
+        self, kind: str, fnum: int, wtype: int, pstart: int, pend: int, entered: bool
+    ) -> list[bytes] | None:
+        if kind != "attribute" or fnum != _ATTR_DOC or wtype != LEN:
+            return None
+        hit = self.table.get(bytes(self.buf[pstart:pend]))
+        if hit is None:
+            return None
+        self.spliced += 1
+        doc = [_len_field(_ATTR_DOC, hit[1].encode())] if hit[1] else []
+        return [wire_list(hit[0]), *doc]
