@@ -83,15 +83,11 @@ def _act_and_peak(model: ir.Model, context: PassContext) -> tuple[int, int]:
     return act, max(est.stage_peaks().values())
 
 
-def _peak(model: ir.Model, context: PassContext, backend: str) -> int:
-    """Predicted whole-process peak (the highest stage) on ``backend``, saved layout."""
-    return _peak_figures(model, context, backend)["steady_state"]
-
-
 def _peak_figures(model: ir.Model, context: PassContext, backend: str) -> dict[str, int]:
-    """The channel split's guard figures: the predicted whole-process peak on ``backend`` as
-    ``steady_state``; on CUDA also the host's highest stage (``host``), which the GPU + host
-    total of ``optimize --backend cuda`` needs (``Chooser.total``)."""
+    """The channel split's guard figures: the predicted whole-process peak (the highest stage)
+    on ``backend``, saved layout, as ``steady_state``; on CUDA also the host's highest stage
+    (``host``), which the GPU + host total of ``optimize --backend cuda`` needs
+    (``Chooser.total``), as ``guard_figures`` gives the row modes."""
     from memshrink.estimate import estimate
 
     est = estimate(
@@ -510,10 +506,7 @@ class ChunkPass(Pass):
                     for b, f in stats.get("guard", {}).get("before", {}).items()
                     if b in chooser.prefer and "peak" in f
                 }
-            if chooser.total:  # --backend cuda: GPU + host (one estimate gives both)
-                chooser.figures = _peak_figures
-            else:
-                chooser.figures = lambda m, c, b: {"steady_state": _peak(m, c, b)}
+            chooser.figures = _peak_figures  # CUDA's host is judged only with chooser.total
             ch = choose_channels(
                 model, lambda m: _act_and_peak(m, context), shapes, after,
                 base_peak=max(est.stage_peaks().values()),

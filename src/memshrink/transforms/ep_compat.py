@@ -54,6 +54,11 @@ _EQUAL_SINCE = {
 }
 
 
+def _graphs(model: ir.Model) -> list[Any]:
+    """Every graph of the model: the main graph, its subgraphs and the functions' bodies."""
+    return [*model.graphs(), *(f.graph for f in model.functions.values())]
+
+
 def _opset(model: ir.Model) -> int:
     return int(model.opset_imports.get("", model.opset_imports.get("ai.onnx", 1)))
 
@@ -64,8 +69,7 @@ class _Names(_Namer):
 
     def __init__(self, model: ir.Model) -> None:  # no super(): a model-wide set
         self.used: set[str] = set()
-        graphs: list[Any] = [*model.graphs(), *(f.graph for f in model.functions.values())]
-        for g in graphs:
+        for g in _graphs(model):
             self.used.update(v.name for v in g.inputs if v.name)
             self.used.update(g.initializers)
             for node in g:
@@ -302,8 +306,7 @@ _COMPRESSED = frozenset({("com.microsoft", "MatMulNBits")})
 
 
 def _count_ops(model: ir.Model, ops: frozenset[tuple[str, str]]) -> int:
-    graphs: list[Any] = [*model.graphs(), *(f.graph for f in model.functions.values())]
-    return sum((n.domain, n.op_type) in ops for g in graphs for n in g)
+    return sum((n.domain, n.op_type) in ops for g in _graphs(model) for n in g)
 
 
 def _collect(model: ir.Model, xor_form: bool) -> tuple[list[ir.Node], Counter[str]]:
@@ -311,8 +314,7 @@ def _collect(model: ir.Model, xor_form: bool) -> tuple[list[ir.Node], Counter[st
     opset = _opset(model)
     todo: list[ir.Node] = []
     skipped: Counter[str] = Counter()
-    graphs: list[Any] = [*model.graphs(), *(f.graph for f in model.functions.values())]
-    for g in graphs:
+    for g in _graphs(model):
         for node in g:
             if node.op_type != "IsNaN" or node.domain not in _DEFAULT_DOMAINS:
                 continue

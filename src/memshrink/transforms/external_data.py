@@ -30,11 +30,10 @@ import onnx_ir as ir
 from memshrink.manager import Pass, PassContext, PassResult
 from memshrink.model import META_SAVE, META_SOURCE, iter_tensor_slots
 from memshrink.transforms import register
+from memshrink.transforms.chunking.choice import RISE, RISE_BYTES
 from memshrink.transforms.ov_folded import folded_weights
 
 MiB = 1 << 20
-#: A host process peak "rises" by more than both (the chunk chooser's threshold).
-RISE, RISE_BYTES = 0.05, 8 * MiB
 #: The writer's protobuf limit with its margin: an embedded save must stay under it.
 EMBED_LIMIT = int((2**31 - 1) * 0.9)
 

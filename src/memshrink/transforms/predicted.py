@@ -74,18 +74,26 @@ def predicted_peak(model: ir.Model, context: PassContext) -> int | None:
     return max(peaks.values()) if peaks else None
 
 
+def _estimate_layout(model: ir.Model, context: PassContext, backend: str, embedded: bool) -> Any:
+    """``estimate`` of ``model`` saved ``embedded`` (else external) with the pipeline's
+    bindings; CUDA in the file's own weight order (no order sampling: a guard compares one
+    layout with another, not ranges)."""
+    from memshrink.estimate import estimate
+    from memshrink.estimate.cuda import WEIGHT_ORDERS
+
+    opts = {WEIGHT_ORDERS: "0"} if backend == "cuda" else {}
+    return estimate(
+        model, backend=backend, session_options=opts, embedded=embedded,
+        **pipeline_bindings(model, context),
+    )  # fmt: skip
+
+
 def guard_figures(model: ir.Model, context: PassContext, backend: str) -> dict[str, int]:
     """Predicted steady-state peak on ``backend`` (CUDA: GPU, plus the host RSS beside it), in
     the weight layout the pipeline saves; the file's own weight order (no order sampling)."""
-    from memshrink.estimate import estimate
-    from memshrink.estimate.cuda import WEIGHT_ORDERS
     from memshrink.transforms.saved_layout import saved_embedded
 
-    opts = {WEIGHT_ORDERS: "0"} if backend == "cuda" else {}
-    est = estimate(
-        model, backend=backend, session_options=opts, embedded=saved_embedded(model),
-        **pipeline_bindings(model, context),
-    )  # fmt: skip
+    est = _estimate_layout(model, context, backend, saved_embedded(model))
     stage = next(s for s in est.prediction.stages if s.name == "steady_state")
     out = {"steady_state": int(stage.peak)}
     if backend == "cuda":
@@ -96,13 +104,7 @@ def guard_figures(model: ir.Model, context: PassContext, backend: str) -> dict[s
 def cuda_layout_figures(model: ir.Model, context: PassContext, embedded: bool) -> dict[str, Any]:
     """Predicted CUDA stages if the weights are saved ``embedded`` (else external): host RSS
     and GPU memory per stage, the file's own weight order (no order sampling)."""
-    from memshrink.estimate import estimate
-    from memshrink.estimate.cuda import WEIGHT_ORDERS
-
-    est = estimate(
-        model, backend="cuda", session_options={WEIGHT_ORDERS: "0"}, embedded=embedded,
-        **pipeline_bindings(model, context),
-    )  # fmt: skip
+    est = _estimate_layout(model, context, "cuda", embedded)
     host = {k: int(v) for k, v in est.prediction.details["host"].items()}
     return {"host": host, "gpu": {k: int(v) for k, v in est.stage_peaks().items()}}
 
