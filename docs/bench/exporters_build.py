@@ -295,6 +295,131 @@ def lgbm(d: Path) -> dict[str, Any]:
     return {"path": p.name, "shapes": {"X": [5, 10]}, "note": "TreeEnsembleRegressor"}
 
 
+def _mixed_frame(n: int = 300) -> tuple[Any, Any]:
+    """A data frame of three column kinds (float, string, int64 codes) and a 3-class label."""
+    import pandas as pd
+
+    rng = np.random.default_rng(SEED)
+    num = rng.standard_normal((n, 3)).astype(np.float32)
+    cat = rng.choice(["red", "green", "blue", "cyan"], size=(n, 2))
+    code = rng.integers(0, 5, size=(n, 1))
+    y = (num[:, 0] > 0).astype(np.int64) + (cat[:, 0] == "red") + (code[:, 0] > 2)
+    df = pd.DataFrame(
+        {"n0": num[:, 0], "n1": num[:, 1], "n2": num[:, 2], "c0": cat[:, 0], "c1": cat[:, 1]}
+    )
+    df["k0"] = code[:, 0]
+    return df, y % 3
+
+
+def _typed_inputs(cols: dict[str, tuple[str, int]]) -> list[tuple[str, Any]]:
+    from skl2onnx.common.data_types import FloatTensorType, Int64TensorType, StringTensorType
+
+    kinds = {"float": FloatTensorType, "string": StringTensorType, "int64": Int64TensorType}
+    return [(name, kinds[k]([None, w])) for name, (k, w) in cols.items()]
+
+
+@builder("skl-columntransformer-typed-inputs-zipmap")
+def column_transformer(d: Path) -> dict[str, Any]:
+    """A ColumnTransformer fed three inputs of three dtypes (float, string, int64 codes):
+    StandardScaler, OneHotEncoder on strings and on codes, then LogisticRegression whose
+    probabilities come out as ZipMap's sequence of maps."""
+    from skl2onnx import to_onnx
+    from sklearn.compose import ColumnTransformer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import OneHotEncoder, StandardScaler
+
+    df, y = _mixed_frame()
+    pre = ColumnTransformer(
+        [
+            ("num", StandardScaler(), ["n0", "n1", "n2"]),
+            ("cat", OneHotEncoder(handle_unknown="ignore"), ["c0", "c1"]),
+            ("code", OneHotEncoder(handle_unknown="ignore"), ["k0"]),
+        ]
+    )
+    m = Pipeline([("pre", pre), ("lr", LogisticRegression(max_iter=300))]).fit(df, y)
+    # skl2onnx maps each input to the ColumnTransformer's columns by name: one input per column
+    cols = {c: ("float", 1) for c in ("n0", "n1", "n2")}
+    cols |= {"c0": ("string", 1), "c1": ("string", 1), "k0": ("int64", 1)}
+    onx = to_onnx(m, initial_types=_typed_inputs(cols), target_opset={"": 17, "ai.onnx.ml": 3})
+    p = d / "skl-columntransformer-typed-inputs-zipmap.onnx"
+    onnx.save_model(onx, str(p))
+    shapes = {c: [6, 1] for c in cols}
+    return {
+        "path": p.name,
+        "shapes": shapes,
+        "int_ranges": {"k0": [0, 5]},
+        "note": "ColumnTransformer: Scaler, OneHotEncoder(string, int64), LinearClassifier, ZipMap",
+    }
+
+
+@builder("skl-tfidf-text-logreg-zipmap")
+def tfidf_text(d: Path) -> dict[str, Any]:
+    """Text in, classes out: TfidfVectorizer (StringNormalizer, com.microsoft Tokenizer,
+    TfIdfVectorizer with word bigrams) then LogisticRegression and ZipMap. StringNormalizer's
+    locale is set to "C": skl2onnx's default (none, which ORT reads as en_US.UTF-8) fails to
+    load where that locale is not installed, as on this box."""
+    from skl2onnx import to_onnx
+    from skl2onnx.common.data_types import StringTensorType
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import Pipeline
+
+    rng = np.random.default_rng(SEED)
+    words = np.array(
+        ["the", "a", "cat", "dog", "sat", "ran", "on", "under", "mat", "log", "big", "small", "red"]
+    )
+    texts = [" ".join(rng.choice(words, size=rng.integers(3, 9))) for _ in range(200)]
+    y = np.array([("cat" in t) + ("big" in t) for t in texts]) % 3
+    m = Pipeline(
+        [("tfidf", TfidfVectorizer(ngram_range=(1, 2))), ("lr", LogisticRegression(max_iter=300))]
+    ).fit(texts, y)
+    onx = to_onnx(
+        m,
+        initial_types=[("text", StringTensorType([None, 1]))],
+        target_opset={"": 17, "ai.onnx.ml": 3},
+        options={TfidfVectorizer: {"tokenexp": r"\w+", "locale": "C"}},
+    )
+    p = d / "skl-tfidf-text-logreg-zipmap.onnx"
+    onnx.save_model(onx, str(p))
+    return {"path": p.name, "shapes": {"text": [4, 1]}, "note": "Tokenizer, TfIdfVectorizer"}
+
+
+@builder("skl-imputer-ordinal-svc")
+def svc_ordinal(d: Path) -> dict[str, Any]:
+    """SimpleImputer on floats with NaNs, OrdinalEncoder on strings, then
+    an RBF SVC with probabilities (SVMClassifier) and ZipMap. (HistGradientBoosting fails in
+    skl2onnx 1.20 with scikit-learn 1.9: a bool in an ``ints`` attribute.)"""
+    from skl2onnx import to_onnx
+    from sklearn.compose import ColumnTransformer
+    from sklearn.impute import SimpleImputer
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import OrdinalEncoder
+    from sklearn.svm import SVC
+
+    df, y = _mixed_frame()
+    df.loc[::7, "n1"] = np.nan
+    pre = ColumnTransformer(
+        [
+            ("num", SimpleImputer(strategy="median"), ["n0", "n1", "n2"]),
+            ("cat", OrdinalEncoder(), ["c0", "c1"]),
+        ]
+    )
+    m = Pipeline([("pre", pre), ("svc", SVC(probability=True, random_state=0))]).fit(df, y)
+    cols = {c: ("float", 1) for c in ("n0", "n1", "n2")} | {
+        "c0": ("string", 1),
+        "c1": ("string", 1),
+    }
+    onx = to_onnx(m, initial_types=_typed_inputs(cols), target_opset={"": 17, "ai.onnx.ml": 3})
+    p = d / "skl-imputer-ordinal-svc.onnx"
+    onnx.save_model(onx, str(p))
+    return {
+        "path": p.name,
+        "shapes": {c: [6, 1] for c in cols},
+        "note": "SimpleImputer, OrdinalEncoder(string), SVMClassifier, ZipMap",
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=Path)

@@ -828,7 +828,11 @@ def llama_legacy(d: Path) -> Case:
 # --------------------------------------------------------------------------- ORT tools
 
 
-def _bert_legacy(d: Path, name: str = "bert_src.onnx") -> Path:
+def _bert_legacy(
+    d: Path,
+    name: str = "bert_src.onnx",
+    outs: tuple[str, ...] = ("last_hidden_state", "pooler_output"),
+) -> Path:
     import transformers
 
     cfg = transformers.BertConfig(
@@ -842,7 +846,7 @@ def _bert_legacy(d: Path, name: str = "bert_src.onnx") -> Path:
     _seed()
     inner = transformers.BertModel(cfg).eval()
     p = d / name
-    _legacy_text(inner, p, 400, ["last_hidden_state", "pooler_output"], opset=14, token_types=True)
+    _legacy_text(inner, p, 400, list(outs), opset=14, token_types=True)
     return p
 
 
@@ -2543,6 +2547,959 @@ def genai_gqa(d: Path) -> Case:
         # several new tokens over a past only at batch 1
         int_ranges={"attention_mask": (1, 2), "input_ids": (0, vocab)},
     )
+
+
+# --------------------------------------------------------------------------- session 11
+
+
+class _RNNStack:
+    """A 2-layer LSTM then a GRU, as torch's legacy exporter writes them (ONNX ``LSTM`` /
+    ``GRU`` ops with their weights re-ordered into ONNX's gate layout)."""
+
+    @staticmethod
+    def make() -> Any:
+        from torch import nn
+
+        class Net(nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.lstm = nn.LSTM(32, 64, num_layers=2, batch_first=True)
+                self.gru = nn.GRU(64, 48, batch_first=True)
+                self.fc = nn.Linear(48, 10)
+
+            def forward(self, x: Any) -> Any:
+                y, _ = self.lstm(x)
+                z, h = self.gru(y)
+                return self.fc(z), h
+
+        _seed()
+        return Net()
+
+
+@builder("torch-lstm-gru-legacy")
+def torch_rnn(d: Path) -> Case:
+    import torch
+
+    p = d / "lstm_gru.onnx"
+    axes = {"x": {0: "batch", 1: "seq"}, "y": {0: "batch", 1: "seq"}, "h": {1: "batch"}}
+    _legacy(_RNNStack.make(), (torch.randn(2, 9, 32),), p, ["x"], ["y", "h"], axes, opset=14)
+    return Case("torch-lstm-gru-legacy", p, dims={"batch": 3, "seq": 40})
+
+
+@builder("onnx-bilstm-bigru-seqlens")
+def bi_rnn_seqlens(d: Path) -> Case:
+    """Bidirectional LSTM then a reverse GRU, both fed ``sequence_lens`` (padded batches, as
+    speech/CTC exporters write them) and an initial state; the GRU with ``linear_before_reset``
+    (not ``layout=1``: ONNX Runtime's CPU kernels refuse batch-major recurrences)."""
+    hid, inp, hg = 32, 16, 24
+    n = helper.make_node
+    nodes = [
+        n(
+            "LSTM",
+            ["x", "W", "R", "B", "seq_lens", "h0", ""],
+            ["Y", "Yh", ""],
+            direction="bidirectional",
+            hidden_size=hid,
+        ),
+        # Y: [seq, 2, batch, hid] -> [seq, batch, 2 * hid]
+        n("Transpose", ["Y"], ["Yt"], perm=[0, 2, 1, 3]),
+        n("Reshape", ["Yt", "shp"], ["feat"]),
+        n(
+            "GRU",
+            ["feat", "Wg", "Rg", "Bg", "seq_lens", ""],
+            ["Z", "Zh"],
+            direction="reverse",
+            hidden_size=hg,
+            linear_before_reset=1,
+        ),
+        n("Squeeze", ["Z", "ax1"], ["z"]),
+        n("MatMul", ["z", "Wo"], ["logits"]),
+        n("LogSoftmax", ["logits"], ["y"], axis=-1),
+    ]
+    inits = [
+        _w("W", 2, 4 * hid, inp),
+        _w("R", 2, 4 * hid, hid),
+        _w("B", 2, 8 * hid),
+        _w("Wg", 1, 3 * hg, 2 * hid),
+        _w("Rg", 1, 3 * hg, hg),
+        _w("Bg", 1, 6 * hg),
+        _w("Wo", hg, 20),
+        numpy_helper.from_array(np.array([0, 0, 2 * hid], np.int64), "shp"),
+        numpy_helper.from_array(np.array([1], np.int64), "ax1"),
+    ]
+    for t in inits[:6]:
+        t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t) * 0.2, t.name))
+    g = helper.make_graph(
+        nodes,
+        "birnn",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["seq", "batch", inp]),
+            helper.make_tensor_value_info("seq_lens", TensorProto.INT32, ["batch"]),
+            helper.make_tensor_value_info("h0", TensorProto.FLOAT, [2, "batch", hid]),
+        ],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, ["seq", "batch", 20]),
+            helper.make_tensor_value_info("Yh", TensorProto.FLOAT, [2, "batch", hid]),
+            helper.make_tensor_value_info("Zh", TensorProto.FLOAT, [1, "batch", hg]),
+        ],
+        inits,
+    )
+    m = _make_model(g, opset_imports=[helper.make_opsetid("", 14)])
+    p = d / "birnn_seqlens.onnx"
+    _save(m, p)
+    return Case(
+        "onnx-bilstm-bigru-seqlens",
+        p,
+        dims={"seq": 50, "batch": 4},
+        int_ranges={"seq_lens": (1, 51)},
+    )
+
+
+@builder("conformer-block-dynamo")
+def conformer(d: Path) -> Case:
+    """A Conformer-style speech encoder (conv subsampling, macaron half-step FFNs, MHSA, a
+    conv module with GLU, depthwise Conv1d, BatchNorm and SiLU), dynamo-exported with a
+    dynamic number of frames."""
+    import torch
+    from torch import nn
+
+    dm = 64
+
+    class ConvModule(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln = nn.LayerNorm(dm)
+            self.pw1 = nn.Conv1d(dm, 2 * dm, 1)
+            self.dw = nn.Conv1d(dm, dm, 15, padding=7, groups=dm)
+            self.bn = nn.BatchNorm1d(dm)
+            self.pw2 = nn.Conv1d(dm, dm, 1)
+
+        def forward(self, x: Any) -> Any:
+            y = self.ln(x).transpose(1, 2)
+            y = nn.functional.glu(self.pw1(y), dim=1)
+            y = nn.functional.silu(self.bn(self.dw(y)))
+            return self.pw2(y).transpose(1, 2)
+
+    class FFN(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = nn.Sequential(
+                nn.LayerNorm(dm), nn.Linear(dm, 4 * dm), nn.SiLU(), nn.Linear(4 * dm, dm)
+            )
+
+        def forward(self, x: Any) -> Any:
+            return self.net(x)
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ff1, self.ff2 = FFN(), FFN()
+            self.ln_att = nn.LayerNorm(dm)
+            self.att = nn.MultiheadAttention(dm, 4, batch_first=True)
+            self.conv = ConvModule()
+            self.ln = nn.LayerNorm(dm)
+
+        def forward(self, x: Any) -> Any:
+            x = x + 0.5 * self.ff1(x)
+            a = self.ln_att(x)
+            x = x + self.att(a, a, a, need_weights=False)[0]
+            x = x + self.conv(x)
+            x = x + 0.5 * self.ff2(x)
+            return self.ln(x)
+
+    class Encoder(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.sub = nn.Sequential(
+                nn.Conv2d(1, 16, 3, stride=2), nn.ReLU(), nn.Conv2d(16, 16, 3, stride=2), nn.ReLU()
+            )
+            self.proj = nn.Linear(16 * 19, dm)
+            self.blocks = nn.ModuleList([Block(), Block()])
+            self.out = nn.Linear(dm, 32)
+
+        def forward(self, feats: Any) -> Any:
+            y = self.sub(feats.unsqueeze(1))  # [b, 16, t', 19]
+            b, c, t, f = y.shape
+            y = self.proj(y.permute(0, 2, 1, 3).reshape(b, t, c * f))
+            for blk in self.blocks:
+                y = blk(y)
+            return self.out(y).log_softmax(-1)
+
+    _seed()
+    m = Encoder()
+    p = d / "conformer.onnx"
+    frames = torch.export.Dim("frames", min=16, max=4000)
+    _dynamo(
+        m,
+        (torch.randn(2, 120, 80),),
+        p,
+        ["feats"],
+        ["logp"],
+        ({0: torch.export.Dim("batch", min=1, max=64), 1: frames},),
+    )
+    return Case("conformer-block-dynamo", p, dims={"batch": 2, "frames": 400})
+
+
+@builder("hf-whisper-decoder-past-legacy")
+def hf_whisper_past(d: Path) -> Case:
+    """Whisper's decoder step with its self-attention cache (the ``decoder_with_past`` file of
+    an exported speech-to-text pair): the encoder's output and past keys/values in."""
+    import torch
+    import transformers
+
+    cfg = transformers.WhisperConfig(
+        vocab_size=300,
+        num_mel_bins=16,
+        encoder_layers=1,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        d_model=64,
+        encoder_ffn_dim=128,
+        decoder_ffn_dim=128,
+        max_source_positions=50,
+        max_target_positions=64,
+        use_cache=True,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        decoder_start_token_id=1,
+    )
+    _seed()
+    inner = transformers.WhisperForConditionalGeneration(cfg).eval()
+    dec, head = inner.get_decoder(), inner.proj_out
+
+    class W(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.dec, self.head = dec, head
+
+        def forward(self, ids: Any, enc: Any, k0: Any, v0: Any, k1: Any, v1: Any) -> Any:
+            cache = transformers.EncoderDecoderCache(
+                transformers.DynamicCache(), transformers.DynamicCache()
+            )
+            cache.self_attention_cache.update(k0, v0, 0)
+            cache.self_attention_cache.update(k1, v1, 1)
+            o = self.dec(
+                input_ids=ids, encoder_hidden_states=enc, past_key_values=cache, use_cache=True
+            )
+            sc = o.past_key_values.self_attention_cache
+            return (
+                self.head(o.last_hidden_state),
+                sc.layers[0].keys,
+                sc.layers[0].values,
+                sc.layers[1].keys,
+                sc.layers[1].values,
+            )
+
+    past = [torch.randn(2, 4, 5, 16) for _ in range(4)]
+    args = (_tok(300, 2, 1), torch.randn(2, 50, 64), *past)
+    names = ["input_ids", "encoder_hidden_states", "past_k0", "past_v0", "past_k1", "past_v1"]
+    outs = ["logits", "present_k0", "present_v0", "present_k1", "present_v1"]
+    axes: dict[str, dict[int, str]] = {
+        "input_ids": {0: "batch"},
+        "encoder_hidden_states": {0: "batch"},
+    }
+    for nm in names[2:]:
+        axes[nm] = {0: "batch", 2: "past"}
+    p = d / "whisper_dec_past.onnx"
+    _legacy(W(), args, p, names, outs, axes, opset=17)
+    return Case(
+        "hf-whisper-decoder-past-legacy",
+        p,
+        dims={"batch": 2, "past": 20},
+        int_ranges={"input_ids": (0, 300)},
+    )
+
+
+@builder("hf-t5-decoder-past-legacy")
+def hf_t5_past(d: Path) -> Case:
+    """T5's decoder step with past self-attention keys/values (relative position bias computed
+    from the cache length), as exported for seq2seq generation."""
+    import torch
+    import transformers
+
+    cfg = transformers.T5Config(
+        vocab_size=300,
+        d_model=64,
+        d_kv=16,
+        d_ff=128,
+        num_layers=1,
+        num_decoder_layers=2,
+        num_heads=4,
+        use_cache=True,
+        is_decoder=True,
+    )
+    _seed()
+    inner = transformers.T5ForConditionalGeneration(cfg).eval()
+    dec, head = inner.get_decoder(), inner.lm_head
+
+    class W(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.dec, self.head = dec, head
+
+        def forward(
+            self, ids: Any, enc: Any, emask: Any, k0: Any, v0: Any, k1: Any, v1: Any
+        ) -> Any:
+            cache = transformers.EncoderDecoderCache(
+                transformers.DynamicCache(), transformers.DynamicCache()
+            )
+            cache.self_attention_cache.update(k0, v0, 0)
+            cache.self_attention_cache.update(k1, v1, 1)
+            o = self.dec(
+                input_ids=ids,
+                encoder_hidden_states=enc,
+                encoder_attention_mask=emask,
+                past_key_values=cache,
+                use_cache=True,
+            )
+            sc = o.past_key_values.self_attention_cache
+            return (
+                self.head(o.last_hidden_state),
+                sc.layers[0].keys,
+                sc.layers[0].values,
+                sc.layers[1].keys,
+                sc.layers[1].values,
+            )
+
+    past = [torch.randn(2, 4, 5, 16) for _ in range(4)]
+    args = (_tok(300, 2, 1), torch.randn(2, 7, 64), torch.ones(2, 7, dtype=torch.long), *past)
+    names = ["input_ids", "encoder_hidden_states", "encoder_attention_mask"]
+    names += ["past_k0", "past_v0", "past_k1", "past_v1"]
+    outs = ["logits", "present_k0", "present_v0", "present_k1", "present_v1"]
+    axes: dict[str, dict[int, str]] = {
+        "input_ids": {0: "batch"},
+        "encoder_hidden_states": {0: "batch", 1: "enc"},
+        "encoder_attention_mask": {0: "batch", 1: "enc"},
+    }
+    for nm in names[3:]:
+        axes[nm] = {0: "batch", 2: "past"}
+    p = d / "t5_dec_past.onnx"
+    _legacy(W(), args, p, names, outs, axes, opset=17)
+    return Case(
+        "hf-t5-decoder-past-legacy",
+        p,
+        dims={"batch": 2, "enc": 12, "past": 9},
+        int_ranges={"encoder_attention_mask": (1, 2), "input_ids": (0, 300)},
+    )
+
+
+@builder("hf-sam-vit-1024-legacy")
+def hf_sam_vit(d: Path) -> Case:
+    """SAM's ViT image encoder at its native 1024² input: windowed attention (14², padded to
+    whole windows) with decomposed relative positions, one global-attention layer over all
+    4096 patches, and the conv neck."""
+    import torch
+    import transformers
+
+    cfg = transformers.SamVisionConfig(
+        hidden_size=64,
+        output_channels=32,
+        num_hidden_layers=3,
+        num_attention_heads=2,
+        mlp_dim=128,
+        image_size=1024,
+        patch_size=16,
+        window_size=14,
+        global_attn_indexes=[2],
+        use_rel_pos=True,
+    )
+    _seed()
+    inner = transformers.SamVisionModel(cfg).eval()
+
+    class W(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = inner
+
+        def forward(self, x: Any) -> Any:
+            return self.m(pixel_values=x).last_hidden_state
+
+    p = d / "sam_vit.onnx"
+    _legacy(W(), (torch.randn(1, 3, 1024, 1024),), p, ["pixel_values"], ["embeddings"], {})
+    return Case("hf-sam-vit-1024-legacy", p)
+
+
+@builder("sd-vae-decoder-256-legacy")
+def vae_decoder(d: Path) -> Case:
+    """A Stable-Diffusion-style VAE decoder: latent 4×32² -> image 3×256², GroupNorm(32) + SiLU
+    ResNet blocks, a single-head attention over the latent in the mid block, three nearest
+    ×2 upsamplings; dynamic batch and latent H/W, as SD exporters write it."""
+    import torch
+    from torch import nn
+
+    def gn(c: int) -> Any:
+        return nn.GroupNorm(32, c, eps=1e-6)
+
+    class Res(nn.Module):
+        def __init__(self, ci: int, co: int) -> None:
+            super().__init__()
+            self.n1, self.c1 = gn(ci), nn.Conv2d(ci, co, 3, padding=1)
+            self.n2, self.c2 = gn(co), nn.Conv2d(co, co, 3, padding=1)
+            self.skip = nn.Conv2d(ci, co, 1) if ci != co else nn.Identity()
+
+        def forward(self, x: Any) -> Any:
+            h = self.c1(nn.functional.silu(self.n1(x)))
+            h = self.c2(nn.functional.silu(self.n2(h)))
+            return self.skip(x) + h
+
+    class Attn(nn.Module):
+        def __init__(self, c: int) -> None:
+            super().__init__()
+            self.n = gn(c)
+            self.q, self.k, self.v, self.o = (nn.Linear(c, c) for _ in range(4))
+
+        def forward(self, x: Any) -> Any:
+            b, c, h, w = x.shape
+            t = self.n(x).reshape(b, c, h * w).transpose(1, 2)
+            a = nn.functional.scaled_dot_product_attention(self.q(t), self.k(t), self.v(t))
+            return x + self.o(a).transpose(1, 2).reshape(b, c, h, w)
+
+    class Dec(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv_in = nn.Conv2d(4, 128, 3, padding=1)
+            self.mid = nn.Sequential(Res(128, 128), Attn(128), Res(128, 128))
+            chans = [128, 128, 64, 64]
+            ups = []
+            for i, (ci, co) in enumerate(zip([128, *chans[:-1]], chans, strict=True)):
+                blocks: list[Any] = [Res(ci, co), Res(co, co)]
+                if i < 3:
+                    blocks += [nn.Upsample(scale_factor=2.0, mode="nearest")]
+                    blocks += [nn.Conv2d(co, co, 3, padding=1)]
+                ups.append(nn.Sequential(*blocks))
+            self.up = nn.Sequential(*ups)
+            self.norm, self.conv_out = gn(64), nn.Conv2d(64, 3, 3, padding=1)
+
+        def forward(self, z: Any) -> Any:
+            h = self.up(self.mid(self.conv_in(z / 0.18215)))
+            return self.conv_out(nn.functional.silu(self.norm(h)))
+
+    _seed()
+    p = d / "vae_decoder.onnx"
+    axes = {"latent": {0: "batch", 2: "h", 3: "w"}, "image": {0: "batch", 2: "H", 3: "W"}}
+    _legacy(Dec(), (torch.randn(1, 4, 32, 32),), p, ["latent"], ["image"], axes, opset=17)
+    return Case("sd-vae-decoder-256-legacy", p, dims={"batch": 1, "h": 32, "w": 32})
+
+
+def _resnetish(d: Path, name: str) -> Path:
+    """A small residual CNN with a Gemm head (static 1×3×64², opset 13) for the quantizers."""
+    import torch
+    from torch import nn
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.stem = nn.Conv2d(3, 32, 3, stride=2, padding=1)
+            self.a = nn.Conv2d(32, 32, 3, padding=1)
+            self.b = nn.Conv2d(32, 32, 3, padding=1)
+            self.down = nn.Conv2d(32, 64, 3, stride=2, padding=1)
+            self.fc = nn.Linear(64, 10)
+
+        def forward(self, x: Any) -> Any:
+            y = torch.relu(self.stem(x))
+            y = torch.relu(y + self.b(torch.relu(self.a(y))))
+            y = torch.relu(self.down(y))
+            y = nn.functional.max_pool2d(y, 2)
+            return self.fc(nn.functional.adaptive_avg_pool2d(y, 1).flatten(1))
+
+    _seed()
+    p = d / name
+    _legacy(Net(), (torch.randn(1, 3, 64, 64),), p, ["x"], ["y"], {"x": {0: "batch"}}, opset=13)
+    return p
+
+
+@builder("ort-quantize-dynamic-convinteger-lstm")
+def quant_dynamic_conv(d: Path) -> Case:
+    """ORT's dynamic quantizer (QOperator is its only format) on a CNN and on an LSTM stack:
+    ``ConvInteger`` with ``DynamicQuantizeLinear``, ``MatMulInteger``, and com.microsoft's
+    ``DynamicQuantizeLSTM``."""
+    import torch
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    src = _resnetish(d, "resnetish_qdyn_src.onnx")
+    p = d / "resnetish_qdyn.onnx"
+    with _quiet():
+        quantize_dynamic(
+            str(src),
+            str(p),
+            weight_type=QuantType.QUInt8,
+            op_types_to_quantize=["Conv", "MatMul", "Gemm"],
+        )
+    rsrc = d / "lstm_qdyn_src.onnx"
+    axes = {"x": {0: "batch", 1: "seq"}, "y": {0: "batch", 1: "seq"}, "h": {1: "batch"}}
+    _legacy(_RNNStack.make(), (torch.randn(2, 9, 32),), rsrc, ["x"], ["y", "h"], axes, opset=14)
+    rp = d / "lstm_qdyn.onnx"
+    with _quiet():
+        quantize_dynamic(
+            str(rsrc), str(rp), weight_type=QuantType.QInt8, op_types_to_quantize=["LSTM", "MatMul"]
+        )
+    return [  # type: ignore[return-value]
+        Case("ort-quantize-dynamic-convinteger", p, dims={"batch": 2}),
+        Case("ort-quantize-dynamic-lstm", rp, dims={"batch": 3, "seq": 40}),
+    ]
+
+
+@builder("ort-quantize-static-qoperator-cnn")
+def quant_static_qop(d: Path) -> Case:
+    """ORT's static quantizer in QOperator format: ``QLinearConv``, ``QLinearAdd``,
+    ``QLinearGlobalAveragePool``, ``QGemm`` (com.microsoft), uint8 activations, per-channel
+    int8 weights."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    src = _resnetish(d, "resnetish_qop_src.onnx")
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            rng = np.random.default_rng(0)
+            self.data = iter(
+                [{"x": rng.standard_normal((1, 3, 64, 64), np.float32)} for _ in range(4)]
+            )
+
+        def get_next(self) -> Any:
+            return next(self.data, None)
+
+    p = d / "resnetish_qop.onnx"
+    with _quiet():
+        quantize_static(
+            str(src),
+            str(p),
+            Reader(),
+            quant_format=QuantFormat.QOperator,
+            activation_type=QuantType.QUInt8,
+            weight_type=QuantType.QInt8,
+            per_channel=True,
+        )
+    return Case("ort-quantize-static-qoperator-cnn", p, dims={"batch": 2})
+
+
+@builder("onnxconverter-fp16-keepio-bert")
+def fp16_keepio(d: Path) -> Case:
+    """onnxconverter-common's ``float16`` converter with ``keep_io_types``: f32 inputs and
+    outputs, Cast nodes at the edges, fp16 inside (LayerNorm, Softmax, Erf)."""
+    from onnxconverter_common import float16
+
+    # without the pooler: the converter leaves its Gather's output declared f32 while
+    # writing the node in fp16, a file no runtime loads
+    src = _bert_legacy(d, "bert_src_fp16c.onnx", ("last_hidden_state",))
+    with _quiet():
+        m16 = float16.convert_float_to_float16(onnx.load(str(src)), keep_io_types=True)
+    p = d / "bert_fp16_keepio.onnx"
+    onnx.save(m16, str(p))
+    return Case("onnxconverter-fp16-keepio-bert", p, dims=_BERT_DIMS, int_ranges=_BERT_RANGES)
+
+
+@builder("onnx-nested-local-functions")
+def nested_functions(d: Path) -> Case:
+    """A transformer block written as ONNX local functions three deep (Block -> MLP ->
+    GeluTanh, Block -> LayerNormF), functions with attributes bound through ``ref_attr_name``,
+    a function in a domain of its own, and a function called from an If branch."""
+    n = helper.make_node
+    dom = "local.nn"
+    ln = n("LayerNormalization", ["x", "g", "b"], ["y"], axis=-1)
+    ln.attribute.append(  # bound to the caller's ``epsilon``
+        helper.make_attribute_ref("epsilon", onnx.AttributeProto.FLOAT, "epsilon")
+    )
+    f_ln = helper.make_function(
+        dom, "LayerNormF", ["x", "g", "b"], ["y"], [ln], [helper.make_opsetid("", 20)], ["epsilon"]
+    )
+    f_gelu = helper.make_function(
+        dom,
+        "GeluTanh",
+        ["x"],
+        ["y"],
+        [n("Gelu", ["x"], ["y"], approximate="tanh")],
+        [helper.make_opsetid("", 20)],
+    )
+    f_mlp = helper.make_function(
+        dom,
+        "MLP",
+        ["x", "w1", "w2"],
+        ["y"],
+        [
+            n("MatMul", ["x", "w1"], ["h"]),
+            n("GeluTanh", ["h"], ["a"], domain=dom),
+            n("MatMul", ["a", "w2"], ["y"]),
+        ],
+        [helper.make_opsetid("", 20), helper.make_opsetid(dom, 1)],
+    )
+    f_att = helper.make_function(
+        "local.att",
+        "SelfAttention",
+        ["x", "wq", "wk", "wv"],
+        ["y"],
+        [
+            n("MatMul", ["x", "wq"], ["q"]),
+            n("MatMul", ["x", "wk"], ["k"]),
+            n("MatMul", ["x", "wv"], ["v"]),
+            n("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+            n("MatMul", ["q", "kt"], ["s"]),
+            n("Constant", [], ["scale"], value_float=0.125),
+            n("Mul", ["s", "scale"], ["ss"]),
+            n("Softmax", ["ss"], ["p"], axis=-1),
+            n("MatMul", ["p", "v"], ["y"]),
+        ],
+        [helper.make_opsetid("", 20)],
+    )
+    f_block = helper.make_function(
+        dom,
+        "Block",
+        ["x", "g", "b", "wq", "wk", "wv", "w1", "w2"],
+        ["y"],
+        [
+            n("LayerNormF", ["x", "g", "b"], ["h"], domain=dom, epsilon=1e-5),
+            n("SelfAttention", ["h", "wq", "wk", "wv"], ["a"], domain="local.att"),
+            n("Add", ["x", "a"], ["r"]),
+            n("LayerNormF", ["r", "g", "b"], ["h2"], domain=dom, epsilon=1e-5),
+            n("MLP", ["h2", "w1", "w2"], ["m"], domain=dom),
+            n("Add", ["r", "m"], ["y"]),
+        ],
+        [
+            helper.make_opsetid("", 20),
+            helper.make_opsetid(dom, 1),
+            helper.make_opsetid("local.att", 1),
+        ],
+    )
+    hid, ff = 64, 256
+    inits = [
+        numpy_helper.from_array(np.ones(hid, np.float32), "g"),
+        numpy_helper.from_array(np.zeros(hid, np.float32), "b"),
+    ]
+    nodes = []
+    cur = "x"
+    for i in range(3):
+        ws = [f"wq{i}", f"wk{i}", f"wv{i}", f"w1_{i}", f"w2_{i}"]
+        for nm, shape in zip(ws, [(hid, hid)] * 3 + [(hid, ff), (ff, hid)], strict=True):
+            inits.append(numpy_helper.from_array(_arr(nm, shape) * 0.1, nm))
+        nodes.append(n("Block", [cur, "g", "b", *ws], [f"h{i}"], domain=dom))
+        cur = f"h{i}"
+    # an If whose then-branch calls a function: the tail runs only when flag is set
+    then_g = helper.make_graph(
+        [n("GeluTanh", [cur], ["t_out"], domain=dom)],
+        "then",
+        [],
+        [helper.make_tensor_value_info("t_out", TensorProto.FLOAT, None)],
+    )
+    else_g = helper.make_graph(
+        [n("Identity", [cur], ["e_out"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("e_out", TensorProto.FLOAT, None)],
+    )
+    nodes.append(n("If", ["flag"], ["y"], then_branch=then_g, else_branch=else_g))
+    g = helper.make_graph(
+        nodes,
+        "nested_functions",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", hid]),
+            helper.make_tensor_value_info("flag", TensorProto.BOOL, []),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", hid])],
+        inits,
+    )
+    m = _make_model(
+        g,
+        opset_imports=[
+            helper.make_opsetid("", 20),
+            helper.make_opsetid(dom, 1),
+            helper.make_opsetid("local.att", 1),
+        ],
+        functions=[f_ln, f_gelu, f_mlp, f_att, f_block],
+    )
+    p = d / "nested_functions.onnx"
+    _save(m, p)
+    return Case("onnx-nested-local-functions", p, dims={"batch": 2, "seq": 64})
+
+
+def _arr(name: str, shape: tuple[int, ...]) -> np.ndarray:
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+@builder("scan-reverse-axes-batch")
+def scan_axes(d: Path) -> Case:
+    """A Scan over axis 1 of a batch-major input, scanned in reverse, two loop-carried states
+    (a GRU-like cell written out in ONNX ops) and a scan output written along axis 1 in
+    reverse; the batch is dynamic inside the body."""
+    n = helper.make_node
+    h = 32
+    body = helper.make_graph(
+        [
+            n("MatMul", ["h_in", "U"], ["hu"]),
+            n("Add", ["x_t", "hu"], ["pre"]),
+            n("Sigmoid", ["pre"], ["z"]),
+            n("Tanh", ["pre"], ["c"]),
+            n("Sub", ["one", "z"], ["omz"]),
+            n("Mul", ["omz", "h_in"], ["keep"]),
+            n("Mul", ["z", "c"], ["new"]),
+            n("Add", ["keep", "new"], ["h_out"]),
+            n("Add", ["acc_in", "h_out"], ["acc_out"]),
+            n("Identity", ["h_out"], ["y_t"]),
+        ],
+        "cell",
+        [
+            helper.make_tensor_value_info("h_in", TensorProto.FLOAT, ["batch", h]),
+            helper.make_tensor_value_info("acc_in", TensorProto.FLOAT, ["batch", h]),
+            helper.make_tensor_value_info("x_t", TensorProto.FLOAT, ["batch", h]),
+        ],
+        [
+            helper.make_tensor_value_info("h_out", TensorProto.FLOAT, ["batch", h]),
+            helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, ["batch", h]),
+            helper.make_tensor_value_info("y_t", TensorProto.FLOAT, ["batch", h]),
+        ],
+    )
+    g = helper.make_graph(
+        [
+            n("MatMul", ["x", "W"], ["xw"]),  # [batch, T, h]
+            n("MatMul", ["x", "Z"], ["zero_bt"]),
+            n("ReduceSum", ["zero_bt", "ax1"], ["h0"], keepdims=0),  # zeros [batch, h]
+            n(
+                "Scan",
+                ["h0", "h0", "xw"],
+                ["hf", "acc", "ys"],
+                body=body,
+                num_scan_inputs=1,
+                scan_input_axes=[1],
+                scan_input_directions=[1],
+                scan_output_axes=[1],
+                scan_output_directions=[1],
+            ),
+            n("Relu", ["ys"], ["y"]),
+        ],
+        "scan_axes",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "T", 16])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "T", h]),
+            helper.make_tensor_value_info("hf", TensorProto.FLOAT, ["batch", h]),
+            helper.make_tensor_value_info("acc", TensorProto.FLOAT, ["batch", h]),
+        ],
+        initializer=[
+            numpy_helper.from_array(_arr("U", (h, h)) * 0.2, "U"),
+            numpy_helper.from_array(_arr("Wscan", (16, h)) * 0.2, "W"),
+            numpy_helper.from_array(np.zeros((16, h), np.float32), "Z"),
+            numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+            numpy_helper.from_array(np.array([1], np.int64), "ax1"),
+        ],
+    )
+    m = _make_model(g, opset_imports=[helper.make_opsetid("", 16)])
+    p = d / "scan_axes.onnx"
+    _save(m, p)
+    return Case("scan-reverse-axes-batch", p, dims={"batch": 3, "T": 25})
+
+
+@builder("opset8-era-ir3")
+def opset8(d: Path) -> Case:
+    """A model as 2018-era converters wrote it: IR 3, opset 8, ops in their old forms (Upsample
+    with a ``scales`` attribute, Slice / Pad / Unsqueeze / Split / ReduceMean with attribute
+    arguments, Clip-6 with min/max attributes, BatchNormalization-7, Dropout-7, MaxPool-8,
+    Gemm-7, Sum/Max of several inputs) which every runtime upgrades on load."""
+    n = helper.make_node
+    nodes = [
+        n("Conv", ["x", "w1", "b1"], ["c1"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        n("BatchNormalization", ["c1", "s1", "o1", "m1", "v1"], ["bn1"], epsilon=1e-5),
+        n("Clip", ["bn1"], ["r1"], min=0.0, max=6.0),
+        n("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2]),
+        n("Conv", ["p1", "w2", "b2"], ["c2"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        n("Relu", ["c2"], ["r2"]),
+        n("Split", ["r2"], ["sa", "sb"], axis=1, split=[8, 8]),
+        n("Max", ["sa", "sb"], ["mx"]),
+        n("Sum", ["sa", "sb", "mx"], ["sm"]),
+        n("Upsample", ["sm"], ["up"], mode="nearest", scales=[1.0, 1.0, 2.0, 2.0]),
+        n("Pad", ["up"], ["pd"], pads=[0, 0, 1, 1, 0, 0, 1, 1], mode="constant", value=0.0),
+        n("Slice", ["pd"], ["sl"], axes=[2, 3], starts=[1, 1], ends=[-1, -1]),
+        n("Dropout", ["sl"], ["dr"], ratio=0.1),
+        n("Concat", ["dr", "r1"], ["cat"], axis=1),
+        n("ReduceMean", ["cat"], ["gap"], axes=[2, 3], keepdims=0),
+        n("Unsqueeze", ["gap"], ["gu"], axes=[2]),
+        n("Flatten", ["gu"], ["fl"], axis=1),
+        n("Gemm", ["fl", "wf", "bf"], ["logits"], transB=1),
+        n("Softmax", ["logits"], ["y"], axis=1),
+    ]
+    inits = [
+        _w("w1", 16, 3, 3, 3),
+        _w("b1", 16),
+        numpy_helper.from_array(np.ones(16, np.float32), "s1"),
+        numpy_helper.from_array(np.zeros(16, np.float32), "o1"),
+        numpy_helper.from_array(np.zeros(16, np.float32), "m1"),
+        numpy_helper.from_array(np.ones(16, np.float32), "v1"),
+        _w("w2", 16, 16, 3, 3),
+        _w("b2", 16),
+        _w("wf", 10, 24),
+        _w("bf", 10),
+    ]
+    ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 64, 64])]
+    ins += [  # IR 3: every initializer is also a graph input
+        helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in inits
+    ]
+    g = helper.make_graph(
+        nodes,
+        "opset8",
+        ins,
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 10])],
+        inits,
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 8)])
+    m.ir_version = 3
+    m.producer_name = "onnx-era-2018"
+    p = d / "opset8.onnx"
+    _save(m, p)
+    return Case("opset8-era-ir3", p, dims={"N": 4})
+
+
+@builder("external-data-many-files-offsets")
+def external_many(d: Path) -> Case:
+    """32 weights split over 12 small files: most at a nonzero, unaligned offset after a header,
+    other tensors and gaps, the last tensor of every other file without a ``length`` key, the
+    files in a nested folder with a dot in its name."""
+    m = _mlp_graph(17, 16, 160)
+    sub = d / "extmany"
+    wdir = sub / "w.d" / "parts"
+    wdir.mkdir(parents=True, exist_ok=True)
+    for f in wdir.iterdir():
+        f.unlink()
+    shards: dict[int, list[TensorProto]] = {}
+    for i, t in enumerate(m.graph.initializer):
+        shards.setdefault(i % 12, []).append(t)
+    for k, ts in shards.items():
+        loc = f"w.d/parts/shard-{k:02d}.bin"
+        f = sub / loc
+        f.write_bytes(b"" if k < 2 else b"HDR" * (k + 1))  # unaligned starts
+        for j, t in enumerate(ts):
+            raw = t.raw_data
+            off = f.stat().st_size
+            last = j == len(ts) - 1
+            with open(f, "ab") as fh:
+                fh.write(raw + (b"" if last else b"\0" * (j % 5)))  # gaps between tensors
+            t.ClearField("raw_data")
+            t.data_location = TensorProto.EXTERNAL
+            kv = [("location", loc), ("offset", str(off))]
+            if not (last and k % 2):  # the spec lets a file's last tensor omit its length
+                kv.append(("length", str(len(raw))))
+            for key, v in kv:
+                e = t.external_data.add()
+                e.key, e.value = key, v
+    p = sub / "model.onnx"
+    onnx.save(m, str(p))
+    onnx.checker.check_model(str(p))
+    return Case("external-data-many-files-offsets", p, dims={"batch": 8})
+
+
+@builder("onnx-int4-blockwise-dq-mlp")
+def int4_blockwise(d: Path) -> Case:
+    """Weight-only int4 as opset 21 writes it: ``INT4`` / ``UINT4`` initializers (two values a
+    byte), ``DequantizeLinear`` with ``block_size`` 32 along K and per-block scales (and a
+    uint4 zero point on one layer), feeding MatMuls; the token dim is dynamic."""
+    n = helper.make_node
+    k, hidden, block = 256, 256, 32
+    rng = np.random.default_rng(21)
+    nodes, inits, cur = [], [], "x"
+    for i in range(4):
+        signed = i != 2
+        q = rng.integers(-8, 8, (k, hidden)) if signed else rng.integers(0, 16, (k, hidden))
+        w = helper.make_tensor(
+            f"w{i}", TensorProto.INT4 if signed else TensorProto.UINT4, [k, hidden], q.flatten()
+        )
+        scale = (rng.random((k // block, hidden)) * 0.02 + 0.005).astype(np.float32)
+        inits += [w, numpy_helper.from_array(scale, f"s{i}")]
+        dq_in = [f"w{i}", f"s{i}"]
+        if not signed:
+            zp = helper.make_tensor(
+                f"z{i}", TensorProto.UINT4, [k // block, hidden], np.full(scale.size, 8)
+            )
+            inits.append(zp)
+            dq_in.append(f"z{i}")
+        nodes += [
+            n("DequantizeLinear", dq_in, [f"wf{i}"], axis=0, block_size=block),
+            n("MatMul", [cur, f"wf{i}"], [f"m{i}"]),
+            n("Relu" if i < 3 else "Identity", [f"m{i}"], [f"r{i}"]),
+        ]
+        cur = f"r{i}"
+    nodes.append(n("Identity", [cur], ["y"]))
+    g = helper.make_graph(
+        nodes,
+        "int4",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["tokens", k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["tokens", hidden])],
+        inits,
+    )
+    m = _make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    p = d / "int4_blockwise.onnx"
+    _save(m, p)
+    return Case("onnx-int4-blockwise-dq-mlp", p, dims={"tokens": 64})
+
+
+@builder("onnx-optional-ops")
+def optional_ops(d: Path) -> Case:
+    """Optional values inside a graph (opset 18): ``Optional`` wraps a tensor or nothing,
+    ``OptionalHasElement`` picks the If branch, ``OptionalGetElement`` unwraps it; the
+    branch output shapes differ (a projection or the input)."""
+    n = helper.make_node
+    opt_t = helper.make_optional_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, None))
+    then_g = helper.make_graph(
+        [
+            n("OptionalGetElement", ["maybe"], ["got"]),
+            n("MatMul", ["got", "W2"], ["t_out"]),
+        ],
+        "then",
+        [],
+        [helper.make_tensor_value_info("t_out", TensorProto.FLOAT, None)],
+    )
+    else_g = helper.make_graph(
+        [n("MatMul", ["h", "W3"], ["e_out"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("e_out", TensorProto.FLOAT, None)],
+    )
+    nodes = [
+        n("MatMul", ["x", "W1"], ["h"]),
+        n("Relu", ["h"], ["hr"]),
+        n("ReduceSum", ["flag_f"], ["fs"], keepdims=0),
+        n("Greater", ["fs", "zero"], ["use"]),
+        n(
+            "If",
+            ["use"],
+            ["maybe"],
+            then_branch=helper.make_graph(
+                [n("Optional", ["hr"], ["o_some"])],
+                "some",
+                [],
+                [helper.make_value_info("o_some", opt_t)],
+            ),
+            else_branch=helper.make_graph(
+                [n("Optional", [], ["o_none"], type=opt_t.optional_type.elem_type)],
+                "none",
+                [],
+                [helper.make_value_info("o_none", opt_t)],
+            ),
+        ),
+        n("OptionalHasElement", ["maybe"], ["has"]),
+        n("If", ["has"], ["y"], then_branch=then_g, else_branch=else_g),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "optional",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 64]),
+            helper.make_tensor_value_info("flag_f", TensorProto.FLOAT, [1]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 64])],
+        [
+            numpy_helper.from_array(_arr("W1o", (64, 128)) * 0.1, "W1"),
+            numpy_helper.from_array(_arr("W2o", (128, 64)) * 0.1, "W2"),
+            numpy_helper.from_array(_arr("W3o", (128, 64)) * 0.1, "W3"),
+            numpy_helper.from_array(np.array(0.0, np.float32), "zero"),
+        ],
+    )
+    m = _make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    p = d / "optional_ops.onnx"
+    _save(m, p)
+    return Case("onnx-optional-ops", p, dims={"batch": 8})
 
 
 def build_all(folder: Path, only: list[str] | None = None) -> tuple[list[Case], dict[str, str]]:

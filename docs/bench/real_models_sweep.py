@@ -13,8 +13,9 @@ into a temp folder. Per model, through the real CLI in a subprocess:
 * ``estimate OUT`` without binding its symbolic dims (must be ok or a one-line error naming the
   dim, exit 2) and with ``--dim`` bindings;
 * ``verify IN OUT --backends cpu,openvino --dim ...`` for the bound ``all`` and the ``safe``
-  outputs, and ``--backends ort-openvino`` (ONNX Runtime's OpenVINO EP, in its own
-  interpreter: ``--ovep-python``) for the bound ``all`` output;
+  outputs, and ``--backends cpu,ort-openvino`` (ONNX Runtime's OpenVINO EP, in its own
+  interpreter: ``--ovep-python``; cpu as the reference for verify's precision rule) for the
+  bound ``all`` output;
 * ``estimate --json --backend B`` of the original and of the bound ``all`` output, for each
   measured backend B: per stage, (predicted - measured) / measured against the verify
   reports' ``peak_delta`` (``est_vs_meas`` in the rows; the ``est-err`` cell is the worst
@@ -245,8 +246,10 @@ def add_ovep_and_estimates(
     col = "verify-all-ovep"
     if ovep.exists():
         extra = ("--python-for", f"ort-openvino={ovep}")
+        # with cpu: original@cpu is the reference that calibrates the EP's own rounding where
+        # the model computes in float16 (verify's precision rule)
         row["cells"][col], row["notes"][col] = _verify(
-            case, out, work, "ovep", "ort-openvino", *extra
+            case, out, work, "ovep", "cpu,ort-openvino", *extra
         )
     else:
         row["cells"][col], row["notes"][col] = "-", f"no {ovep}"
@@ -254,7 +257,9 @@ def add_ovep_and_estimates(
     for tag in ("all", "ovep"):
         js = work / f"{case.name}.{tag}.verify.json"
         if js.exists():
-            measured.update(_measured(json.loads(js.read_text())))
+            got = _measured(json.loads(js.read_text()))
+            # each backend from its own column: cpu from verify-all, the EP from its own
+            measured.update({k: v for k, v in got.items() if k not in measured})
     paths = {"original": case.path, "rewritten": out}
     errs, failed = estimate_errors(case, work, paths, measured)
     row["est_vs_meas"] = errs

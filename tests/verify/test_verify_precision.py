@@ -192,3 +192,70 @@ def test_rounding_or_a_stable_original_is_never_rechecked(monkeypatch) -> None:
     pair = [_fake_run("original", o16, "float32"), _fake_run("rewritten", r16, "float32")]
     api._recheck_at_full_precision(c, pair, cpu, *args, 1e-5, 1e-5, None)  # f32 already
     assert c.status == "mismatch" and c.recheck is None
+
+
+def _keep_io_fp16(path: Path, dtype: int = TensorProto.FLOAT16) -> Path:
+    """x (f32) -> Cast(dtype) -> Mul by a weight of that type -> Cast(f32) -> y: what
+    onnxconverter-common's float16 converter writes with ``keep_io_types``."""
+    w = numpy_helper.from_array(np.full(4, 1.5, np.float32), "w")
+    w.data_type = dtype
+    if dtype == TensorProto.FLOAT16:
+        w.raw_data = np.full(4, 1.5, np.float16).tobytes()
+    g = helper.make_graph(
+        [
+            helper.make_node("Cast", ["x"], ["x16"], to=dtype),
+            helper.make_node("Mul", ["x16", "w"], ["m"]),
+            helper.make_node("Cast", ["m"], ["y"], to=TensorProto.FLOAT),
+        ],
+        "keep_io",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        [w],
+    )
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]), str(path))
+    return path
+
+
+def test_model_io_names_a_graph_that_computes_below_f32_behind_f32_io(tmp_path: Path) -> None:
+    from memshrink.verify.modelinfo import read_model_io
+
+    io = read_model_io(_keep_io_fp16(tmp_path / "h.onnx"))
+    assert [t.dtype for t in io.inputs + io.outputs] == ["float32", "float32"]
+    assert io.reduced_float == "float16"
+    assert read_model_io(_mlp(tmp_path / "f.onnx")).reduced_float is None
+
+
+def _ep_run(label: str, backend: str, y: np.ndarray) -> RunResult:
+    return RunResult(label, "m.onnx", backend, "ok", child={"assumptions": {}}, outputs={"y": y})
+
+
+def test_an_fp16_model_is_held_to_the_eps_own_rounding_and_strictly_on_cpu() -> None:
+    """Known answer (the session-11 fp16 BERT on the OpenVINO EP, scaled): original@EP is
+    1.8e-3 off original@cpu (fp16 rounding at the EP's partition boundaries), the rewrite on the
+    EP 1.8e-3 off original@EP -> a match at atol 2 x 1.8e-3, only for a float16 model; a rewrite
+    3e-2 off is still a mismatch; cpu stays at 1e-5."""
+    from memshrink.verify import api
+
+    ref = np.array([1.0, -2.0, 0.5, 3.0], np.float32)
+    o_ep = ref + np.float32(1.8e-3)
+    for rewritten, model_float, status in (
+        (ref, "float16", "match"),
+        (ref, None, "mismatch"),
+        (ref + np.float32(3e-2), "float16", "mismatch"),
+    ):
+        runs = [
+            _ep_run("original", "cpu", ref),
+            _ep_run("rewritten", "cpu", ref),
+            _ep_run("original", "ort-openvino", o_ep),
+            _ep_run("rewritten", "ort-openvino", rewritten),
+        ]
+        cpu, ep = api._compare_pairs(
+            runs, ["cpu", "ort-openvino"], ["y"], 1e-5, 1e-4, None, model_float
+        )
+        assert cpu.status == "match" and cpu.outputs[0].atol == 1e-5 and cpu.note is None
+        assert ep.status == status, (model_float, ep.outputs[0].max_abs)
+        if model_float:
+            assert ep.note is not None and "the model computes in float16" in ep.note
+            assert ep.outputs[0].atol == pytest.approx(2 * 1.8e-3, rel=1e-3, abs=0)
+        else:
+            assert ep.note is None and ep.outputs[0].atol == 1e-5

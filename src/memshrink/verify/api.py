@@ -201,7 +201,9 @@ def verify(
                     )
                 )
         out_names = [o.name for o in io_o.outputs]
-        comparisons = _compare_pairs(runs_out, backend_list, out_names, atol, rtol, tolerances)
+        comparisons = _compare_pairs(
+            runs_out, backend_list, out_names, atol, rtol, tolerances, io_o.reduced_float
+        )
         full = _cpu_original_outputs(runs_out)
         for c in comparisons:
             if c.status == "mismatch":
@@ -345,8 +347,15 @@ def _cpu_original_outputs(runs: list[RunResult]) -> Mapping[str, np.ndarray] | N
 
 def _compare_pairs(
     runs: list[RunResult], backends: Sequence[str], names: list[str], atol: float, rtol: float,
-    tolerances: Mapping[str, tuple[float, float]] | None,
+    tolerances: Mapping[str, tuple[float, float]] | None, model_float: str | None = None,
 ) -> list[Comparison]:  # fmt: skip
+    """Rewritten against original per backend. Off ``cpu``, tolerances are calibrated on the
+    runtime's own error against original@cpu (``precision.widened_tolerances``) when the run
+    reports a reduced inference precision, or when the model itself computes in float16 /
+    bfloat16 (``model_float``): there a runtime rounds to that type wherever its partition or
+    kernels put a boundary, so moving a boundary moves the outputs by that type's rounding.
+    Measured: an onnxconverter-common fp16 BERT (f32 I/O) on the OpenVINO EP is 1.8e-3 off
+    ORT CPU; its ``ep-compat`` rewrite, run as one OpenVINO subgraph, 1.3e-5 (docs/verify.md)."""
     out = []
     for b in backends:
         o = next(r for r in runs if r.label == "original" and r.backend == b)
@@ -357,11 +366,12 @@ def _compare_pairs(
         else:
             tols, notes = tolerances, []
             low = reduced_precision(o.child.get("assumptions"))
-            if low and b != "cpu":
+            if (low or model_float) and b != "cpu":
                 tols, why = widened_tolerances(
                     names, _cpu_original_outputs(runs), o.outputs, atol, rtol, tolerances
                 )
-                notes.append(f"{b} computed in {low}: {why}")
+                what = f"{b} computed in {low}" if low else f"the model computes in {model_float}"
+                notes.append(f"{what}: {why}")
             c.outputs = compare_outputs(names, o.outputs, r.outputs, atol, rtol, tols)
             extra = sorted(set(r.outputs) - set(names))
             c.status = "match" if all(x.ok for x in c.outputs) else "mismatch"

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import onnx
+from onnx import TensorProto
 
 from memshrink.errors import ModelLoadError
 from memshrink.protowire import LEN, VARINT, Truncated, iter_fields, read_varint
@@ -23,7 +24,10 @@ from memshrink.protowire import LEN, VARINT, Truncated, iter_fields, read_varint
 _MODEL_GRAPH, _MODEL_METADATA = 7, 14
 _ENTRY_KEY, _ENTRY_VALUE = 1, 2
 _GRAPH_NODE, _GRAPH_INIT, _GRAPH_INPUT, _GRAPH_OUTPUT = 1, 5, 11, 12
-_TENSOR_DIMS, _TENSOR_NAME = 1, 8
+_TENSOR_DIMS, _TENSOR_DATA_TYPE, _TENSOR_NAME = 1, 2, 8
+#: element types that make a graph compute below f32 (its rounding then depends on where a
+#: runtime places each kernel: see ``ModelIO.reduced_float``)
+_REDUCED_FLOATS: dict[int, str] = {TensorProto.FLOAT16: "float16", TensorProto.BFLOAT16: "bfloat16"}
 _NODE_OP_TYPE = 4
 
 Dim = int | str | None
@@ -48,6 +52,9 @@ class ModelIO:
     outputs: list[TensorInfo]
     index_bounds: dict[str, int] = field(default_factory=dict)
     metadata: dict[str, str] = field(default_factory=dict)  # the model's metadata_props
+    # "float16"/"bfloat16" when a weight or a graph input/output has that type: the graph
+    # computes (partly) below f32, even behind f32 inputs and outputs (keep_io_types)
+    reduced_float: str | None = None
 
 
 def _fields(buf: mmap.mmap, start: int, end: int) -> Iterator[tuple[int, int, Any]]:
@@ -75,10 +82,13 @@ def _dims_of(vi: onnx.ValueInfoProto) -> list[Dim] | None:
     return out
 
 
-def _tensor_name_dims(buf: mmap.mmap, start: int, end: int) -> tuple[str, list[int]]:
-    name, dims = "", []
+def _tensor_name_dims(buf: mmap.mmap, start: int, end: int) -> tuple[str, list[int], int]:
+    """A TensorProto's name, dims and element type (its data is skipped by length)."""
+    name, dims, dtype = "", [], 0
     for fnum, wt, val in _fields(buf, start, end):
-        if fnum == _TENSOR_NAME and wt == 2:
+        if fnum == _TENSOR_DATA_TYPE and wt == 0:
+            dtype = val
+        elif fnum == _TENSOR_NAME and wt == 2:
             s, e = val
             name = bytes(buf[s:e]).decode()
         elif fnum == _TENSOR_DIMS and wt == 0:
@@ -89,7 +99,7 @@ def _tensor_name_dims(buf: mmap.mmap, start: int, end: int) -> tuple[str, list[i
             while p < e:
                 d, p = read_varint(buf, p, e)
                 dims.append(d)
-    return name, dims
+    return name, dims, dtype
 
 
 def read_model_io(path: str | os.PathLike) -> ModelIO:
@@ -118,6 +128,7 @@ def _scan(buf: mmap.mmap) -> ModelIO:
     if graph is None:
         raise ModelLoadError("no graph in the file (not an ONNX model?)")
     inits: dict[str, list[int]] = {}
+    types: set[int] = set()
     inputs: list[onnx.ValueInfoProto] = []
     outputs: list[onnx.ValueInfoProto] = []
     nodes: list[onnx.NodeProto] = []
@@ -126,8 +137,9 @@ def _scan(buf: mmap.mmap) -> ModelIO:
             continue
         s, e = val
         if fnum == _GRAPH_INIT:
-            name, dims = _tensor_name_dims(buf, s, e)
+            name, dims, dtype = _tensor_name_dims(buf, s, e)
             inits[name] = dims
+            types.add(dtype)
         elif fnum == _GRAPH_INPUT:
             inputs.append(onnx.ValueInfoProto.FromString(bytes(buf[s:e])))
         elif fnum == _GRAPH_OUTPUT:
@@ -143,7 +155,9 @@ def _scan(buf: mmap.mmap) -> ModelIO:
     ]
     outs = [TensorInfo(vi.name, vi.type.tensor_type.elem_type, _dims_of(vi)) for vi in outputs]
     bounds = _gather_bounds(nodes, inits, {i.name for i in ins})
-    return ModelIO(ins, outs, bounds, metadata)
+    types |= {t.elem_type for t in ins + outs}
+    low = sorted(_REDUCED_FLOATS[t] for t in types & _REDUCED_FLOATS.keys())
+    return ModelIO(ins, outs, bounds, metadata, low[0] if low else None)
 
 
 def _op_type(buf: mmap.mmap, start: int, end: int) -> bytes:
