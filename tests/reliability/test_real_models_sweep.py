@@ -42,3 +42,25 @@ def test_summary_counts_misses_by_percent_and_by_noise_floor() -> None:
     cells = [c.strip() for c in line.strip("|").split("|")]
     assert cells[:5] == ["cpu", "run_1", "3", "1", "2"], cells
     assert cells[6].startswith("+50% (+2 MiB) b (original)"), cells
+
+
+def test_ep_cell_is_judged_on_the_eps_runs_not_on_its_cpu_reference() -> None:
+    """The EP column verifies ``cpu,ort-openvino`` (cpu: the reference verify's precision rule
+    calibrates against) and is judged on the EP's runs alone: cpu failing on both models
+    (exit 5) leaves the EP's match an ok; an EP mismatch is 3; an EP run failing is 5."""
+
+    def run(model: str, backend: str, status: str = "ok") -> dict:
+        return {"model": model, "backend": backend, "status": status, "stages": []}
+
+    ep_ok = [run("original", "ort-openvino"), run("rewritten", "ort-openvino")]
+    cpu_failed = [run("original", "cpu", "failed"), run("rewritten", "cpu", "failed")]
+    match = [{"backend": "ort-openvino", "status": "match"}]
+    rc, cut = sweep._only({"runs": cpu_failed + ep_ok, "comparisons": match}, "ort-openvino")
+    assert rc == 0 and [r["backend"] for r in cut["runs"]] == ["ort-openvino"] * 2
+    mismatch = [
+        {"backend": "cpu", "status": "match"},
+        {"backend": "ort-openvino", "status": "mismatch"},
+    ]
+    assert sweep._only({"runs": ep_ok, "comparisons": mismatch}, "ort-openvino")[0] == 3
+    broke = [run("original", "ort-openvino"), run("rewritten", "ort-openvino", "failed")]
+    assert sweep._only({"runs": broke, "comparisons": []}, "ort-openvino")[0] == 5
