@@ -3390,6 +3390,70 @@ def external_many(d: Path) -> Case:
     return Case("external-data-many-files-offsets", p, dims={"batch": 8})
 
 
+@builder("hf-whisper-encoder-legacy")
+def hf_whisper_encoder(d: Path) -> Case:
+    """Whisper's audio encoder alone, as speech pipelines ship it (two Conv1d, GELU, sinusoidal
+    positions sliced to the frames, pre-LN blocks); legacy export, dynamic batch (Whisper fixes
+    the frame count: max_source_positions × 2 mel frames)."""
+    import torch
+    import transformers
+
+    cfg = transformers.WhisperConfig(
+        vocab_size=300,
+        num_mel_bins=80,
+        encoder_layers=2,
+        decoder_layers=1,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        d_model=128,
+        encoder_ffn_dim=256,
+        decoder_ffn_dim=256,
+        max_source_positions=750,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        decoder_start_token_id=1,
+    )
+    _seed()
+    enc = transformers.WhisperForConditionalGeneration(cfg).eval().get_encoder()
+
+    class W(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.enc = enc
+
+        def forward(self, feats: Any) -> Any:
+            return self.enc(input_features=feats).last_hidden_state
+
+    p = d / "whisper_encoder.onnx"
+    axes = {"input_features": {0: "batch"}, "last_hidden_state": {0: "batch"}}
+    args = (torch.randn(1, 80, 1500),)
+    _legacy(W(), args, p, ["input_features"], ["last_hidden_state"], axes, opset=17)
+    return Case("hf-whisper-encoder-legacy", p, dims={"batch": 2})
+
+
+@builder("hf-t5-encoder-legacy")
+def hf_t5_encoder(d: Path) -> Case:
+    """T5's encoder alone (relative-position buckets computed from the sequence length, RMS
+    layer norm, no biases), as embedding / retrieval pipelines export it; legacy, batch and
+    sequence dynamic."""
+    import transformers
+
+    cfg = transformers.T5Config(
+        vocab_size=300, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4, use_cache=False
+    )
+    _seed()
+    enc = transformers.T5EncoderModel(cfg).eval()
+    p = d / "t5_encoder.onnx"
+    _legacy_text(enc, p, 300, ["last_hidden_state"], opset=17)
+    return Case(
+        "hf-t5-encoder-legacy",
+        p,
+        dims={"batch": 2, "seq": 96},
+        int_ranges={"attention_mask": (1, 2), "input_ids": (0, 300)},
+    )
+
+
 @builder("onnx-int4-blockwise-dq-mlp")
 def int4_blockwise(d: Path) -> Case:
     """Weight-only int4 as opset 21 writes it: ``INT4`` / ``UINT4`` initializers (two values a
