@@ -3,7 +3,7 @@
     /tmp/exporters9/venv/bin/python docs/bench/exporters_build.py OUT_DIR [--only NAME ...]
 
 Runs in its own venv (``python -m venv V && V/bin/pip install tensorflow-cpu tf2onnx skl2onnx
-onnxmltools lightgbm scikit-learn``), never in memshrink's Python: TensorFlow and the converters
+onnxmltools lightgbm scikit-learn``; the session-11 ColumnTransformer rows also need pandas), never in memshrink's Python: TensorFlow and the converters
 pin protobuf / numpy versions of their own. Weights are random (Keras ``weights=None``) or fitted
 in a second on seeded synthetic data; nothing is downloaded. Writes each model into OUT_DIR and
 ``OUT_DIR/cases.json``: per model its file and the ``--dim`` / ``--shape`` bindings the sweep

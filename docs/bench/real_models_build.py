@@ -15,6 +15,12 @@ dynamic audio length), Segformer, DINOv2 (interpolated position embeddings, dyna
 Gemma, BART's decoder step with past, Mamba (unrolled scan), ORT's optimizer on Llama,
 ``MatMulNBits`` 4-bit, per-channel QDQ, ``torch.while_loop``, opset-23 Attention / RMSNorm /
 RotaryEmbedding, an onnxruntime-genai-style decoder (GroupQueryAttention, MatMulNBits).
+Session 11: torch LSTM/GRU, a bidirectional LSTM and reverse GRU with ``sequence_lens``, a
+Conformer, Whisper / T5 decoder steps with past and their encoders alone, SAM's ViT at 1024²,
+an SD-style VAE decoder, ORT's QOperator quantizers (ConvInteger, DynamicQuantizeLSTM,
+QLinearConv), onnxconverter-common fp16 with ``keep_io_types``, nested local functions, a
+reverse Scan over axis 1, IR 3 / opset 8, external data over many files at offsets, int4
+block-wise DequantizeLinear, Optional ops.
 """
 
 from __future__ import annotations
