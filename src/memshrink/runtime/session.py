@@ -29,6 +29,7 @@ from memshrink.runtime.backends import (
     make_runner,
     release_memory,
 )
+from memshrink.runtime.prepack import prepacking_changes_numerics
 
 MODES = ("resident", "streamed")
 
@@ -161,11 +162,13 @@ class PartitionedSession:
         self.manifest = read_manifest(self.folder)
         self.backend = backend
         self.mode = mode
-        if session_options is None and lean and backend in ("cpu", "ort-openvino"):
+        self._lean = session_options is None and lean and backend in ("cpu", "ort-openvino")
+        if self._lean:
             session_options = dict(
                 LEAN_ORT_STREAMED_OPTIONS if mode == "streamed" else LEAN_ORT_OPTIONS
             )
         self.session_options = session_options
+        self.prepacked_parts: dict[int, str] = {}  # part -> why it keeps ORT's prepacking
         self.provider_options = dict(provider_options or {})
         self.prefetch = prefetch
         self.trim = trim
@@ -270,8 +273,13 @@ class PartitionedSession:
     def _create(self, index: int) -> Runner:
         part = self.manifest.parts[index]
         path = str(self.folder / part.file)
+        options = self.session_options
+        why = prepacking_changes_numerics(path) if self._lean else None
+        if why:  # the lean default would change this part's outputs (runtime/prepack.py)
+            self.prepacked_parts[index] = why
+            options = {k: v for k, v in options.items() if k != "session.disable_prepacking"}
         try:
-            runner = make_runner(path, self.backend, self.session_options, self.provider_options)
+            runner = make_runner(path, self.backend, options, self.provider_options)
         except BackendUnavailable:
             raise
         except Exception as exc:
