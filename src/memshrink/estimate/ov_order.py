@@ -13,6 +13,8 @@ channel split's order"), where the ONNX-order DFS finished one slice before the 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from memshrink.estimate.graph import GraphInfo
 from memshrink.estimate.openvino import Fusion, fusions
 from memshrink.estimate.schedule import argument_producers, dfs_postorder
@@ -35,23 +37,39 @@ def _head(g: GraphInfo, node: int) -> int:
     return node
 
 
-def fused_producers(g: GraphInfo) -> list[list[int]]:
-    """Per node, its producers in the order the plugin's sort visits them: argument order,
-    except that a Conv + Sum fusion's Conv visits the summed input last and the absorbed Add
-    visits only the Conv (the sum is already done when it runs)."""
-    prods = argument_producers(g)
-    merged: dict[int, Fusion] = {}  # Add node -> the fusion the plugin makes of it
+def conv_sums(g: GraphInfo) -> dict[int, Fusion]:
+    """The residual Adds the plugin folds into a Conv (Conv + Sum), by Add node. When both
+    inputs are fusable Convs it merges the one at port 0 (checked on a two-slice block with
+    both argument orders); ``fusions`` lists both."""
+    merged: dict[int, Fusion] = {}
     for f in fusions(g):
         into = g.tensors.get(f.into)
         if f.other is None or into is None or into.producer is None:
             continue
         add = into.producer
-        # both inputs Convs: the plugin merges the Add into its first input's Conv
-        # (``FuseConvolutionSumAndConvolutionSumActivation``: parent at port 0 unless it has
-        # other readers, which a fused edge never has)
         if add not in merged or g.nodes[add].inputs[:1] == [f.edge]:
             merged[add] = f
-    for add, f in merged.items():
+    return merged
+
+
+def sync_steps(g: GraphInfo, pos: Mapping[int, int]) -> list[int]:
+    """Steps (in ``pos``) of the Convs that absorb a sum: in a dynamic-shape graph each is a
+    sync point of the plugin (``Graph::IdentifySyncPoints``: a Conv with an in-place sum must
+    have its shapes inferred, prepared and run in sequence), and the dynamic plan
+    (``MemoryManageNonOverlapingSets``) extends every box that spans one to the next sync
+    point at or after its end (to the graph's end after the last)."""
+    # The fused node is one step of the plugin, two here (the Conv, then the Add): the Add's
+    # step stands for it, so a tensor the fused node reads (its input, the summed tensor)
+    # does not span it, and one it writes does.
+    return sorted(pos[add] for add in conv_sums(g) if add in pos)
+
+
+def fused_producers(g: GraphInfo) -> list[list[int]]:
+    """Per node, its producers in the order the plugin's sort visits them: argument order,
+    except that a Conv + Sum fusion's Conv visits the summed input last and the absorbed Add
+    visits only the Conv (the sum is already done when it runs)."""
+    prods = argument_producers(g)
+    for add, f in conv_sums(g).items():
         edge = g.tensors.get(f.edge)
         other = g.tensors.get(f.other) if f.other else None
         if edge is None or edge.producer is None:
