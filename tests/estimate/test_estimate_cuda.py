@@ -124,7 +124,14 @@ def test_a_model_without_weights_is_predicted_at_the_empty_session():
     assert "over an empty CUDA session at the same stage" in est.format_table()
 
 
-def test_conv_workspace_takes_arena_memory():
+def test_a_conv_takes_no_workspace_from_the_arena():
+    # Traced on an H200 (every request to the EP's allocator, docs/bench/cuda_alloc_trace.py):
+    # ResNet-50 b16, U-Net, MobileNetV2 and their --passes all outputs request their inputs,
+    # planned buffers, outputs and the pattern block, and no cuDNN workspace. So a 3x3 Conv of
+    # a 4 MiB input holds x and y: weights (144 KiB) in the first 1 MiB region, x in a 4 MiB
+    # region (the next one doubles to fit), y in another 4 MiB region, the scalar in the first
+    # region's slack; runs 2+ reuse the freed chunks for x and the 4 MiB pattern block. A
+    # workspace of the output's size (the rule before session 11) added a 8 MiB region.
     x = helper.make_tensor_value_info("x", F, [1, 64, 128, 128])
     w = numpy_helper.from_array(np.zeros((64, 64, 3, 3), np.float32), "w")
     g = helper.make_graph(
@@ -138,15 +145,9 @@ def test_conv_workspace_takes_arena_memory():
         [w],
     )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    v = build_view(m)
-    conv = next(i for i, n in enumerate(v.graph.nodes) if n.op_type == "Conv")
-    out = 64 * 128 * 128 * 4
-    assert cuda.conv_workspace(v.graph, conv) == int(
-        cuda.CUDA_CALIBRATION["cuda_conv_workspace"] * out
-    )
-    assert cuda.conv_workspace(v.graph, 1 - conv) == 0
-    # x (4 MiB) + y (4 MiB) + the workspace (4 MiB) are alive together in run 1.
-    assert _device(m).run_1 - _device(m).weights_reserved >= 12 * MiB
+    dev = _device(m)
+    assert dev.regions == [1 * MiB, 4 * MiB, 4 * MiB]
+    assert (dev.weights_reserved, dev.run_1, dev.steady_state) == (1 * MiB, 9 * MiB, 9 * MiB)
 
 
 def test_host_embedded_stages_the_model_proto(tmp_path: Path):
