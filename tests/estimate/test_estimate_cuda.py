@@ -172,7 +172,8 @@ def test_host_embedded_stages_the_model_proto(tmp_path: Path):
     # Embedded: the ModelProto's weights are on the host while the copies are made; external
     # weights cost the measured constant staging instead (6 models, 64-474 MiB: 128 +- 2 MiB).
     c = cuda.CUDA_CALIBRATION
-    kernels = c["cuda_host_node"] * 3  # ORT's kernel objects, 3 KiB a node
+    # ORT's kernel objects, 3 KiB a node, and 1.6 KiB for the one initializer
+    kernels = c["cuda_host_node"] * 3 + c["cuda_host_initializer"]
     assert h_emb["session_creation"] == int(c["cuda_host_session"] + kernels) + 4 * MiB
     assert h_ext["session_creation"] == int(
         c["cuda_host_session"] + kernels + c["cuda_host_external_staging"]
@@ -198,6 +199,32 @@ def _convs(n: int, pads: list[list[int]] | None = None, hw: int = 40) -> onnx.Mo
         inits,
     )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_host_counts_each_initializer() -> None:
+    # Measured on the H200 (verifier's child, host over its baseline): 2,000 chained Adds of
+    # one shared scalar 281.2 MiB at session creation, of 2,000 scalars (one each) 284.4; so
+    # 1.6 KiB an initializer (TensorProto, OrtValue, NodeArg), at session creation and runs.
+    def chain(distinct: bool) -> onnx.ModelProto:
+        n = 200
+        names = [f"c{i}" if distinct else "c" for i in range(n)]
+        nodes = [helper.make_node("Add", ["x" if i == 0 else f"y{i - 1}", names[i]], [f"y{i}"])
+                 for i in range(n)]  # fmt: skip
+        inits = [
+            numpy_helper.from_array(np.ones((1,), np.float32), nm) for nm in dict.fromkeys(names)
+        ]
+        g = helper.make_graph(nodes, "c", [helper.make_tensor_value_info("x", F, [1, 64])],
+                              [helper.make_tensor_value_info(f"y{n - 1}", F, [1, 64])], inits)  # fmt: skip
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+    one = estimate(chain(False), backend="cuda").prediction.details["host"]
+    many = estimate(chain(True), backend="cuda").prediction.details["host"]
+    per = cuda.CUDA_CALIBRATION["cuda_host_initializer"]
+    assert per == 1.6 * 1024
+    for stage in ("session_creation", "run_1"):
+        # 199 more initializers; 800 B more of embedded weights staged at session creation
+        extra = 199 * 4 if stage == "session_creation" else 0.25 * 199 * 4
+        assert many[stage] - one[stage] == pytest.approx(199 * per + extra, abs=2)
 
 
 def test_host_grows_per_conv_node_not_per_input_shape():

@@ -83,6 +83,9 @@ CUDA_CALIBRATION: dict[str, float] = {
     "cuda_host_cudnn_pool": 20 * MiB,  # cuDNN's pooling kernels (MaxPool 20.0, AveragePool 20.0)
     "cuda_host_family": 2.5 * MiB,  # a kernel family without a measured cost (median)
     "cuda_host_node": 3 * 1024,  # per node: ORT's kernel objects (3.1 KiB measured, 4,000 Adds)
+    # per initializer (its TensorProto, OrtValue, NodeArg): 2,000 Adds of one shared scalar vs
+    # 2,000 scalars, one each, +3.2 MiB at session creation, +2.8 at run 1 (H200, session 11)
+    "cuda_host_initializer": 1.6 * 1024,
     "cuda_host_external_staging": 128 * MiB,  # external weights: transient anon while copying
     "cuda_host_embedded_retained": 0.25,  # x embedded weights: freed ModelProto heap kept
 }
@@ -642,6 +645,9 @@ def host_stages(view: ModelView, search: str = "EXHAUSTIVE") -> dict[str, int]:
     else:  # no weights at all (measured: 64 and 512 Relus, 275 MiB, the bare libraries)
         staged = folded
     kernels = c["cuda_host_node"] * (len(g.nodes) - len(g.folded))
+    kernels += c["cuda_host_initializer"] * sum(
+        1 for n in g.initializers if g.tensors[n].consumers or not g.tensors[n].folded
+    )
     session = int(c["cuda_host_session"] + kernels + staged)
     retained = c["cuda_host_embedded_retained"] * stored if view.embedded else 0
     run = int(c["cuda_host_session"] + kernels + host_libraries(g, search) + retained)
