@@ -47,7 +47,7 @@ from memshrink.writer import (
     DEFAULT_THRESHOLD,
     META_SAVE,
     SaveInfo,
-    _align,
+    tensor_offset,
     write_tensor_at,
 )
 
@@ -298,7 +298,7 @@ def save_partitioned(
                         offset = 0
                         for tid in tids:
                             tensor = slots[tid][0]
-                            offset = _align(offset, alignment)
+                            offset = tensor_offset(offset, tensor.nbytes, alignment)
                             length = write_tensor_at(fd, tensor, offset)
                             owner[tid] = (part.index, offset, length)
                             files[tid] = fname
