@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,8 +81,53 @@ def tensor_offset(offset: int, nbytes: int, alignment: int, small: int = SMALL_A
     ``compile_model`` (the kernel maps the 64 KiB around each fault from the page cache). With
     every tensor at 64 KiB, multibranch's ``all`` output (203 tensors, 24.4 MiB) was a 33.0 MiB
     file, all of it resident: OpenVINO infer 3 +131.0 MiB against +124.2 for the embedded
-    original; at 4 KiB for small tensors 26.5 MiB (measured: docs/optimize.md, "Alignment")."""
+    original; at 4 KiB for small tensors 26.5 MiB (measured: docs/optimize.md, "Alignment of
+    small tensors")."""
     return _align(offset, alignment if nbytes >= alignment else min(alignment, small))
+
+
+def plan_offsets(sizes: Sequence[int], alignment: int, small: int = SMALL_ALIGNMENT) -> list[int]:
+    """Offsets for tensors of ``sizes`` (bytes, in file order), each at ``tensor_offset``'s
+    boundary; the padding before a big tensor is filled with later small ones that fit (the
+    largest first, earliest of a size), so a small tensor may go before a big one written
+    earlier.
+
+    Why fill: the hole before each 64 KiB boundary is resident in OpenVINO's mapping too
+    (multibranch ``all``: 26.5 MiB file, 24.4 MiB of weights, without filling)."""
+    step = min(alignment, small)
+    offsets = [-1] * len(sizes)
+    if alignment <= step:  # one alignment for all: in order
+        end = 0
+        for i, n in enumerate(sizes):
+            offsets[i] = _align(end, alignment)
+            end = offsets[i] + n
+        return offsets
+    # small tensors by their size in pages (1 .. alignment/step), each bucket in file order
+    buckets: dict[int, deque[int]] = {}
+    for i, n in enumerate(sizes):
+        if n < alignment:
+            buckets.setdefault(-(-n // step) if n else 1, deque()).append(i)
+    end = 0
+    for i, n in enumerate(sizes):
+        if offsets[i] >= 0:
+            continue  # a small tensor already put into an earlier gap
+        if n < alignment:
+            buckets[-(-n // step) if n else 1].popleft()  # the earliest unplaced one: i
+            offsets[i] = _align(end, step)
+            end = offsets[i] + n
+            continue
+        start = _align(end, alignment)
+        while True:
+            at = _align(end, step)
+            fit = next((p for p in range((start - at) // step, 0, -1) if buckets.get(p)), None)
+            if fit is None:
+                break
+            j = buckets[fit].popleft()
+            offsets[j] = at
+            end = at + sizes[j]
+        offsets[i] = start
+        end = start + n
+    return offsets
 
 
 def _files_in_use(model: ir.Model) -> set[str]:
@@ -193,8 +239,8 @@ def save_model(
     """Save ``model`` to ``path`` atomically; the in-memory model is left unchanged.
 
     ``external``: write tensors of ``threshold`` bytes or more to ``<path>.data`` at
-    ``alignment``-aligned offsets (smaller tensors than that at 4 KiB: ``tensor_offset``). None decides from the pipeline's policy (the
-    ``external-data`` pass), then from how the input stored its weights, then from size.
+    ``alignment``-aligned offsets (smaller tensors than that at 4 KiB, filling the gaps:
+    ``plan_offsets``). None decides from the pipeline's policy (the ``external-data`` pass), then from how the input stored its weights, then from size.
     ``fsync``: also flush both files to the disk before the rename (survives power loss;
     the rename alone already guarantees no reader ever sees a partial file).
     """
@@ -264,9 +310,10 @@ def save_model(
                 assert tmp is not None
                 fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
                 try:
-                    offset = 0
-                    for tensor, setter in tensors:
-                        offset = tensor_offset(offset, tensor.nbytes, alignment, small)
+                    offsets = plan_offsets([t.nbytes for t, _ in tensors], alignment, small)
+                    for k in sorted(range(len(tensors)), key=offsets.__getitem__):
+                        tensor, setter = tensors[k]
+                        offset = offsets[k]
                         length = write_tensor_at(fd, tensor, offset)
                         originals.append((tensor, setter))
                         setter(
@@ -281,7 +328,6 @@ def save_model(
                                 base_dir=str(final.parent.resolve()),
                             )
                         )
-                        offset += length
                         external_count += 1
                         external_bytes += length
                         if progress:

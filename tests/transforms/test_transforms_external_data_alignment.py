@@ -17,7 +17,7 @@ import onnx_ir as ir
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from memshrink.writer import save_model, tensor_offset
+from memshrink.writer import plan_offsets, save_model, tensor_offset
 
 
 def test_tensor_offset_known_layout() -> None:
@@ -30,6 +30,14 @@ def test_tensor_offset_known_layout() -> None:
     assert offsets == [0, 4096, 65536, 167936, 196608]
     assert tensor_offset(5, 10, 1) == 5  # alignment 1: packed
     assert tensor_offset(5, 10, 65536, small=65536) == 65536  # the old layout, on request
+    # the writer's plan: the 2 KiB tensor after the 100 KiB one fills the hole before it
+    assert plan_offsets([2048, 2048, 102400, 2048, 65536], 65536) == [0, 4096, 65536, 8192, 196608]
+    # largest first: a 4-page hole after 48 KiB takes the 3-page tensor, then the earliest
+    # 1-page one; the last 1-page tensor stays after the big one
+    sizes = [12 * 4096, 65536, 4096, 3 * 4096, 4096]
+    assert plan_offsets(sizes, 65536) == [0, 65536, 15 * 4096, 12 * 4096, 131072]
+    assert plan_offsets([10, 10], 1) == [0, 10]
+    assert plan_offsets([2048, 70000], 65536, small=65536) == [0, 65536]  # the old layout
 
 
 def _convs(n: int = 32, c: int = 16) -> ir.Model:
