@@ -180,6 +180,7 @@ class ExternalDataPass(Pass):
                 "constants_to_initializers": moved_constants,
                 "constant_bytes_moved": moved_constant_bytes,
                 "alignment": o.alignment,
+                "small_alignment": o.small_alignment,
                 **({"loop_weights_inline": len(inline)} if inline else {}),
                 **({"cuda_layout": cuda_choice} if cuda_choice else {}),
                 **(
