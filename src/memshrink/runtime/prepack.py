@@ -2,12 +2,13 @@
 
 ``PartitionedSession``'s lean defaults set ``session.disable_prepacking`` so that weights stay
 mapped from the parts' data files. For int4 weights that also changes the arithmetic: ORT's
-``MatMulNBits`` with ``accuracy_level`` >= 2 computes on prepacked blocks (level 4: int8
-activations), and without prepacking falls back to dequantized f32; ORT fuses
+``MatMulNBits`` with ``accuracy_level`` 4 computes on prepacked blocks with int8 activations,
+and without prepacking falls back to dequantized f32; ORT fuses
 ``DequantizeLinear`` of an INT4 / UINT4 weight + ``MatMul`` into such a ``MatMulNBits`` itself
 (``session.qdq_matmulnbits_accuracy_level``, default 4). Measured on ORT 1.32 (session 11): a
 block-wise int4 MLP 4.2e-3 off (outputs ~1), a 4-bit Llama with ``accuracy_level=4`` 5.2e-3 off
-(logits ~0.65), the same Llama without the attribute bit-identical. Such a part keeps ORT's
+(logits ~0.65); with levels 0 (unset) to 3 bit-identical (x86: fp16 / bf16 compute types fall
+back to f32). Such a part keeps ORT's
 prepacking, so a streamed model computes what the original computes (docs/partition.md).
 """
 
@@ -24,14 +25,15 @@ _NODE_OP_TYPE, _NODE_ATTRIBUTE = 4, 5
 _ATTR_NAME, _ATTR_I = 1, 3
 _TENSOR_DATA_TYPE = 2
 _INT4S = {21, 22}  # TensorProto.UINT4, INT4 (the runtime imports no onnx: the EP's venv has none)
-#: MatMulNBits accuracy levels computed on prepacked blocks only (1: f32, as without)
-_PACKED_LEVEL = 2
+#: the MatMulNBits accuracy level computed on prepacked blocks only (int8 activations)
+_PACKED_LEVEL = 4
 
 
 def prepacking_changes_numerics(path: str | os.PathLike) -> str | None:
     """Why disabling prepacking would change this model's outputs on ORT CPU, or None. Reads
-    the wire format: weights are skipped by length, only node op types and MatMulNBits attributes are read. A file
-    that cannot be read gives None: loading it is the runtime's to fail, with its message."""
+    the wire format: weights are skipped by length; only op types, initializer types and
+    MatMulNBits attributes are read. A file that cannot be read gives None: loading it is the
+    runtime's to fail, with its message."""
     try:
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
             for fnum, wt, _, s, e in iter_fields(buf, 0, len(buf)):
