@@ -49,8 +49,9 @@ READ_OPS: dict[str, tuple[int, int]] = {
 _ATTR_CONST = frozenset({"axes", "split"})
 
 
-def _ops(node: NodeInfo, const_in: int) -> tuple[int, int]:
-    """(ov ops, new Constants) that ``node`` becomes; ``const_in``: its constant inputs."""
+def _ops(node: NodeInfo, const_in: int, rank: int | None = None) -> tuple[int, int]:
+    """(ov ops, new Constants) that ``node`` becomes; ``const_in``: its constant inputs,
+    ``rank``: its first input's rank where known."""
     op = node.op_type
     if node.domain not in ("", "ai.onnx"):
         return 1, 0
@@ -72,12 +73,28 @@ def _ops(node: NodeInfo, const_in: int) -> tuple[int, int]:
     if op == "Slice":
         n_in = sum(1 for i in node.inputs if i)
         return 3, max(0, 5 - n_in)
+    if op == "Flatten":
+        # axis 0 / 1: Reshape to a constant [1, -1] / [d0, -1]; any other axis multiplies the
+        # leading dims of ShapeOf (StridedSlice, ReduceProd, Concat): 5 ops and 5 Constants,
+        # static or dynamic input alike (LeViT's 46 flatten(2): 180 ops, 184 Constants)
+        axis = int(node.attrs.get("axis", 1))
+        if axis < 0 and rank is not None:
+            axis += rank
+        return (1, 1) if axis in (0, 1) else (5, 5)
     if op == "Split":
         return 1, 2 if "split" in node.attrs else 1
     ops, consts = READ_OPS.get(op, (1, 0))
     if op not in READ_OPS and _ATTR_CONST & set(node.attrs):
         consts += 1
     return ops, consts
+
+
+def _rank(g: GraphInfo, node: NodeInfo) -> int | None:
+    t = g.tensors.get(node.inputs[0]) if node.inputs and node.inputs[0] else None
+    if t is None:
+        return None
+    shape = t.shape if t.shape is not None else t.sym_shape
+    return len(shape) if shape is not None else None
 
 
 def read_counts(g: GraphInfo) -> tuple[int, int, int]:
@@ -91,7 +108,7 @@ def read_counts(g: GraphInfo) -> tuple[int, int, int]:
     for node in g.nodes:
         if node.op_type == "Constant":
             continue
-        k, c = _ops(node, sum(1 for i in node.inputs if i in consts))
+        k, c = _ops(node, sum(1 for i in node.inputs if i in consts), _rank(g, node))
         ops += k
         made += c
     ops += len(g.inputs) + len(g.outputs) - 2
