@@ -64,6 +64,8 @@ OV_CALIBRATION: dict[str, float] = {
     "ov_read_per_op": 0.00356 * MiB,  # ... per ov op the frontend makes (not Constants)
     "ov_read_per_const": 0.00428 * MiB,  # ... per Constant held in the .onnx or made
     "ov_read_per_ext_const": 0.00491 * MiB,  # ... per Constant over external data (mmapped)
+    "ov_read_per_conv_shape_item": 0.0025 * MiB,  # ... per op / Constant of a Conv's bias
+    # reshape or group split (``ov_read.conv_shape_items``; Conv chains, session 11)
     "ov_read_per_proto_byte": 0.847,  # ... per byte of the .onnx's structure (names, metadata)
     # read_model's library pages (file-backed; ``ov_read_pages.py``, fitted on 164 files of
     # session 10's sweep and ``ov_lib_kinds.json``, rms 0.17 MiB): the frontend's base ...
