@@ -118,9 +118,11 @@ def seq(files: list[str]) -> None:
 
     core = ov.Core()
     for f in files:
-        s0, l0 = _status(), _libs()
+        l0 = _libs()
+        s0 = _status()  # after _libs: its text stays out of the anon reading
         m = core.read_model(f)
-        s1, l1 = _status(), _libs()
+        s1 = _status()
+        l1 = _libs()
         libs = {
             k: round((l1[k] - l0[k]) / MiB, 3) for k in l1 if k.startswith("lib") and l1[k] != l0[k]
         }
