@@ -2,12 +2,13 @@
 "Session 11: read_model's library pages").
 
     python docs/bench/ov_read_pages_bench.py build DIR          # single-op graphs, Conv chains
-    python docs/bench/ov_read_pages_bench.py measure FILE ...   # a fresh process per file
-    python docs/bench/ov_read_pages_bench.py seq FILE ...       # one process, files in turn
+    python docs/bench/ov_read_pages_bench.py measure [--libs] FILE ...  # a fresh process per file
+    python docs/bench/ov_read_pages_bench.py seq [--libs] FILE ...      # one process, in turn
 
 ``measure`` / ``seq`` print one JSON row per file: ``read_model`` only, RssFile / RssAnon after
-minus before (MiB), per library from ``/proc/self/smaps``, and the ov op kinds it made. In
-``seq`` each row is the pages that file added to those of the files before it.
+minus before (MiB), with ``--libs`` the pages per library from ``/proc/self/smaps`` (whose text
+then blurs the anon figure), and the ov op kinds it made. In ``seq`` each row is the pages that
+file added to those of the files before it.
 """
 
 from __future__ import annotations
@@ -113,16 +114,17 @@ def _libs() -> collections.Counter:
     return rss
 
 
-def seq(files: list[str]) -> None:
+def seq(files: list[str], libs: bool) -> None:
     import openvino as ov
 
     core = ov.Core()
     for f in files:
-        l0 = _libs()
-        s0 = _status()  # after _libs: its text stays out of the anon reading
+        # reading smaps allocates (its text): the anon figure is exact only without --libs
+        l0 = _libs() if libs else collections.Counter()
+        s0 = _status()
         m = core.read_model(f)
         s1 = _status()
-        l1 = _libs()
+        l1 = _libs() if libs else collections.Counter()
         libs = {
             k: round((l1[k] - l0[k]) / MiB, 3) for k in l1 if k.startswith("lib") and l1[k] != l0[k]
         }
@@ -139,10 +141,11 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["build"]:
         build(Path(argv[1]))
     elif argv[:1] == ["seq"]:
-        seq(argv[1:])
+        seq([a for a in argv[1:] if a != "--libs"], "--libs" in argv)
     elif argv[:1] == ["measure"]:
-        for f in argv[1:]:
-            subprocess.run([sys.executable, __file__, "seq", f], check=True)
+        extra = ["--libs"] if "--libs" in argv else []
+        for f in (a for a in argv[1:] if a != "--libs"):
+            subprocess.run([sys.executable, __file__, "seq", f, *extra], check=True)
     else:
         print(__doc__)
         return 2
