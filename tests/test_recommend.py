@@ -8,6 +8,7 @@ from onnx import TensorProto, helper
 
 from memshrink.recommend import (
     Recommendation,
+    check_commands,
     format_recommendations,
     recommend,
     session_options,
@@ -138,3 +139,32 @@ def _chain_with_weight(path) -> None:
         [w, k],
     )
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]), path)
+
+
+def test_check_commands_run_verify_and_estimate_with_the_recommended_settings() -> None:
+    """Known answer: the printed commands parse with memshrink's own CLI and carry exactly the
+    recommended settings and the shape bindings."""
+    import shlex
+
+    from memshrink.cli import build_parser
+
+    recs = [
+        Recommendation("ort", "enable_mem_pattern", False, 2 * MiB, 8 * MiB, 10 * MiB, "why"),
+        Recommendation("ort", "execution_order", "PRIORITY_BASED", MiB, 7 * MiB, 10 * MiB, "w"),
+    ]
+    lines = check_commands(recs, "in dir/a.onnx", "b.onnx", ["--dim=batch=1"])
+    assert check_commands([], "a", "b") == []
+    assert len(lines) == 2 and all(": memshrink " in x for x in lines)
+    text = format_recommendations(recs, lines)
+    assert text.endswith(lines[1]) and lines[0] in text
+    parser = build_parser()
+    verify = parser.parse_args(shlex.split(lines[0].split(": memshrink ", 1)[1]))
+    assert (verify.command, verify.original, verify.rewritten) == (
+        "verify",
+        "in dir/a.onnx",
+        "b.onnx",
+    )
+    assert verify.session_option == ["enable_mem_pattern=False", "execution_order=PRIORITY_BASED"]
+    assert verify.backends == "cpu" and verify.dim == ["batch=1"]
+    est = parser.parse_args(shlex.split(lines[1].split(": memshrink ", 1)[1]))
+    assert est.command == "estimate" and est.session_option == verify.session_option

@@ -26,7 +26,7 @@ examples:
   memshrink optimize in.onnx out.onnx --verify cpu,openvino --shape input_ids=1,128
 
 The input is never modified. OUT is written atomically; with external data,
-weights go to OUT.data next to it (64 KiB-aligned offsets), and those OpenVINO
+weights go to OUT.data next to it (64 KiB-aligned offsets, 4 KiB under 64 KiB), and those OpenVINO
 folds into new constants (Conv + BatchNormalization, scaled FCs) to OUT.folded.data.
 OUT reads them by name: copy or move OUT with its data files, into one folder.
 """
@@ -145,7 +145,10 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         "save": info.to_dict(),
         **report.to_dict(),
     }
-    recommendations = _add_recommendations(result, model, context.backend, shapes, dims)
+    bindings = [f"--shape={s}" for s in args.shape or ()] + [f"--dim={d}" for d in args.dim or ()]
+    recommendations = _add_recommendations(
+        result, model, context.backend, shapes, dims, (str(src), str(dst), bindings)
+    )
     del model  # saved; the predictions below load the two files themselves
     others = None
     if args.estimate:
@@ -184,14 +187,20 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 
 
 def _add_recommendations(
-    result: dict[str, Any], model: Any, backend: str, shapes: dict, dims: dict
+    result: dict[str, Any],
+    model: Any,
+    backend: str,
+    shapes: dict,
+    dims: dict,
+    paths: tuple[str, str, list[str]],
 ) -> str | None:
     """Runtime settings matter as much as the graph: record which ones to use and why;
-    return the console text."""
+    return the console text, with the verify / estimate commands that check them
+    (``paths``: input, output, the shape and dim arguments)."""
     if backend != "ort":
         return None
     from memshrink.errors import MemshrinkError
-    from memshrink.recommend import format_recommendations, recommend
+    from memshrink.recommend import check_commands, format_recommendations, recommend
 
     try:
         recs = recommend(model, backend="ort", shapes=shapes or None, dims=dims or None)
@@ -199,7 +208,7 @@ def _add_recommendations(
         result["recommended_session_options"] = {"error": str(exc)}
         return None
     result["recommended_session_options"] = [r.to_dict() for r in recs]
-    return format_recommendations(recs)
+    return format_recommendations(recs, check_commands(recs, *paths))
 
 
 OTHER_BACKENDS = ("openvino", "ort-openvino")

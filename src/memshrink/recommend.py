@@ -10,6 +10,7 @@ the combined settings are predicted too.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -132,8 +133,29 @@ def session_options(recs: Sequence[Recommendation]) -> dict[str, Any]:
     return {r.key: r.value for r in recs}
 
 
-def format_recommendations(recs: Sequence[Recommendation]) -> str:
-    """Console lines for ``optimize``: each setting, its predicted effect and why."""
+def check_commands(
+    recs: Sequence[Recommendation], original: str, output: str, bindings: Sequence[str] = ()
+) -> list[str]:
+    """The commands that show the recommended settings' effect, measured and predicted.
+
+    Why: a recommendation is a prediction; ``verify`` and ``estimate`` take the same settings
+    (``--session-option``), so the user can check it before deploying (multibranch ``all``,
+    ``enable_mem_pattern=False``: ORT CPU run 3 +127 MiB measured against +220 with defaults)."""
+    if not recs:
+        return []
+    opts = " ".join(f"--session-option {r.key}={r.value}" for r in recs)
+    extra = "".join(f" {shlex.quote(b)}" for b in bindings)
+    q = shlex.quote
+    return [
+        f"  measure it (both models under these settings; run it without them for the defaults):"
+        f" memshrink verify {q(original)} {q(output)} --backends cpu {opts}{extra}",
+        f"  predict it: memshrink estimate {q(output)} {opts}{extra}",
+    ]
+
+
+def format_recommendations(recs: Sequence[Recommendation], check: Sequence[str] = ()) -> str:
+    """Console lines for ``optimize``: each setting, its predicted effect and why, then the
+    ``check`` lines (``check_commands``)."""
     if not recs:
         return "recommended session options: none (the runtime's defaults are predicted best)"
     base = recs[0].baseline_peak
@@ -146,4 +168,4 @@ def format_recommendations(recs: Sequence[Recommendation]) -> str:
             f"  {r.key}={r.value}: -{format_bytes(r.saving)} -> {format_bytes(r.predicted_peak)}"
             f"  ({r.why})"
         )
-    return "\n".join(lines)
+    return "\n".join([*lines, *check])

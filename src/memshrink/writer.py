@@ -1,4 +1,4 @@
-"""Write a model atomically, streaming weights into 64 KiB-aligned external data.
+"""Write a model atomically, streaming weights into aligned external data (64 KiB, small ones 4 KiB).
 
 Why this exists instead of ``onnx_ir.save``: weights that live in a file (external data,
 or embedded payloads lifted by ``protoscan``) are copied file-to-file with
@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,8 @@ from memshrink.model import (
 
 DEFAULT_THRESHOLD = 1024
 DEFAULT_ALIGNMENT = 65536
+#: Alignment of tensors smaller than the alignment (``tensor_offset``): one page.
+SMALL_ALIGNMENT = 4096
 _PROTOBUF_LIMIT = 2**31 - 1
 _COPY_CHUNK = 16 << 20  # only the pread/pwrite fallback holds a buffer of this size
 
@@ -66,6 +69,65 @@ class SaveInfo:
 
 def _align(offset: int, alignment: int) -> int:
     return (offset + alignment - 1) // alignment * alignment if alignment > 1 else offset
+
+
+def tensor_offset(offset: int, nbytes: int, alignment: int, small: int = SMALL_ALIGNMENT) -> int:
+    """Where a tensor of ``nbytes`` goes at or after ``offset``: a tensor of ``alignment`` bytes
+    or more at an ``alignment`` boundary (64 KiB: Windows' mapping granularity, what ONNX Runtime
+    needs to map it there), a smaller one at ``small`` (a page: enough to map it on Linux).
+
+    Why not 64 KiB for all: the padding is a hole, and once the file has been read cold (or
+    copied) the holes are page-cache pages that OpenVINO's mapping of the whole file holds after
+    ``compile_model`` (the kernel maps the 64 KiB around each fault from the page cache). With
+    every tensor at 64 KiB, multibranch's ``all`` output (203 tensors, 24.4 MiB) was a 33.0 MiB
+    file, all of it resident: OpenVINO infer 3 +131.0 MiB against +124.2 for the embedded
+    original; at 4 KiB for small tensors 26.5 MiB (measured: docs/optimize.md, "Alignment of
+    small tensors")."""
+    return _align(offset, alignment if nbytes >= alignment else min(alignment, small))
+
+
+def plan_offsets(sizes: Sequence[int], alignment: int, small: int = SMALL_ALIGNMENT) -> list[int]:
+    """Offsets for tensors of ``sizes`` (bytes, in file order), each at ``tensor_offset``'s
+    boundary; the padding before a big tensor is filled with later small ones that fit (the
+    largest first, earliest of a size), so a small tensor may go before a big one written
+    earlier.
+
+    Why fill: the hole before each 64 KiB boundary is resident in OpenVINO's mapping too
+    (multibranch ``all``: 26.5 MiB file, 24.4 MiB of weights, without filling)."""
+    step = min(alignment, small)
+    offsets = [-1] * len(sizes)
+    if alignment <= step:  # one alignment for all: in order
+        end = 0
+        for i, n in enumerate(sizes):
+            offsets[i] = _align(end, alignment)
+            end = offsets[i] + n
+        return offsets
+    # small tensors by their size in pages (1 .. alignment/step), each bucket in file order
+    buckets: dict[int, deque[int]] = {}
+    for i, n in enumerate(sizes):
+        if n < alignment:
+            buckets.setdefault(-(-n // step) if n else 1, deque()).append(i)
+    end = 0
+    for i, n in enumerate(sizes):
+        if offsets[i] >= 0:
+            continue  # a small tensor already put into an earlier gap
+        if n < alignment:
+            buckets[-(-n // step) if n else 1].popleft()  # the earliest unplaced one: i
+            offsets[i] = _align(end, step)
+            end = offsets[i] + n
+            continue
+        start = _align(end, alignment)
+        while True:
+            at = _align(end, step)
+            fit = next((p for p in range((start - at) // step, 0, -1) if buckets.get(p)), None)
+            if fit is None:
+                break
+            j = buckets[fit].popleft()
+            offsets[j] = at
+            end = at + sizes[j]
+        offsets[i] = start
+        end = start + n
+    return offsets
 
 
 def _files_in_use(model: ir.Model) -> set[str]:
@@ -177,8 +239,8 @@ def save_model(
     """Save ``model`` to ``path`` atomically; the in-memory model is left unchanged.
 
     ``external``: write tensors of ``threshold`` bytes or more to ``<path>.data`` at
-    ``alignment``-aligned offsets. None decides from the pipeline's policy (the
-    ``external-data`` pass), then from how the input stored its weights, then from size.
+    ``alignment``-aligned offsets (smaller tensors than that at 4 KiB, filling the gaps:
+    ``plan_offsets``). None decides from the pipeline's policy (the ``external-data`` pass), then from how the input stored its weights, then from size.
     ``fsync``: also flush both files to the disk before the rename (survives power loss;
     the rename alone already guarantees no reader ever sees a partial file).
     """
@@ -199,6 +261,7 @@ def save_model(
     alignment = int(
         alignment if alignment is not None else policy.get("alignment", DEFAULT_ALIGNMENT)
     )
+    small = int(policy.get("small_alignment", SMALL_ALIGNMENT))
     use_external = decide_external(model, external)
     data_final = final.with_name(data_name or f"{final.name}.data")
     # weights OpenVINO folds into new Constants go to a file of their own (``external-data``'s
@@ -247,9 +310,10 @@ def save_model(
                 assert tmp is not None
                 fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
                 try:
-                    offset = 0
-                    for tensor, setter in tensors:
-                        offset = _align(offset, alignment)
+                    offsets = plan_offsets([t.nbytes for t, _ in tensors], alignment, small)
+                    for k in sorted(range(len(tensors)), key=offsets.__getitem__):
+                        tensor, setter = tensors[k]
+                        offset = offsets[k]
                         length = write_tensor_at(fd, tensor, offset)
                         originals.append((tensor, setter))
                         setter(
@@ -264,7 +328,6 @@ def save_model(
                                 base_dir=str(final.parent.resolve()),
                             )
                         )
-                        offset += length
                         external_count += 1
                         external_bytes += length
                         if progress:

@@ -13,7 +13,17 @@ import sys
 import pytest
 
 # every module that builds a prediction, or that one of them imports from the package
-FIRST_IMPORTS = ["backends", "openvino", "ort_openvino", "cuda", "stages", "result", "api"]
+FIRST_IMPORTS = [
+    "backends",
+    "openvino",
+    "ort_openvino",
+    "cuda",
+    "stages",
+    "result",
+    "api",
+    "ov_order",
+    "schedule",
+]
 
 
 @pytest.mark.parametrize("name", FIRST_IMPORTS)

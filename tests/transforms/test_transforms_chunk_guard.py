@@ -141,6 +141,49 @@ def test_cuda_deploy_target_refuses_a_layout_raising_gpu_plus_host() -> None:
     assert chooser(True).choose(ranking[:1]) is None
 
 
+def test_default_caps_cudas_gpu_plus_host_total_not_its_host() -> None:
+    # Without --backend the GPU + host total may rise by the default cap (5 % or 2 MiB), as
+    # OpenVINO's peak may. U-Net's spatial x4 as measured on the H200 (GPU 1044 -> 526, host
+    # 637 -> 671: +5.3 % of the host, which a host cap would refuse) is kept; a layout that
+    # only adds host (+100 MiB, +5.9 % of the 1,681 MiB total) is not; +40 MiB (+2.4 %) is.
+    base, unet, host_only, small = (ir.from_proto(_chain(1 << 10)) for _ in range(4))
+    table = {
+        id(base): {"steady_state": 1044 * MiB, "host": 637 * MiB},
+        id(unet): {"steady_state": 526 * MiB, "host": 671 * MiB},
+        id(host_only): {"steady_state": 1044 * MiB, "host": 737 * MiB},
+        id(small): {"steady_state": 1044 * MiB, "host": 677 * MiB},
+    }
+    trials = {"unet": unet, "host_only": host_only, "small": small}
+
+    def choose(names: list[str], **kw: Any) -> tuple[Any, Chooser]:
+        c = Chooser(base, PassContext(backend="ort"), ["cuda"], [],
+                    lambda c: trials[c["name"]], figures=_fixed_figures(table), **kw)  # fmt: skip
+        return c.choose([{"name": n, "chunks": 4} for n in names]), c
+
+    chosen, c = choose(["host_only", "unet"], total_capped=True)
+    assert chosen["name"] == "unet"
+    assert c.report["tried"][0]["refused"].startswith(
+        "raises the predicted cuda GPU + host total +6%"
+    )
+    assert choose(["small"], total_capped=True)[0]["name"] == "small"
+    assert choose(["host_only"], total_capped=True)[0] is None
+    assert choose(["host_only"], total_capped=True, cap=0)[0]["name"] == "host_only"  # no cap
+    assert choose(["host_only"])[0]["name"] == "host_only"  # GPU alone, as before session 11
+
+
+def test_default_chunk_passes_cuda_total_capped() -> None:
+    # The pass wires it: the default pipeline (no --backend) caps CUDA's total, --backend cuda
+    # refuses any rise, --backend ort judges CUDA's GPU alone.
+    model = ir.from_proto(_cnn())
+    p = ChunkPass()
+    assert p._chooser(model, PassContext(backend="ort"), {}).total_capped
+    deploy = p._chooser(model, PassContext(backend="cuda", deploy_only=True), {})
+    assert deploy.total and not deploy.total_capped
+    ort_only = p._chooser(model, PassContext(backend="ort", deploy_only=True), {})
+    assert not ort_only.total and not ort_only.total_capped
+    assert not ChunkPass(cuda_total=False)._chooser(model, PassContext(), {}).total_capped
+
+
 def test_chunk_under_backend_cuda_refuses_what_costs_the_host_more_than_the_gpu_saves() -> None:
     # The small CNN: batch x8 saves 6 MiB of GPU (one arena region) for 16 MiB of host (cuDNN
     # state per copied Conv); every smaller split saves less than its host cost too.

@@ -13,17 +13,19 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from memshrink.verify import EXIT_MISMATCH, EXIT_OK, verify
+from memshrink.verify import EXIT_BACKEND_FAILED, EXIT_MISMATCH, EXIT_OK, verify
 from memshrink.verify.precision import reduced_precision, runtime_noise, widened_tolerances
 from memshrink.verify.runner import RunResult
 
 BF16 = {"INFERENCE_PRECISION_HINT": "bf16"}
 
 
-def _mlp(path: Path, chunks: int = 1, scale: float = 1.0) -> Path:
+def _mlp(path: Path, chunks: int = 1, scale: float = 1.0, ov_only: bool = False) -> Path:
     """x[8, 256] -> (MatMul W1 -> Relu -> MatMul W2) * scale; with ``chunks`` > 1 the batch is
     split, each chunk goes through the same weights and the results are concatenated (what the
-    ``chunk`` pass writes): exact in f32 up to summation order, not in bf16 kernels."""
+    ``chunk`` pass writes): exact in f32 up to summation order, not in bf16 kernels.
+    ``ov_only``: add an output ``sw`` = OpenVINO's ``org.openvinotoolkit:Swish(x)``, which ONNX
+    Runtime CPU refuses to load (no such op), so only OpenVINO runs the model."""
     rng = np.random.default_rng(7)
     inits = [
         numpy_helper.from_array(rng.standard_normal((256, 256)).astype(np.float32) / 16, "W1"),
@@ -44,14 +46,21 @@ def _mlp(path: Path, chunks: int = 1, scale: float = 1.0) -> Path:
     if chunks > 1:
         nodes.append(helper.make_node("Concat", outs, ["z"], axis=0))
     nodes.append(helper.make_node("Mul", ["z" if chunks > 1 else outs[0], "s"], ["y"]))
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 64])]
+    if ov_only:  # a side output: a Swish at the end of y's chain keeps OpenVINO's rounding still
+        nodes.append(helper.make_node("Swish", ["x"], ["sw"], domain="org.openvinotoolkit"))
+        outputs.append(helper.make_tensor_value_info("sw", TensorProto.FLOAT, [8, 256]))
     g = helper.make_graph(
         nodes,
         "mlp",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 256])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 64])],
+        outputs,
         inits,
     )
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    opsets = [helper.make_opsetid("", 18)]
+    if ov_only:
+        opsets.append(helper.make_opsetid("org.openvinotoolkit", 1))
+    m = helper.make_model(g, opset_imports=opsets)
     m.ir_version = 9
     onnx.save(m, str(path))
     return path
@@ -192,3 +201,51 @@ def test_rounding_or_a_stable_original_is_never_rechecked(monkeypatch) -> None:
     pair = [_fake_run("original", o16, "float32"), _fake_run("rewritten", r16, "float32")]
     api._recheck_at_full_precision(c, pair, cpu, *args, 1e-5, 1e-5, None)  # f32 already
     assert c.status == "mismatch" and c.recheck is None
+
+
+def test_without_a_cpu_reference_a_bf16_mismatch_is_judged_at_f32(tmp_path: Path) -> None:
+    """Known answer: ORT CPU refuses both models (an OpenVINO-only op), so no atol is widened;
+    the chunked rewrite moves OpenVINO's bf16 rounding (a mismatch at atol 1e-5), and at f32 on
+    OpenVINO it matches. The verdict is the f32 one: openvino matches, the exit code is cpu's
+    failure (5), not a mismatch (3, before)."""
+    orig = _mlp(tmp_path / "o.onnx", ov_only=True)
+    chunked = _mlp(tmp_path / "c.onnx", chunks=4, ov_only=True)
+    opts = {"openvino": BF16}
+    rep = verify(orig, chunked, backends=("cpu", "openvino"), runs=1, provider_options=opts)
+    ov = next(r for r in rep.runs if r.backend == "openvino" and r.label == "original")
+    if reduced_precision(ov.child.get("assumptions")) != "bf16":
+        pytest.skip("this CPU's OpenVINO plugin cannot run bf16")
+    assert {r.status for r in rep.runs if r.backend == "cpu"} == {"failed"}
+    ovc = next(c for c in rep.comparisons if c.backend == "openvino")
+    assert ovc.status == "match", rep.format_table()
+    assert ovc.recheck is not None and "no original@cpu" in ovc.recheck["why"]
+    assert ovc.reduced_precision_outputs is not None
+    bf16 = ovc.reduced_precision_outputs[0]
+    assert not bf16.ok and bf16.max_abs is not None and bf16.max_abs > 1e-5  # bf16 did move
+    assert ovc.reduced_precision_outputs[1].ok  # sw: the same op on the same input
+    f32 = ovc.outputs[0]
+    assert f32.ok and f32.max_abs is not None and f32.max_abs <= 1e-5 + 1e-5 * 10  # atol/rtol
+    assert rep.exit_code == EXIT_BACKEND_FAILED
+    assert "mismatch" not in rep.result_line() and "cpu failed" in rep.result_line()
+
+
+def test_openvino_alone_passes_a_rewrite_that_only_moves_its_bf16_rounding(tmp_path: Path) -> None:
+    orig = _mlp(tmp_path / "o.onnx", ov_only=True)
+    chunked = _mlp(tmp_path / "c.onnx", chunks=4, ov_only=True)
+    rep = verify(orig, chunked, backends=("openvino",), runs=1, provider_options={"openvino": BF16})
+    ovc = rep.comparisons[0]
+    if ovc.recheck is None and ovc.note and "bf16" not in ovc.note:
+        pytest.skip("this CPU's OpenVINO plugin cannot run bf16")
+    assert ovc.recheck is not None and rep.exit_code == EXIT_OK, rep.format_table()
+
+
+def test_without_a_cpu_reference_a_wrong_rewrite_still_fails_at_f32(tmp_path: Path) -> None:
+    orig = _mlp(tmp_path / "o.onnx", ov_only=True)
+    wrong = _mlp(tmp_path / "w.onnx", chunks=4, scale=1.1, ov_only=True)
+    rep = verify(orig, wrong, backends=("openvino",), runs=1, provider_options={"openvino": BF16})
+    ovc = rep.comparisons[0]
+    if ovc.recheck is None and ovc.note and "bf16" not in ovc.note:
+        pytest.skip("this CPU's OpenVINO plugin cannot run bf16")
+    assert ovc.recheck is not None and ovc.status == "mismatch"
+    assert ovc.outputs[0].max_abs is not None and ovc.outputs[0].max_abs > 1e-2
+    assert rep.exit_code == EXIT_MISMATCH

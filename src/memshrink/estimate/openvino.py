@@ -38,6 +38,7 @@ No weight byte is read: only shapes, dtypes and (for external data) file sizes a
 
 from __future__ import annotations
 
+import bisect
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -1084,18 +1085,30 @@ def _feeds_conv(g: GraphInfo, name: str) -> bool:
     return any(g.nodes[c].op_type in ("Conv", "ConvTranspose") for c in g.tensors[name].consumers)
 
 
-def nonoverlapping_sets(bufs: Sequence[Buffer]) -> int:
+def nonoverlapping_sets(bufs: Sequence[Buffer], syncs: Sequence[int] = ()) -> int:
     """Dynamic-shape plan (``MemoryManageNonOverlapingSets``): boxes taken by start, each put
     in the first group whose last box ended before it starts; a group is one block that grows
-    to its largest box. Returns the sum of the groups' largest boxes."""
+    to its largest box. Returns the sum of the groups' largest boxes. A box that spans a sync
+    step (``syncs``, sorted: ``ov_order.sync_steps``) first ends at the next sync step at or
+    after its end, or never (``memory_control.cpp``)."""
+    never = 1 << 62
+    boxes = []
+    for b in bufs:
+        if not b.size:
+            continue
+        end = b.end
+        lo, up = bisect.bisect_left(syncs, b.start), bisect.bisect_left(syncs, b.end)
+        if lo != up:
+            end = syncs[up] if up < len(syncs) else never
+        boxes.append((b.start, end, b.size))
     groups: list[list[int]] = []  # [last end, largest size]
-    for b in sorted((b for b in bufs if b.size), key=lambda x: (x.start, x.end)):
+    for start, end, size in sorted(boxes):
         for grp in groups:
-            if grp[0] < b.start:
-                grp[0], grp[1] = b.end, max(grp[1], b.size)
+            if grp[0] < start:
+                grp[0], grp[1] = end, max(grp[1], size)
                 break
         else:
-            groups.append([b.end, b.size])
+            groups.append([end, size])
     return sum(size for _, size in groups)
 
 
@@ -1239,7 +1252,10 @@ def predict(
     bufs = ov_buffers(g, order, dynamic and not batch_only_dynamic(view), precision)
     planners = all_planners(tensor_buffers(g, order), len(order))
     planners["ov_memory_solver"] = greedy_by_size(bufs)[0]
-    planners["ov_nonoverlapping_sets"] = nonoverlapping_sets(bufs)
+    from memshrink.estimate.ov_order import sync_steps  # ov_order imports this module
+
+    syncs = sync_steps(g, positions(order)) if dynamic else []
+    planners["ov_nonoverlapping_sets"] = nonoverlapping_sets(bufs, syncs)
     act = planners["ov_nonoverlapping_sets" if dynamic else "ov_memory_solver"]
     # Weights stored in the .onnx are not structure (an embedded file's tensors can read as
     # external to onnx-ir, which maps them: go by how the file stores them).

@@ -54,7 +54,7 @@ from typing import Any
 from memshrink.estimate import openvino, ort_identity, ort_ml
 from memshrink.estimate.disjoint import find_root
 from memshrink.estimate.graph import GraphInfo, ModelView, NodeInfo
-from memshrink.estimate.lifetimes import Buffer
+from memshrink.estimate.lifetimes import Buffer, positions
 from memshrink.estimate.ort import session_options_rules
 from memshrink.estimate.planners import greedy_by_size
 from memshrink.estimate.schedule import ort_default
@@ -287,7 +287,15 @@ def partitioned_activations(
         readers = {c for t in b.tensors if t in g.tensors for c in g.tensors[t].consumers}
         if any(sub.get(c, -1) != sg for c in readers):
             crossing.append(b)
-    plan = openvino.nonoverlapping_sets if dynamic else (lambda bs: greedy_by_size(bs)[0])
+    if dynamic:  # each OpenVINO subgraph syncs at its Conv + Sum nodes (``ov_order``)
+        from memshrink.estimate.ov_order import sync_steps
+
+        syncs = sync_steps(g, positions(order))
+    plan = (
+        (lambda bs: openvino.nonoverlapping_sets(bs, syncs))
+        if dynamic
+        else (lambda bs: greedy_by_size(bs)[0])
+    )
     workspaces = sum(plan(bs) for bs in groups.values())
     return workspaces, greedy_by_size(crossing)[0] if crossing else 0
 

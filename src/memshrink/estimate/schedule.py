@@ -10,8 +10,9 @@ not a textbook topological sort:
   branch is finished first; a node is emitted when it is left (post-order).
 * ``ort_priority`` — PRIORITY_BASED: Kahn's algorithm, Shape/Size first, then the lowest node
   index; on a topologically sorted file with no fusion this is file order.
-* ``openvino`` — an approximation of ``ov::topological_sort``: depth-first post-order from the
-  graph outputs in order, visiting a node's inputs in argument order.
+* ``openvino`` — an approximation of the CPU plugin's sort: depth-first post-order from the
+  graph outputs in order, visiting a node's inputs in argument order, except that a Conv that
+  absorbs a residual Add visits the summed input after its own (``ov_order``).
 
 ONNX Runtime's graph optimizations replace and renumber nodes: for ORT CPU the estimator takes
 these orders on the rewritten graph (``ort_optimized.py``), which is how PRIORITY_BASED comes to
@@ -144,8 +145,11 @@ def argument_producers(g: GraphInfo) -> list[list[int]]:
 
 
 def openvino(g: GraphInfo) -> list[int]:
-    """OpenVINO's topological order: DFS from the outputs, first argument visited first."""
-    return dfs_postorder(g, argument_producers(g))
+    """OpenVINO's topological order: DFS from the outputs, first argument visited first, over
+    the plugin's fused graph (a Conv + Sum visits the summed input last: ``ov_order``)."""
+    from memshrink.estimate.ov_order import openvino_order  # ov_order imports this module
+
+    return openvino_order(g)
 
 
 def schedule(g: GraphInfo, name: str) -> list[int]:

@@ -47,7 +47,7 @@ from memshrink.writer import (
     DEFAULT_THRESHOLD,
     META_SAVE,
     SaveInfo,
-    _align,
+    plan_offsets,
     write_tensor_at,
 )
 
@@ -295,14 +295,13 @@ def save_partitioned(
                         continue
                     fd = os.open(tmp / fname, os.O_WRONLY | os.O_CREAT, 0o644)
                     try:
-                        offset = 0
-                        for tid in tids:
+                        offsets = plan_offsets([slots[t][0].nbytes for t in tids], alignment)
+                        for k in sorted(range(len(tids)), key=offsets.__getitem__):
+                            tid, offset = tids[k], offsets[k]
                             tensor = slots[tid][0]
-                            offset = _align(offset, alignment)
                             length = write_tensor_at(fd, tensor, offset)
                             owner[tid] = (part.index, offset, length)
                             files[tid] = fname
-                            offset += length
                             external_count += 1
                             external_bytes += length
                             if progress:

@@ -89,10 +89,13 @@ def _peak_figures(model: ir.Model, context: PassContext, backend: str) -> dict[s
     (``host``), which the GPU + host total of ``optimize --backend cuda`` needs
     (``Chooser.total``), as ``guard_figures`` gives the row modes."""
     from memshrink.estimate import estimate
+    from memshrink.estimate.cuda import guard_options
 
     est = estimate(
-        model, backend=backend, embedded=saved_embedded(model), **pipeline_bindings(model, context)
-    )
+        model, backend=backend, embedded=saved_embedded(model),
+        session_options=guard_options() if backend == "cuda" else None,
+        **pipeline_bindings(model, context),
+    )  # fmt: skip
     out = {"steady_state": int(max(est.stage_peaks().values()))}
     if backend == "cuda":
         out["host"] = int(max(est.prediction.details["host"].values()))
@@ -407,7 +410,9 @@ class ChunkPass(Pass):
         # primitive, and a split multiplies them)
         channel_guard: str = ""
         # optimize --backend cuda: a layout must not raise CUDA's predicted GPU + host total
-        # (each copied Conv keeps its cuDNN state on the host); false: GPU alone, as default
+        # (each copied Conv keeps its cuDNN state on the host); without --backend that total
+        # may rise by prefer_cap / prefer_cap_bytes (a GPU drop pays for host; U-Net measured
+        # GPU -516 MiB, host +34); false: CUDA's GPU alone, as before session 11
         cuda_total: bool = True
         # backends whose predicted process peak the layout should not raise (by more than 5 %
         # and 2 MiB): the ranking on ORT CPU is walked for the best layout that keeps them,
@@ -506,7 +511,7 @@ class ChunkPass(Pass):
                     for b, f in stats.get("guard", {}).get("before", {}).items()
                     if b in chooser.prefer and "peak" in f
                 }
-            chooser.figures = _peak_figures  # CUDA's host is judged only with chooser.total
+            chooser.figures = _peak_figures  # CUDA host: only with chooser.total or total_capped
             ch = choose_channels(
                 model, lambda m: _act_and_peak(m, context), shapes, after,
                 base_peak=max(est.stage_peaks().values()),
@@ -542,6 +547,7 @@ class ChunkPass(Pass):
             per_kernel=int(OV_CALIBRATION["ov_per_kernel"]), cap=o.prefer_cap,
             cap_bytes=o.prefer_cap_bytes,
             total=context.deploy_only and context.backend == "cuda" and o.cuda_total,
+            total_capped=not context.deploy_only and o.cuda_total,
         )  # fmt: skip
 
     def _try(

@@ -2,9 +2,9 @@
 
 What the runtimes reward (MEASURING.md): ONNX Runtime memory-maps external data instead
 of copying an embedded ModelProto to the heap (BERT-base session creation 684 → 388 MiB);
-OpenVINO's reader maps it too. The pass sets the save policy (threshold, 64 KiB
-alignment) that ``memshrink.writer`` applies when the model is written, and turns large
-``Constant`` nodes into initializers so their tensors can move out as well.
+OpenVINO's reader maps it too. The pass sets the save policy (threshold, 64 KiB alignment,
+4 KiB for smaller tensors) that ``memshrink.writer`` applies when the model is written, and
+turns large ``Constant`` nodes into initializers so their tensors can move out as well.
 
 On the CUDA EP the trade is different (docs/compare.md, "CUDA EP"): the weights are copied to
 the GPU either way, so mapping the file saves the host nothing, while ONNX Runtime's external
@@ -111,7 +111,7 @@ def loop_body_weights(model: ir.Model) -> set[str]:
 @register
 class ExternalDataPass(Pass):
     name = "external-data"
-    summary = "Store weights above a size threshold in OUT.data at 64 KiB-aligned offsets (mapped, not copied, at load)."
+    summary = "Store weights above a size threshold in OUT.data at 64 KiB-aligned offsets, small ones at 4 KiB (mapped, not copied, at load)."
     targets = ("weights", "session-creation")
     exact = True
 
@@ -119,6 +119,10 @@ class ExternalDataPass(Pass):
     class Options:
         threshold: int = 1024
         alignment: int = 65536
+        # tensors smaller than ``alignment`` start on a page instead (``writer.tensor_offset``):
+        # their 64 KiB padding became resident pages in OpenVINO's mapping (multibranch ``all``:
+        # +7 MiB); set it equal to ``alignment`` for the old layout
+        small_alignment: int = 4096
         constants_to_initializers: bool = True
         loop_weights_inline: bool = True
         # weights OpenVINO folds into new Constants (Conv + BN / Mul by a constant, scaled FC)
@@ -128,10 +132,12 @@ class ExternalDataPass(Pass):
 
     def run(self, model: ir.Model, context: PassContext) -> PassResult:
         o = self.options
-        if o.alignment < 1 or o.alignment & (o.alignment - 1):
-            from memshrink.errors import UsageError
+        for key in ("alignment", "small_alignment"):
+            value = getattr(o, key)
+            if value < 1 or value & (value - 1):
+                from memshrink.errors import UsageError
 
-            raise UsageError(f"external-data.alignment must be a power of two, got {o.alignment}")
+                raise UsageError(f"external-data.{key} must be a power of two, got {value}")
         moved_constants = moved_constant_bytes = 0
         if o.constants_to_initializers and model.ir_version >= 4:
             for graph in model.graphs():
@@ -144,7 +150,12 @@ class ExternalDataPass(Pass):
         tensors = [t for t, _ in iter_tensor_slots(model)]
         big = [t for t in tensors if t.nbytes >= o.threshold and t.name not in inline]
         previous = model.meta.get(META_SAVE) or {}
-        policy: dict = {"external": True, "threshold": o.threshold, "alignment": o.alignment}
+        policy: dict = {
+            "external": True,
+            "threshold": o.threshold,
+            "alignment": o.alignment,
+            "small_alignment": o.small_alignment,
+        }
         if inline:
             policy["inline"] = inline
         folded: list[str] = []
@@ -169,6 +180,7 @@ class ExternalDataPass(Pass):
                 "constants_to_initializers": moved_constants,
                 "constant_bytes_moved": moved_constant_bytes,
                 "alignment": o.alignment,
+                "small_alignment": o.small_alignment,
                 **({"loop_weights_inline": len(inline)} if inline else {}),
                 **({"cuda_layout": cuda_choice} if cuda_choice else {}),
                 **(

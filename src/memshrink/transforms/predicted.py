@@ -57,12 +57,14 @@ def predicted_peak(model: ir.Model, context: PassContext) -> int | None:
     prediction", never zero: a caller then falls back to its own rule.
     """
     from memshrink.estimate import estimate
+    from memshrink.estimate.cuda import guard_options
     from memshrink.writer import decide_external
 
     try:
         est = estimate(
             model,
             backend=context.backend,
+            session_options=guard_options() if context.backend == "cuda" else None,
             embedded=not decide_external(model),
             **pipeline_bindings(model, context),
         )
@@ -76,12 +78,12 @@ def predicted_peak(model: ir.Model, context: PassContext) -> int | None:
 
 def _estimate_layout(model: ir.Model, context: PassContext, backend: str, embedded: bool) -> Any:
     """``estimate`` of ``model`` saved ``embedded`` (else external) with the pipeline's
-    bindings; CUDA in the file's own weight order (no order sampling: a guard compares one
-    layout with another, not ranges)."""
+    bindings; CUDA as its guards see it (``cuda.guard_options``: the file's own weight order,
+    a cuDNN workspace per Conv)."""
     from memshrink.estimate import estimate
-    from memshrink.estimate.cuda import WEIGHT_ORDERS
+    from memshrink.estimate.cuda import guard_options
 
-    opts = {WEIGHT_ORDERS: "0"} if backend == "cuda" else {}
+    opts = guard_options() if backend == "cuda" else {}
     return estimate(
         model, backend=backend, session_options=opts, embedded=embedded,
         **pipeline_bindings(model, context),

@@ -329,13 +329,13 @@ def _steady_states(
     """Predicted ORT steady-state activations (DEFAULT, PRIORITY_BASED), then the steady-state
     peak on each ``guard`` backend, in the layout the pipeline saves (``saved_layout``)."""
     from memshrink.estimate import estimate
-    from memshrink.estimate.cuda import WEIGHT_ORDERS
+    from memshrink.estimate.cuda import guard_options
 
     bindings = pipeline_bindings(model, context)
     out = []
     runs = [("ort", {}), ("ort", {"execution_order": "PRIORITY_BASED"})]
     # A guard compares orders: the file order's replay is enough (no weight-order sampling).
-    for backend, opts in runs + [(b, {WEIGHT_ORDERS: "0"}) for b in guard]:
+    for backend, opts in runs + [(b, guard_options() if b == "cuda" else {}) for b in guard]:
         est = estimate(
             model, backend=backend, session_options=opts, embedded=saved_embedded(model),
             **bindings,

@@ -33,7 +33,8 @@ comparison: the original on each backend is the reference for the rewritten mode
   (chunk, simplify, recompute) records the tolerance they state; without --atol/--rtol/--tol,
   verify compares at that (never below the defaults) and the report says so. On OpenVINO in
   bf16, an output whose original already differs from ORT CPU beyond rounding (NMS/TopK picking
-  other boxes) is compared again at INFERENCE_PRECISION_HINT=f32 on the same backend.
+  other boxes), or any mismatching output when ORT CPU gave no reference to widen the bf16
+  rounding against, is compared again at INFERENCE_PRECISION_HINT=f32 on the same backend.
 
 exit codes: 0 all outputs match and every budget holds; 3 an output mismatches; 5 a requested
   backend crashed, timed out, failed or is unsupported; 4 over the --max-peak budget (first of

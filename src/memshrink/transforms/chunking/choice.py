@@ -10,7 +10,10 @@ OpenVINO and the ORT OpenVINO EP too, where every copied Conv/FC node costs a co
   is the one runtime deployed on (``optimize --backend cuda``), its host counts too: the layout
   must not raise the predicted GPU + host total at steady state (``total``). Why: every copied
   Conv keeps its own cuDNN state on the host (0.87 MiB a node), so ResNet-50 b16's batch x16
-  measured GPU 522 -> 260 MiB for host 715 -> 1376 (docs/compare.md, "CUDA EP");
+  measured GPU 522 -> 260 MiB for host 715 -> 1376 (docs/compare.md, "CUDA EP"). Without
+  ``--backend`` that total may rise by the preferred backends' cap (5 % or 2 MiB,
+  ``total_capped``), not the host alone: U-Net's spatial x4 measured GPU 1044 -> 526 MiB for
+  host 637 -> 671 (+5.3 %), a trade a host cap would refuse (docs/chunk.md, "CUDA's host");
 * and, preferably, raises no *preferred* backend's predicted process peak by more than 5 %
   and 8 MiB (``prefer_backends``, default OpenVINO and its EP; the threshold ``optimize``'s
   other-runtime note uses). When none of the tried candidates keeps them, the best one on ORT
@@ -128,7 +131,11 @@ class Chooser:
     # inside 25 %, together over it). Empty: against this step's own model (``before``)
     origin: dict[str, dict[str, int]] = field(default_factory=dict)
     # a guarded backend whose figures carry "host" (CUDA) must not raise GPU + host together
+    # (``optimize --backend cuda``) ...
     total: bool = False
+    # ... or, without ``--backend``, not by more than ``cap`` / ``cap_bytes`` (as OpenVINO's
+    # peak): the default spares CUDA's host as it spares OpenVINO, but a GPU drop pays for it
+    total_capped: bool = False
 
     def choose_into(
         self, ranking: Sequence[dict[str, Any]], stats: dict[str, Any], refused: str
@@ -267,10 +274,18 @@ class Chooser:
             if row[b]["steady_state"] > before[b]["steady_state"]:
                 row["refused"] = f"raises the predicted {b} steady state"
                 return False
-            if self.total and "host" in row[b] and "host" in before[b]:
+            if (self.total or self.total_capped) and "host" in row[b] and "host" in before[b]:
                 after = row[b]["steady_state"] + row[b]["host"]
-                if after > before[b]["steady_state"] + before[b]["host"]:
+                old = before[b]["steady_state"] + before[b]["host"]
+                if self.total and after > old:
                     row["refused"] = f"raises the predicted {b} GPU + host total"
+                    return False
+                limit = max(old * (1 + self.cap), old + self.cap_bytes)
+                if not self.total and self.cap > 0 and after > limit:
+                    row["refused"] = (
+                        f"raises the predicted {b} GPU + host total +{after / old - 1:.0%} > "
+                        f"{self.cap:.0%} (prefer_cap; --backend cuda lets GPU drops pay for host)"
+                    )
                     return False
         return True
 
