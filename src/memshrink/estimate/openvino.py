@@ -44,7 +44,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from memshrink.estimate import ov_kinds, ov_read, ov_slices
+from memshrink.estimate import ov_kinds, ov_read, ov_read_pages, ov_slices
 from memshrink.estimate.disjoint import find_root
 from memshrink.estimate.graph import GraphInfo, ModelView, NodeInfo, TensorInfo
 from memshrink.estimate.host import normalize_precision, ov_default_precision
@@ -65,9 +65,17 @@ OV_CALIBRATION: dict[str, float] = {
     "ov_read_per_op": 0.00356 * MiB,  # ... per ov op the frontend makes (not Constants)
     "ov_read_per_const": 0.00428 * MiB,  # ... per Constant held in the .onnx or made
     "ov_read_per_ext_const": 0.00491 * MiB,  # ... per Constant over external data (mmapped)
+    "ov_read_per_conv_shape_item": 0.0025 * MiB,  # ... per op / Constant of a Conv's bias
+    # reshape or group split (``ov_read.conv_shape_items``; Conv chains, session 11)
     "ov_read_per_proto_byte": 0.847,  # ... per byte of the .onnx's structure (names, metadata)
-    "ov_read_lib": 4.8 * MiB,  # read_model: frontend library pages (file-backed) ...
-    "ov_read_lib_per_op_type": 0.05 * MiB,  # ... more op translators (CNNs 5.3, GPT-2 5.9)
+    # read_model's library pages (file-backed; ``ov_read_pages.py``, fitted on 164 files of
+    # session 10's sweep and ``ov_lib_kinds.json``, rms 0.17 MiB): the frontend's base ...
+    "ov_read_lib": 3.59 * MiB,
+    "ov_read_lib_per_sqrt_type": 0.249 * MiB,  # ... x sqrt(distinct op types)
+    "ov_read_lib_shape": 1.22 * MiB,  # ... an op reshaping by a computed shape (biased Conv)
+    "ov_read_lib_shape_read": 0.74 * MiB,  # ... else one reading a shape (Shape, reduce-all)
+    "ov_read_lib_loop": 0.45 * MiB,  # ... else a Loop / Scan
+    "ov_read_lib_quant": 0.30 * MiB,  # ... quantize ops (FakeQuantize), on top
     "ov_compile_anon": 8 * MiB,  # plugin graph, executor, primitive caches
     # Library pages touched by read + compile (file-backed), by the plugin node kinds of the
     # graph and its If / Loop bodies (``ov_kinds.node_kinds``): a graph with an FC / MatMul
@@ -1255,8 +1263,7 @@ def predict(
     structure = ov_read.proto_bytes(view.model_path, inside)
     graph_anon = ov_read.read_anon(g, c, structure)
     lib = lib_pages(g, c)
-    n_types = len(ov_kinds.op_types(g))  # the frontend translates If / Loop bodies too
-    read_lib = int(c["ov_read_lib"] + c["ov_read_lib_per_op_type"] * n_types)
+    read_lib = ov_read_pages.read_lib_pages(g, c)  # If / Loop bodies are translated too
     rd = Stage("read_model", overhead=graph_anon + read_lib)
     mapped = option_flag(opts, ENABLE_MMAP, True)
     if view.embedded:
