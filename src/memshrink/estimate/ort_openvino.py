@@ -51,7 +51,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from memshrink.estimate import openvino, ort_identity, ort_ml
+from memshrink.estimate import openvino, ort_identity, ort_ml, ov_kinds
 from memshrink.estimate.disjoint import find_root
 from memshrink.estimate.graph import GraphInfo, ModelView, NodeInfo
 from memshrink.estimate.lifetimes import Buffer
@@ -237,6 +237,56 @@ def subgraph_count(g: GraphInfo) -> int:
     return len(set(subgraph_ids(g).values()))
 
 
+def swish_fcs(g: GraphInfo) -> int:
+    """FCs (MatMul / Gemm by a weight, bias Add skipped) whose output feeds ``x * Sigmoid(x)``:
+    the plugin's SwishFusion makes that a Swish, fused into the FC as a post-op (oneDNN), as
+    Relu is. Llama's MLP gate is one (4 x MatMul 256^2 + SiLU: EP file peak 68.9 MiB, as with
+    Relu 68.3, against 60.5 without an activation). Native ``_fc_postop`` does not see it."""
+    n = 0
+    for node in g.nodes:
+        if node.op_type not in ("MatMul", "Gemm") or len(node.inputs) < 2 or not node.outputs:
+            continue
+        w = g.tensors.get(node.inputs[1])
+        if w is None or w.kind != "initializer":
+            continue
+        out = node.outputs[0]
+        t = g.tensors.get(out)
+        if t is not None and len(set(t.consumers)) == 1:  # a bias Add between
+            nxt = g.nodes[t.consumers[0]]
+            if nxt.op_type == "Add" and nxt.outputs:
+                out = nxt.outputs[0]
+                t = g.tensors.get(out)
+        if t is None:
+            continue
+        readers = [g.nodes[c] for c in set(t.consumers)]
+        sig = [r.outputs[0] for r in readers if r.op_type == "Sigmoid" and r.outputs]
+        if any(r.op_type == "Mul" and out in r.inputs and set(r.inputs) & set(sig) for r in readers):
+            n += 1
+    return n
+
+
+def mlas_lib_saving(g: GraphInfo, fc_postop_bytes: int, ov_c: Mapping[str, float]) -> int:
+    """Library pages native OpenVINO's rule charges that the EP's f32 compile never touches.
+
+    Native ``lib_pages`` charges oneDNN's FC code (``ov_lib``) to every graph with a MatMul,
+    fitted at this host's default bf16. The EP compiles at f32, where the CPU plugin runs an FC
+    without a fused activation (and a MatMul of two activations) through MLAS, not oneDNN: the
+    graph touches the element-wise base only (``ov_lib_eltwise``). An FC with a fused post-op
+    (Relu, GELU, SiLU: ``swish_fcs``) still takes oneDNN's primitive, and a Conv oneDNN's
+    convolution code. Measured (EP session file peak, MiB absolute, baseline 22): one Relu
+    61.5, 4 element-wise 61.9, MatMul 48^2 alone 60.5, 4 x MatMul 256^2 on [8, 128, 256] 60.5,
+    MatMul 48^2 -> Relu + Sigmoid (not fused: two readers) 63.5, activation MatMul 62.0; 4 x
+    MatMul 256^2 + Relu 68.3. Native compile file at bf16 / f32: MatMul 48^2 58 / 52, the
+    4 x 256^2 chain 58 / 52, with Relu 59 / 60 (docs/estimate.md, EP rule 11).
+    """
+    kinds = ov_kinds.node_kinds(g)
+    if kinds & ov_kinds.CONV_KINDS or not kinds & ov_kinds.FC_KINDS or fc_postop_bytes:
+        return 0
+    if swish_fcs(g):
+        return 0
+    return int(ov_c["ov_lib"] - ov_c["ov_lib_eltwise"])
+
+
 RELAYOUT = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
 
 
@@ -343,6 +393,21 @@ def predict(
         c["ovep_anon"] + c["ovep_per_node"] * ort_node_count(g) + ort_ml.tree_ensemble_bytes(g)
     )
     fixed_file = int(c["ovep_file"])
+    # f32: FCs without a fused post-op run on MLAS, not oneDNN (``mlas_lib_saving``)
+    mlas = mlas_lib_saving(g, int(native.details["ov_weights"]["fc_postop"]), ov_c)
+    fixed_file -= mlas
+    # Dynamic dims: an FC with a fused SiLU is made at the first infer, with oneDNN's FC code,
+    # as native OpenVINO defers one with Relu (``ov_deferred_lib_f32``), which its rule does
+    # not see: 4 x MatMul 256^2 + SiLU, dynamic batch, EP session / run 1 53.3 / 65.2 MiB
+    # (static: 62 / 65). Only where native moved nothing (no Conv, no FC post-op of its own).
+    swish_shift = 0
+    if (
+        openvino.is_dynamic(view, opts)
+        and not int(native.details["ov_weights"]["fc_postop"])
+        and not ov_kinds.node_kinds(g) & ov_kinds.CONV_KINDS
+        and swish_fcs(g)
+    ):
+        swish_shift = int(ov_c["ov_deferred_lib_f32"])
     cut = [n.op_type for n in g.nodes if on_ort_cpu(n)]
     dynamic = openvino.is_dynamic(view, opts)
     # Dynamic input dims, one subgraph, embedded weights: BasicBackend keeps the subgraph's
@@ -412,6 +477,9 @@ def predict(
             st.notes.append("ORT's own initializers on the heap beside OpenVINO's")
         stages.append(st)
     stages[0].notes.append("ORT load + OpenVINO read_model + compile_model")
+    if swish_shift:
+        stages[0].overhead -= swish_shift
+        stages[0].notes.append("dynamic dims: FCs with a fused SiLU get oneDNN's code at run 1")
     if static_session:
         stages[0].activations += static_session
         stages[0].notes.append("static subgraphs: workspaces allocated at session creation")
@@ -505,6 +573,7 @@ def predict(
     details = dict(native.details)
     details["ort_initializers_heap"] = ort_copy
     details["ovep_subgraphs"] = n_sub
+    details["ovep_mlas_lib_saving"] = mlas
     details["ovep_shared_weight_copies"] = {"mapped": shared, "relaid_out": relaid}
     return BackendPrediction(
         "ort-openvino",
