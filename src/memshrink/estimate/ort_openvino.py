@@ -86,7 +86,21 @@ OVEP_CALIBRATION: dict[str, float] = {
 
 # Ops the EP (onnxruntime-openvino 1.24.1, OpenVINO 2025.4, device CPU) leaves to ORT's CPU
 # EP, as seen in ORT's verbose node placements on the suite. Not the EP's full capability list.
-UNSUPPORTED = frozenset({"IsNaN"})
+UNSUPPORTED = frozenset(
+    {
+        "IsNaN",
+        # Sequence ops (the sweep's sequence-ops row: all six on [CPUExecutionProvider], the
+        # MatMul / Relu / Sigmoid before them and the Add after them in 2 OpenVINO subgraphs)
+        "SequenceConstruct",
+        "SequenceInsert",
+        "SequenceAt",
+        "SequenceLength",
+        "SequenceEmpty",
+        "SequenceErase",
+        "SplitToSequence",
+        "ConcatFromSequence",
+    }
+)
 # OpenVINO has no ai.onnx.ml ops (its frontend refuses TreeEnsemble*, ZipMap, Scaler...): the EP
 # leaves the whole domain to ORT's CPU EP (skl2onnx / onnxmltools models run that way).
 ORT_CPU_DOMAINS = frozenset({"ai.onnx.ml"})
@@ -265,26 +279,27 @@ def swish_fcs(g: GraphInfo) -> int:
     return n
 
 
-def mlas_lib_saving(g: GraphInfo, fc_postop_bytes: int, ov_c: Mapping[str, float]) -> int:
-    """Library pages native OpenVINO's rule charges that the EP's f32 compile never touches.
+def ep_lib_pages(g: GraphInfo, fc_postop_bytes: int, ov_c: Mapping[str, float]) -> int:
+    """Library pages the EP's OpenVINO compiles touch: native ``lib_pages`` over the nodes the
+    EP claims (those on ORT's CPU EP load no plugin code), at the EP's f32.
 
     Native ``lib_pages`` charges oneDNN's FC code (``ov_lib``) to every graph with a MatMul,
-    fitted at this host's default bf16. The EP compiles at f32, where the CPU plugin runs an FC
-    without a fused activation (and a MatMul of two activations) through MLAS, not oneDNN: the
-    graph touches the element-wise base only (``ov_lib_eltwise``). An FC with a fused post-op
-    (Relu, GELU, SiLU: ``swish_fcs``) still takes oneDNN's primitive, and a Conv oneDNN's
-    convolution code. Measured (EP session file peak, MiB absolute, baseline 22): one Relu
-    61.5, 4 element-wise 61.9, MatMul 48^2 alone 60.5, 4 x MatMul 256^2 on [8, 128, 256] 60.5,
-    MatMul 48^2 -> Relu + Sigmoid (not fused: two readers) 63.5, activation MatMul 62.0; 4 x
-    MatMul 256^2 + Relu 68.3. Native compile file at bf16 / f32: MatMul 48^2 58 / 52, the
-    4 x 256^2 chain 58 / 52, with Relu 59 / 60 (docs/estimate.md, EP rule 11).
+    fitted at this host's default bf16. At f32 the CPU plugin runs an FC without a fused
+    activation (and a MatMul of two activations) through MLAS, not oneDNN: such a graph touches
+    the element-wise base only (``ov_lib_eltwise``). An FC with a fused post-op (Relu, GELU,
+    SiLU: ``swish_fcs``) still takes oneDNN's primitive, and a Conv oneDNN's convolution code.
+    Measured (EP session file peak, MiB absolute, baseline 22): one Relu 61.5, 4 element-wise
+    61.9, MatMul 48^2 alone 60.5, 4 x MatMul 256^2 on [8, 128, 256] 60.5, MatMul 48^2 -> Relu +
+    Sigmoid (not fused: two readers) 63.5, activation MatMul 62.0; 4 x MatMul 256^2 + Relu 68.3.
+    Native compile file at bf16 / f32: MatMul 48^2 58 / 52, the 4 x 256^2 chain 58 / 52, with
+    Relu 59 / 60 (docs/estimate.md, EP rule 11).
     """
-    kinds = ov_kinds.node_kinds(g)
-    if kinds & ov_kinds.CONV_KINDS or not kinds & ov_kinds.FC_KINDS or fc_postop_bytes:
-        return 0
-    if swish_fcs(g):
-        return 0
-    return int(ov_c["ov_lib"] - ov_c["ov_lib_eltwise"])
+    claimed = dataclasses.replace(g, nodes=[n for n in g.nodes if not on_ort_cpu(n)])
+    kinds = ov_kinds.node_kinds(claimed)
+    c = dict(ov_c)
+    if not (kinds & ov_kinds.CONV_KINDS or fc_postop_bytes or swish_fcs(g)):
+        c["ov_lib"] = c["ov_lib_eltwise"]
+    return openvino.lib_pages(claimed, c)
 
 
 RELAYOUT = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
@@ -393,9 +408,10 @@ def predict(
         c["ovep_anon"] + c["ovep_per_node"] * ort_node_count(g) + ort_ml.tree_ensemble_bytes(g)
     )
     fixed_file = int(c["ovep_file"])
-    # f32: FCs without a fused post-op run on MLAS, not oneDNN (``mlas_lib_saving``)
-    mlas = mlas_lib_saving(g, int(native.details["ov_weights"]["fc_postop"]), ov_c)
-    fixed_file -= mlas
+    # The EP's lib pages: its claimed nodes only, FCs without a post-op on MLAS (f32)
+    ep_lib = ep_lib_pages(g, int(native.details["ov_weights"]["fc_postop"]), ov_c)
+    lib_saving = int(native.details["lib_pages"]) - ep_lib
+    fixed_file -= lib_saving
     # Dynamic dims: an FC with a fused SiLU is made at the first infer, with oneDNN's FC code,
     # as native OpenVINO defers one with Relu (``ov_deferred_lib_f32``), which its rule does
     # not see: 4 x MatMul 256^2 + SiLU, dynamic batch, EP session / run 1 53.3 / 65.2 MiB
@@ -536,6 +552,25 @@ def predict(
         stages[0].notes.append("dynamic shapes: the EP's ModelProto and its serialized string")
         for st in stages[1:]:
             st.notes.append("dynamic shapes: the freed proto's heap, reused by the first infer")
+    # ORT's level-1 ConvMulFusion / ConvBNFusion run before partitioning: a Conv's external
+    # weight scaled by a Mul / BatchNormalization becomes a new ORT-owned initializer (heap, in
+    # place of the file mapping ORT drops) that reaches OpenVINO inline in the subgraph's
+    # ModelProto. Dynamic dims: the EP keeps that proto and OpenVINO reads its serialized string
+    # (rule 2), so session creation holds 2x more of those weights, and with every tensor under
+    # glibc's 32 MiB mmap threshold the run stages keep that heap. Measured, 4 x Conv 512^2
+    # 3x3 -> Mul(scale) -> Relu, external, dynamic batch (36 MiB): EP session 218 / run 1 204
+    # MiB (no Mul: 88 / 134); EfficientFormer-L1 after `all` (13.8 MiB fused): session 168.9.
+    ort_fused = 0
+    if not view.embedded and dynamic:
+        ort_fused = int(native.details["ov_weights"]["conv_fused"])
+    if ort_fused:
+        stages[0].weights_anon += 2 * ort_fused
+        stages[0].notes.append(
+            "ORT-fused Conv weights (Conv+Mul/BN) travel inline: the EP's proto + its string (2x)"
+        )
+        if not big_tensor(view):
+            for st in stages[1:]:
+                st.weights_anon += max(0, stages[0].peak - st.peak)
     if folded:
         stages[0].weights_anon += 2 * folded
         stages[0].notes.append(
@@ -573,7 +608,7 @@ def predict(
     details = dict(native.details)
     details["ort_initializers_heap"] = ort_copy
     details["ovep_subgraphs"] = n_sub
-    details["ovep_mlas_lib_saving"] = mlas
+    details["ovep_lib_pages"] = ep_lib
     details["ovep_shared_weight_copies"] = {"mapped": shared, "relaid_out": relaid}
     return BackendPrediction(
         "ort-openvino",
