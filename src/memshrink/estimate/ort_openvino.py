@@ -274,7 +274,9 @@ def swish_fcs(g: GraphInfo) -> int:
             continue
         readers = [g.nodes[c] for c in set(t.consumers)]
         sig = [r.outputs[0] for r in readers if r.op_type == "Sigmoid" and r.outputs]
-        if any(r.op_type == "Mul" and out in r.inputs and set(r.inputs) & set(sig) for r in readers):
+        if any(
+            r.op_type == "Mul" and out in r.inputs and set(r.inputs) & set(sig) for r in readers
+        ):
             n += 1
     return n
 
