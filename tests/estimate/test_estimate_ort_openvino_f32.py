@@ -183,3 +183,46 @@ def test_mlas_fc_chain_matches_the_real_ep(tmp_path: Path) -> None:
     pred = estimate(path, backend="ort-openvino").stage_peaks()
     for st, ms in (("session_creation", "session"), ("run_1", "run1")):
         assert pred[st] == pytest.approx(meas[ms], rel=0.10, abs=0), (st, pred[st] / MiB)
+
+
+def test_quantized_and_control_flow_fcs_keep_onednn_code() -> None:
+    """No MLAS saving where the FC is int8 (MatMulInteger: dynamically quantized BERT measured
+    5 MiB above the MLAS figure) or inside an If body (torch.cond: native f32 / bf16 file 55 /
+    56 MiB)."""
+    f, i8 = TensorProto.FLOAT, TensorProto.UINT8
+    w8 = numpy_helper.from_array(np.ones((64, 64), np.uint8), "w8")
+    q = _model(
+        [helper.make_node("MatMulInteger", ["x", "w8"], ["y"])],
+        [helper.make_tensor_value_info("x", i8, [8, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, [8, 64])],
+        [w8],
+    )
+    d = estimate(q, backend="ort-openvino").prediction.details
+    assert d["lib_pages"] == d["ovep_lib_pages"]
+    w = numpy_helper.from_array(np.ones((64, 64), np.float32), "w")
+    branch = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["o"])],
+        "b",
+        [],
+        [helper.make_tensor_value_info("o", f, [8, 64])],
+    )
+    cond = _model(
+        [
+            helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+            helper.make_node("Greater", ["s", "zero"], ["c"]),
+            helper.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=branch),
+        ],
+        [helper.make_tensor_value_info("x", f, [8, 64])],
+        [helper.make_tensor_value_info("y", f, [8, 64])],
+        [w, numpy_helper.from_array(np.array(0.0, np.float32), "zero")],
+    )
+    d = estimate(cond, backend="ort-openvino").prediction.details
+    assert d["lib_pages"] == d["ovep_lib_pages"]
+    plain = _model(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        [helper.make_tensor_value_info("x", f, [8, 64])],
+        [helper.make_tensor_value_info("y", f, [8, 64])],
+        [w],
+    )
+    d = estimate(plain, backend="ort-openvino").prediction.details
+    assert d["lib_pages"] - d["ovep_lib_pages"] == MLAS_SAVING

@@ -40,6 +40,10 @@ onnxruntime-openvino 1.24.1, which bundles OpenVINO 2025.4.1; micro-graphs measu
   copies, the same dynamic-shape deferral of Conv and post-op FC weights to the first infer,
   the same ``MemorySolver`` workspace. So the prediction is native OpenVINO's (``openvino.py``,
   reused, not copied) plus ORT's copies, plus the partitioning, plus a fixed cost of the EP.
+* ... but always at f32: FCs without a fused activation run on MLAS, so such graphs load no
+  oneDNN FC code (``ep_lib_pages``; SiLU counts as an activation, ``swish_fcs``), and only the
+  nodes the EP claims load plugin code. ORT's level-1 Conv+Mul/BN fusion makes new ORT-owned
+  weights that travel inline in the EP's ModelProto (dynamic dims: proto + string, 2x).
 
 Stages match the verifier's ``session`` / ``run1`` / ``run3``: ``session_creation`` (ORT load
 + OpenVINO read + compile), ``run_1``, ``steady_state``.
@@ -299,9 +303,29 @@ def ep_lib_pages(g: GraphInfo, fc_postop_bytes: int, ov_c: Mapping[str, float]) 
     claimed = dataclasses.replace(g, nodes=[n for n in g.nodes if not on_ort_cpu(n)])
     kinds = ov_kinds.node_kinds(claimed)
     c = dict(ov_c)
-    if not (kinds & ov_kinds.CONV_KINDS or fc_postop_bytes or swish_fcs(g)):
+    if not (
+        kinds & ov_kinds.CONV_KINDS
+        or fc_postop_bytes
+        or swish_fcs(g)
+        or any(n.op_type in ONEDNN_FC_OPS or _body_has_fc(n) for n in claimed.nodes)
+    ):
         c["ov_lib"] = c["ov_lib_eltwise"]
     return openvino.lib_pages(claimed, c)
+
+
+# Quantized FCs (int8 MatMulInteger / QDQ, 4-bit MatMulNBits) take oneDNN's or the plugin's own
+# kernels at any precision: the sweep's dynamically quantized BERT and 4-bit Llama measured
+# 5-8 MiB above the MLAS figure (EP session 72.2 / 63.2 MiB; -5.9 / -10 % with the saving).
+ONEDNN_FC_OPS = frozenset(
+    {"MatMulInteger", "MatMulNBits", "QLinearMatMul", "DynamicQuantizeLinear", "DequantizeLinear"}
+)
+
+
+def _body_has_fc(n: NodeInfo) -> bool:
+    """An If / Loop / Scan body (nested ones included) with an FC: bodies compile as inner
+    graphs whose FCs were seen to keep oneDNN's code (torch.cond with Gemm + Relu / Tanh
+    branches: EP session 52.4 MiB, native f32 / bf16 compile file 55 / 56: no MLAS saving)."""
+    return any(ov_kinds.node_kinds(sub) & ov_kinds.FC_KINDS for sub in n.subgraphs)
 
 
 RELAYOUT = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
