@@ -1,4 +1,4 @@
-"""ORT OpenVINO EP rules of session 11 (docs/estimate.md, EP rules 11-13): what the EP's f32
+"""ORT OpenVINO EP rules of session 11 (docs/estimate.md, EP rules 15-17): what the EP's f32
 compile loads (MLAS FCs, SiLU post-ops), which ops stay on ORT's CPU EP (sequence ops), and
 ORT's level-1 Conv+Mul fusion carrying the fused weights inline. Known answers from the rules'
 constants on hand-built graphs; one check against the real EP (skips without it).
@@ -187,8 +187,8 @@ def test_mlas_fc_chain_matches_the_real_ep(tmp_path: Path) -> None:
 
 def test_quantized_and_control_flow_fcs_keep_onednn_code() -> None:
     """No MLAS saving where the FC is int8 (MatMulInteger: dynamically quantized BERT measured
-    5 MiB above the MLAS figure) or inside an If body (torch.cond: native f32 / bf16 file 55 /
-    56 MiB)."""
+    5 MiB above the MLAS figure) or has a post-op inside an If body (torch.cond's Gemm -> Relu:
+    native f32 / bf16 file 55 / 56 MiB)."""
     f, i8 = TensorProto.FLOAT, TensorProto.UINT8
     w8 = numpy_helper.from_array(np.ones((64, 64), np.uint8), "w8")
     q = _model(
@@ -201,7 +201,7 @@ def test_quantized_and_control_flow_fcs_keep_onednn_code() -> None:
     assert d["lib_pages"] == d["ovep_lib_pages"]
     w = numpy_helper.from_array(np.ones((64, 64), np.float32), "w")
     branch = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["o"])],
+        [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Relu", ["m"], ["o"])],
         "b",
         [],
         [helper.make_tensor_value_info("o", f, [8, 64])],

@@ -298,7 +298,7 @@ def ep_lib_pages(g: GraphInfo, fc_postop_bytes: int, ov_c: Mapping[str, float]) 
     61.9, MatMul 48^2 alone 60.5, 4 x MatMul 256^2 on [8, 128, 256] 60.5, MatMul 48^2 -> Relu +
     Sigmoid (not fused: two readers) 63.5, activation MatMul 62.0; 4 x MatMul 256^2 + Relu 68.3.
     Native compile file at bf16 / f32: MatMul 48^2 58 / 52, the 4 x 256^2 chain 58 / 52, with
-    Relu 59 / 60 (docs/estimate.md, EP rule 11).
+    Relu 59 / 60 (docs/estimate.md, EP rule 15).
     """
     claimed = dataclasses.replace(g, nodes=[n for n in g.nodes if not on_ort_cpu(n)])
     kinds = ov_kinds.node_kinds(claimed)
@@ -322,10 +322,22 @@ ONEDNN_FC_OPS = frozenset(
 
 
 def _body_has_fc(n: NodeInfo) -> bool:
-    """An If / Loop / Scan body (nested ones included) with an FC: bodies compile as inner
-    graphs whose FCs were seen to keep oneDNN's code (torch.cond with Gemm + Relu / Tanh
-    branches: EP session 52.4 MiB, native f32 / bf16 compile file 55 / 56: no MLAS saving)."""
-    return any(ov_kinds.node_kinds(sub) & ov_kinds.FC_KINDS for sub in n.subgraphs)
+    """An If / Loop / Scan body (nested ones too) with an FC whose only reader is an activation:
+    bodies compile as inner graphs, and their post-op FCs take oneDNN's code as the main
+    graph's do (native ``fc_postop`` counts main-graph weights only). torch.cond with Gemm ->
+    Relu / Tanh branches: native compile file 55 / 56 MiB at f32 / bf16, no MLAS saving; a
+    Scan body's MatMul -> Add(x_t) -> Tanh keeps it (sweep: +9.9 -> +0.6 %)."""
+    for sub in n.subgraphs:
+        for m in sub.nodes:
+            if _body_has_fc(m):
+                return True
+            if m.op_type not in ("MatMul", "Gemm") or not m.outputs:
+                continue
+            t = sub.tensors.get(m.outputs[0])
+            readers = sorted(set(t.consumers)) if t is not None else []
+            if len(readers) == 1 and sub.nodes[readers[0]].op_type in openvino.ACTIVATIONS:
+                return True
+    return False
 
 
 RELAYOUT = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
