@@ -1,7 +1,8 @@
 """Process CPU time and peak RSS of `optimize --passes all` on the 5,000-node graph, per pass
 and per estimate. The peak of a step is VmHWM after it, reset before it (``/proc/self/clear_refs``
 5), so each row is the largest RSS seen while that step ran; `rss` is the RSS after it.
-python docs/bench/optimize_speed.py [--profile OUT.prof] [--nodes 5000] [--src MODEL.onnx]"""
+python docs/bench/optimize_speed.py [--profile OUT.prof] [--nodes 5000] [--src MODEL.onnx]
+       [-O chunk.min_saving=0 ...] (pass options, as `optimize -O`)"""
 
 # ruff: noqa: E402  (faulthandler first: stack samples of a long pass)
 
@@ -24,6 +25,7 @@ ap.add_argument("--nodes", type=int, default=5000)
 ap.add_argument("--dir", default="/tmp/memshrink-optimize-speed")
 ap.add_argument("--passes", default="all")
 ap.add_argument("--src", help="optimize this model instead of the generated graph")
+ap.add_argument("-O", dest="opts", action="append", default=[], help="a pass option")
 a = ap.parse_args()
 os.makedirs(a.dir, exist_ok=True)
 src = a.src or f"{a.dir}/big{a.nodes}.onnx"
@@ -91,6 +93,8 @@ pipeline.resolve_pipeline = resolve
 c0 = time.process_time()
 w0 = time.perf_counter()
 argv = ["optimize", src, f"{a.dir}/out.onnx", "--passes", a.passes, "--json", f"{a.dir}/rep.json"]
+for o in a.opts:
+    argv += ["-O", o]
 if a.profile:
     pr = cProfile.Profile(time.process_time)  # CPU time: wall time is noisy on a shared box
     pr.enable()
