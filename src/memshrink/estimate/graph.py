@@ -711,14 +711,17 @@ def _run_symbolic_tool(proto: onnx.ModelProto) -> Any:
 
 def _symbolic_shape_inference() -> Any:
     """ORT's ``SymbolicShapeInference``, loaded from its file: importing the
-    ``onnxruntime.tools`` package would import torch (seconds) for an unrelated helper."""
+    ``onnxruntime.tools`` package would import torch (seconds) for an unrelated helper, and
+    ``onnxruntime`` itself loads its native library (+18 MiB RSS) that the tool (numpy,
+    onnx, sympy) never calls: the package is only located."""
     mod = sys.modules.get("memshrink_ort_ssi")
     if mod is None:
         import importlib.util
 
-        import onnxruntime
-
-        path = Path(onnxruntime.__file__).parent / "tools" / "symbolic_shape_infer.py"
+        found = importlib.util.find_spec("onnxruntime")  # no import of a top-level package
+        if found is None or not found.submodule_search_locations:
+            raise ImportError("onnxruntime")
+        path = Path(found.submodule_search_locations[0]) / "tools" / "symbolic_shape_infer.py"
         spec = importlib.util.spec_from_file_location("memshrink_ort_ssi", path)
         if spec is None or spec.loader is None:
             raise ImportError(path)
