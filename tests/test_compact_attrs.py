@@ -218,7 +218,7 @@ def test_inferred_forest_keeps_types_without_lists(forest_path: Path) -> None:
 
     proto = onnx.load(str(forest_path))
     full = onnx.shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
-    light = _infer(proto)
+    light = _infer(proto, None)
     assert list(light.graph.output) == list(full.graph.output)
     assert list(light.graph.value_info) == list(full.graph.value_info)
     got = {a.name: a for a in light.graph.node[0].attribute}
@@ -236,7 +236,7 @@ def test_symbolic_tool_gets_lists_only_when_inference_reads_them(forest_path: Pa
         return out
 
     forest = onnx.load(str(forest_path))
-    light = _tool_proto(forest, types(forest))
+    light = _tool_proto(forest, types(forest), None)
     assert light is not forest and not compact_attrs.has_large_lists(light)
     const = helper.make_model(
         helper.make_graph(
@@ -247,8 +247,8 @@ def test_symbolic_tool_gets_lists_only_when_inference_reads_them(forest_path: Pa
         ),
         opset_imports=[helper.make_opsetid("", 17)],
     )
-    assert _tool_proto(const, types(const)) is const
-    assert len(_infer(const).graph.node[0].attribute[0].ints) == 0  # the view drops it
+    assert _tool_proto(const, types(const), None) is const
+    assert len(_infer(const, None).graph.node[0].attribute[0].ints) == 0  # the view drops it
 
 
 @pytest.mark.parametrize(

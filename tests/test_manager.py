@@ -172,3 +172,36 @@ def test_estimate_hook_reuses_the_prediction_after_an_unchanged_pass(
     assert len(calls) == 2  # before the pipeline, and after "b" (the only change)
     a, b, c = (p.estimate for p in report.passes)
     assert a == report.estimate_before and c == b and "stage_peaks" in a
+
+
+def test_a_replacement_returns_the_freed_heap(
+    mlp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """glibc keeps freed heap (onnxsim's protos, the replaced IR) in the RSS unless trimmed:
+    the manager calls ``heap.release_memory`` once per replacement, not after other passes."""
+    import memshrink.manager as manager
+    from memshrink.heap import release_memory
+    from memshrink.model import load
+
+    calls: list[int] = []
+
+    def counted() -> None:
+        calls.append(1)
+        release_memory()
+
+    monkeypatch.setattr(manager, "release_memory", counted)
+
+    class Replace(_Recorder):
+        name = "replace"
+
+        def run(self, model: ir.Model, context: PassContext) -> PassResult:
+            return PassResult(modified=True, model=ir.from_proto(ir.to_proto(model)))
+
+    class Keep(_Recorder):
+        name = "keep"
+
+        def run(self, model: ir.Model, context: PassContext) -> PassResult:
+            return PassResult(modified=False)
+
+    PassManager([Keep([]), Replace([]), Keep([])]).run(load(mlp_path))
+    assert calls == [1]

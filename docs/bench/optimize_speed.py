@@ -1,7 +1,8 @@
 """Process CPU time and peak RSS of `optimize --passes all` on the 5,000-node graph, per pass
 and per estimate. The peak of a step is VmHWM after it, reset before it (``/proc/self/clear_refs``
 5), so each row is the largest RSS seen while that step ran; `rss` is the RSS after it.
-python docs/bench/optimize_speed.py [--profile OUT.prof] [--nodes 5000] [--src MODEL.onnx]"""
+python docs/bench/optimize_speed.py [--profile OUT.prof] [--nodes 5000] [--src MODEL.onnx]
+       [-O chunk.min_saving=0 ...] [--shape X=5,10 ...] (as `optimize -O` / `--shape`)"""
 
 # ruff: noqa: E402  (faulthandler first: stack samples of a long pass)
 
@@ -24,6 +25,8 @@ ap.add_argument("--nodes", type=int, default=5000)
 ap.add_argument("--dir", default="/tmp/memshrink-optimize-speed")
 ap.add_argument("--passes", default="all")
 ap.add_argument("--src", help="optimize this model instead of the generated graph")
+ap.add_argument("-O", dest="opts", action="append", default=[], help="a pass option")
+ap.add_argument("--shape", action="append", default=[], help="an input shape binding")
 a = ap.parse_args()
 os.makedirs(a.dir, exist_ok=True)
 src = a.src or f"{a.dir}/big{a.nodes}.onnx"
@@ -88,9 +91,34 @@ def resolve(*args, **kw):
 
 
 pipeline.resolve_pipeline = resolve
+
+
+def _step(name, fn):
+    def wrapped(*args, **kw):
+        _reset_peak()
+        c = time.process_time()
+        r = fn(*args, **kw)
+        rec.append((name, time.process_time() - c, _status_mib("VmHWM"), _status_mib("VmRSS")))
+        return r
+
+    return wrapped
+
+
+import memshrink.commands as commands  # noqa: E402
+import memshrink.model as model_mod  # noqa: E402
+import memshrink.writer as writer  # noqa: E402
+
+model_mod.load = _step("(load)", model_mod.load)
+writer.save_model = _step("(save)", writer.save_model)
+commands._add_recommendations = _step("(recommendations)", commands._add_recommendations)
+commands._other_backends = _step("(other runtimes)", commands._other_backends)
 c0 = time.process_time()
 w0 = time.perf_counter()
 argv = ["optimize", src, f"{a.dir}/out.onnx", "--passes", a.passes, "--json", f"{a.dir}/rep.json"]
+for o in a.opts:
+    argv += ["-O", o]
+for o in a.shape:
+    argv += ["--shape", o]
 if a.profile:
     pr = cProfile.Profile(time.process_time)  # CPU time: wall time is noisy on a shared box
     pr.enable()

@@ -64,6 +64,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     from memshrink.bindings import parse_dim_args, parse_shape_args
     from memshrink.checks import CheckHook
     from memshrink.cli import check_report_path
+    from memshrink.heap import release_memory
     from memshrink.hooks import EstimateHook, VerifyEachHook
     from memshrink.manager import PassContext, PassManager, stderr_progress
     from memshrink.model import load, weight_bytes
@@ -150,6 +151,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         result, model, context.backend, shapes, dims, (str(src), str(dst), bindings)
     )
     del model  # saved; the predictions below load the two files themselves
+    release_memory()  # its graph is cycles, its freed heap glibc's: not under the loads below
     others = None
     if args.estimate:
         if progress:

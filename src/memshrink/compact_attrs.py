@@ -375,6 +375,11 @@ _KEY_FLOATS, _KEY_INTS, _KEY_STRINGS = 0x3D, 0x40, 0x4A  # fields 7 (I32), 8 (VA
 _ATTR_DOC = 13
 
 
+def holds_large_list(node: ir.Node) -> bool:
+    """Whether ``node`` has a list attribute that :func:`marked` would take out."""
+    return any(a.type in _LIST_TYPES and _is_large(a.value) for a in node.attributes.values())
+
+
 def _is_large(value: Any) -> bool:
     if isinstance(value, CompactList):
         return True

@@ -9,7 +9,6 @@ verification) without the passes knowing about them.
 from __future__ import annotations
 
 import dataclasses
-import gc
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -20,6 +19,7 @@ import onnx_ir as ir
 
 from memshrink import tolerance
 from memshrink.errors import MemshrinkError, PassError, UsageError
+from memshrink.heap import release_memory
 from memshrink.units import parse_bytes
 
 TARGETS = ("weights", "activations", "session-creation")
@@ -275,8 +275,9 @@ class PassManager:
                     )
                 model = result.model
                 # an onnx_ir graph is a web of cycles (nodes <-> values <-> graph): only the
-                # cyclic GC frees the replaced model, which can wait passes long
-                gc.collect()
+                # cyclic GC frees the replaced model, which can wait passes long; and glibc
+                # keeps the freed heap (simplify: onnxsim's protos) unless trimmed
+                release_memory()
             if result.modified:
                 context.invalidate()
                 # recorded at once, so a hook verifying after this pass compares at it too

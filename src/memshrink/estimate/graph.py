@@ -52,6 +52,9 @@ _INT_TYPES = {
 }
 
 SymShape = tuple[int | str | None, ...]
+#: Marker -> large list (``compact_attrs.marked``) of one inference: its weight-free protos
+#: carry the lists as markers, and ``_infer`` splices them in; None: the proto has no markers.
+Lists = dict[bytes, tuple[Any, str]] | None
 
 
 @dataclass
@@ -274,8 +277,12 @@ def _value_info(name: str, elem_type: int, dims: Sequence[Dim] | None) -> onnx.V
     return vi
 
 
-def _weight_free_proto(model: ir.Model, input_dims: Mapping[str, Sequence[Dim]]) -> onnx.ModelProto:
-    """The model's structure with large initializers as typed inputs (no weight data)."""
+def _weight_free_proto(
+    model: ir.Model, input_dims: Mapping[str, Sequence[Dim]], table: Lists
+) -> onnx.ModelProto:
+    """The model's structure with large initializers as typed inputs (no weight data).
+    ``table``: where given, large lists are written empty and marked, their arrays recorded
+    there (``compact_attrs.marked``) for ``_infer`` to splice in."""
     g = model.graph
     mp = onnx.ModelProto()
     mp.ir_version = model.ir_version or onnx.IR_VERSION
@@ -306,7 +313,6 @@ def _weight_free_proto(model: ir.Model, input_dims: Mapping[str, Sequence[Dim]])
             gp.initializer[-1].name = name
         else:
             gp.input.append(_value_info(name, et, dims))
-    table = _LISTS[-1] if _LISTS else None
     with contextlib.ExitStack() as stack:
         if table is not None:  # large lists: empty and marked, spliced in by ``_infer``
             stack.enter_context(marked(model, table, note=True))
@@ -365,10 +371,9 @@ def _declared_values(g: ir.Graph) -> list[ir.Value]:
     return vals
 
 
-def _infer(mp: onnx.ModelProto) -> onnx.ModelProto:
+def _infer(mp: onnx.ModelProto, table: Lists) -> onnx.ModelProto:
     """ONNX's shape inference; the result without large scalar lists (only its structure and
-    types are read) when the model has any."""
-    table = _LISTS[-1] if _LISTS else None
+    types are read) when the model has any. ``table``: the marked lists of ``mp``."""
     data = b""
     try:
         if not table and not has_large_lists(mp):
@@ -467,16 +472,8 @@ def _cached_infer(
     if hit is not None:
         _CACHE.move_to_end(key)
         return hit
-    _LISTS.append({})  # the weight-free protos' marked lists (``_weight_free_proto``)
-    try:
-        return _infer_uncached(model, fp, dims, key, symbolic_tool, data_bounds, dim_bounds)
-    finally:
-        _LISTS.pop()
-
-
-#: Stack of marker -> large list tables (``compact_attrs.marked``) of the inference running:
-#: its weight-free protos carry the lists as markers, and ``_infer`` splices them in.
-_LISTS: list[dict[bytes, tuple[Any, str]]] = []
+    table: Lists = {}  # the weight-free protos' marked lists (``_weight_free_proto``)
+    return _infer_uncached(model, fp, dims, key, symbolic_tool, data_bounds, dim_bounds, table)
 
 
 def _infer_uncached(
@@ -487,13 +484,14 @@ def _infer_uncached(
     symbolic_tool: bool,
     data_bounds: bool,
     dim_bounds: Mapping[str, int] | None,
+    table: Lists,
 ) -> tuple[onnx.ModelProto, dict[str, tuple[int, SymShape | None]], dict[str, str]]:
     if data_bounds:
-        return _remember(key, _with_bounds(model, fp, dims, symbolic_tool, dim_bounds or {}))
-    proto = _weight_free_proto(model, dims)
+        return _remember(key, _with_bounds(model, fp, dims, symbolic_tool, dim_bounds or {}, table))
+    proto = _weight_free_proto(model, dims, table)
     declared: dict[str, tuple[int, SymShape | None]] = {}
     _collect_types(proto.graph, declared)
-    inferred = _infer(proto)
+    inferred = _infer(proto, table)
     types: dict[str, tuple[int, SymShape | None]] = {}
     _collect_types(inferred.graph, types)
     raw_types = dict(types)
@@ -505,7 +503,7 @@ def _infer_uncached(
     _keep_declared(types, declared, subst)
     if symbolic_tool and _has_unknown(inferred.graph, types):
         try:
-            ssi = _run_symbolic_tool(_tool_proto(proto, raw_types))
+            ssi = _run_symbolic_tool(_tool_proto(proto, raw_types, table))
             if ssi is not None:
                 more: dict[str, tuple[int, SymShape | None]] = {}
                 _collect_types(ssi.graph, more)
@@ -516,7 +514,7 @@ def _infer_uncached(
         except Exception:  # noqa: BLE001 - best effort; what stays unknown is reported
             pass
     if _all_bound(dims) and _has_unknown(inferred.graph, types):
-        _shape_values(proto, types, {})
+        _shape_values(proto, types, {}, table)
     # the cached proto only feeds _build_graph (structure, small attributes): a forest's
     # lists (left in when _infer failed and gave ``proto`` back) would stay in the cache, up
     # to _CACHE_SIZE copies; cleared fields keep their arena memory, so re-parse
@@ -531,15 +529,16 @@ def _with_bounds(
     dims: Mapping[str, Sequence[Dim]],
     symbolic_tool: bool,
     dim_bounds: Mapping[str, int],
+    table: Lists,
 ) -> tuple[onnx.ModelProto, dict[str, tuple[int, SymShape | None]], dict[str, str]]:
     """The plain inference's result with the data-dependent sizes bounded on top."""
     inferred, base, _ = _cached_infer(model, fp, dims, symbolic_tool=symbolic_tool)
     types = dict(base)
     bounded: dict[str, str] = {}
     if _all_bound(dims) and _has_unknown(inferred.graph, types):
-        proto = _weight_free_proto(model, dims)
-        vals = _shape_values(proto, types, {})
-        bounded = _bound_data_dependent(proto, types, vals, dim_bounds)
+        proto = _weight_free_proto(model, dims, table)
+        vals = _shape_values(proto, types, {}, table)
+        bounded = _bound_data_dependent(proto, types, vals, dim_bounds, table)
     return inferred, types, bounded
 
 
@@ -566,6 +565,7 @@ def _bound_data_dependent(
     types: dict[str, tuple[int, SymShape | None]],
     vals: dict[str, Any],
     overrides: Mapping[str, int],
+    table: Lists,
 ) -> dict[str, str]:
     """Give the first unknown outputs of NonZero / NMS / TopK / If / Loop their upper bound as
     a declared shape, then infer and evaluate the shape computations again so the bound
@@ -590,12 +590,12 @@ def _bound_data_dependent(
         mp.CopyFrom(proto)
         mp.graph.CopyFrom(shape_values.as_initializers(proto.graph, vals))
         more: dict[str, tuple[int, SymShape | None]] = {}
-        _collect_types(_infer(mp).graph, more)
+        _collect_types(_infer(mp, table).graph, more)
         for name, (et, shp) in more.items():
             old = types.get(name)
             if (old is None or _concrete(old[1]) is None) and _concrete(shp) is not None:
                 types[name] = (et or (old[0] if old else 0), shp)
-        vals = _shape_values(proto, types, vals)
+        vals = _shape_values(proto, types, vals, table)
     resolved = {n for n in unknown_before if _concrete(types.get(n, (0, None))[1]) is not None}
     return {n: sources.get(n, "follows a bounded data-dependent size") for n in resolved}
 
@@ -607,6 +607,7 @@ def _shape_values(
     proto: onnx.ModelProto,
     types: dict[str, tuple[int, SymShape | None]],
     vals: dict[str, Any],
+    table: Lists,
 ) -> dict[str, Any]:
     """Fill ``types`` where shape inference left them unknown by evaluating the small shape
     computations on the bound input shapes (``shape_values``), then inferring again with those
@@ -623,7 +624,7 @@ def _shape_values(
         mp.CopyFrom(proto)
         mp.graph.CopyFrom(shape_values.as_initializers(proto.graph, vals))
         more: dict[str, tuple[int, SymShape | None]] = {}
-        _collect_types(_infer(mp).graph, more)
+        _collect_types(_infer(mp, table).graph, more)
         for name, v in vals.items():
             et = types[name][0] if name in types else 0
             more.setdefault(name, (et, tuple(int(d) for d in v.shape)))
@@ -670,19 +671,14 @@ def _keep_declared(
 
 
 def _tool_proto(
-    proto: onnx.ModelProto, types: Mapping[str, tuple[int, SymShape | None]]
+    proto: onnx.ModelProto, types: Mapping[str, tuple[int, SymShape | None]], table: Lists
 ) -> onnx.ModelProto:
     """``proto`` without its large scalar lists when ONNX's inference infers the same types
     without them (a forest's ``nodes_*``: the Python tool copies the model and every node it
     hands to ONNX, 1.3 GiB peak for a 24 MiB RandomForest); else ``proto`` itself."""
-    table = _LISTS[-1] if _LISTS else None
     if table:  # the lists are marked, not in ``proto``: it is the light one
         same: dict[str, tuple[int, SymShape | None]] = {}
-        _LISTS.append({})  # infer it as it is
-        try:
-            _collect_types(_infer(proto).graph, same)
-        finally:
-            _LISTS.pop()
+        _collect_types(_infer(proto, None).graph, same)  # infer it as it is
         if same == dict(types):
             return proto
         return onnx.ModelProto.FromString(splice(proto.SerializeToString(), table, strict=False))
@@ -692,7 +688,7 @@ def _tool_proto(
     light.CopyFrom(proto)
     drop_large_lists(light)
     same = {}
-    _collect_types(_infer(light).graph, same)
+    _collect_types(_infer(light, None).graph, same)
     return light if same == dict(types) else proto
 
 
@@ -715,14 +711,17 @@ def _run_symbolic_tool(proto: onnx.ModelProto) -> Any:
 
 def _symbolic_shape_inference() -> Any:
     """ORT's ``SymbolicShapeInference``, loaded from its file: importing the
-    ``onnxruntime.tools`` package would import torch (seconds) for an unrelated helper."""
+    ``onnxruntime.tools`` package would import torch (seconds) for an unrelated helper, and
+    ``onnxruntime`` itself loads its native library (+18 MiB RSS) that the tool (numpy,
+    onnx, sympy) never calls: the package is only located."""
     mod = sys.modules.get("memshrink_ort_ssi")
     if mod is None:
         import importlib.util
 
-        import onnxruntime
-
-        path = Path(onnxruntime.__file__).parent / "tools" / "symbolic_shape_infer.py"
+        found = importlib.util.find_spec("onnxruntime")  # no import of a top-level package
+        if found is None or not found.submodule_search_locations:
+            raise ImportError("onnxruntime")
+        path = Path(found.submodule_search_locations[0]) / "tools" / "symbolic_shape_infer.py"
         spec = importlib.util.spec_from_file_location("memshrink_ort_ssi", path)
         if spec is None or spec.loader is None:
             raise ImportError(path)

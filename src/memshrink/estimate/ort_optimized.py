@@ -106,6 +106,7 @@ class _Rewriter:
         self.counts: dict[str, int] = {}
         self.outputs = set(g.outputs)
         self._orig_cons: dict[str, list[int]] = {}  # readers before NCHWc conversion
+        self._cons: tuple[tuple[int, int, int], dict[str, list[int]]] | None = None
 
     # ------------------------------------------------------------------ graph helpers
     def _bump(self, key: str) -> None:
@@ -114,11 +115,24 @@ class _Rewriter:
     def producers(self) -> dict[str, int]:
         return {o: n.idx for n in self.nodes.values() for o in n.outputs if o}
 
+    def _version(self) -> tuple[int, int, int]:
+        """Changes whenever the graph does: every rewrite adds or drops nodes or counts itself
+        in ``counts`` (``_bump``)."""
+        return self.next_idx, len(self.nodes), sum(self.counts.values())
+
     def consumers(self) -> dict[str, list[int]]:
+        """Value -> the nodes reading it, in node order. One map per graph version: most
+        fusions find nothing to fuse, and each used to rebuild it (a chunk search estimates
+        dozens of 30,000-node trial graphs: ~240 rebuilds). A fusion that rewrites keeps the
+        map it got in step (``_unread`` / ``_read``) or bumps the version."""
+        version = self._version()
+        if self._cons is not None and self._cons[0] == version:
+            return self._cons[1]
         out: dict[str, list[int]] = {}
         for n in self.nodes.values():
             for i in self._reads(n):
                 out.setdefault(i, []).append(n.idx)
+        self._cons = (version, out)
         return out
 
     def _unread(self, cons: dict[str, list[int]], n: _Node) -> None:

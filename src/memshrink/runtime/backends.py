@@ -202,15 +202,3 @@ def make_runner(
     if backend == "openvino":
         return OpenVinoRunner(path, session_options, provider_options)
     return OrtRunner(path, backend, session_options, provider_options)
-
-
-def release_memory() -> None:
-    """Give freed heap back to the OS (glibc keeps it otherwise), so a released part's
-    memory does not stay in the RSS the next part is measured against."""
-    gc.collect()
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc
-        pass

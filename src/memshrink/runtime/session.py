@@ -21,13 +21,13 @@ from typing import Any
 import numpy as np
 
 from memshrink.errors import ModelLoadError, UsageError
+from memshrink.heap import release_memory
 from memshrink.partition.manifest import Manifest, is_partition_folder, read_manifest
 from memshrink.runtime.backends import (
     BACKENDS,
     BackendUnavailable,
     Runner,
     make_runner,
-    release_memory,
 )
 from memshrink.runtime.prepack import prepacking_changes_numerics
 

@@ -22,9 +22,10 @@ import onnx_ir as ir
 
 from memshrink import opaque_types
 from memshrink.manager import Pass, PassContext, PassResult
-from memshrink.model import META_SOURCE, iter_tensor_slots, serialize_with_data
+from memshrink.model import META_SOURCE, iter_tensor_slots
 from memshrink.transforms import register
 from memshrink.transforms.predicted import predicted_peak
+from memshrink.transforms.simplify_lists import skeleton_simplify
 
 
 def import_onnxsim() -> Any:
@@ -85,14 +86,8 @@ class SimplifyPass(Pass):
                 modified=False, stats={"reason": f"skipped: onnxsim unavailable ({exc})"}
             )
         nodes_before = sum(1 for _ in model.graph)
-        proto = serialize_with_data(model)
         try:
-            simplified, ok = onnxsim.simplify(
-                proto,
-                check_n=o.check_n,
-                tensor_size_threshold=f"{o.max_folded_bytes}B",
-                mutable_initializer=False,
-            )
+            simplified, ok, lists = skeleton_simplify(model, onnxsim, o)
         except Exception as exc:  # onnxsim raises many types; the model stays as it was
             return PassResult(
                 modified=False,
@@ -102,7 +97,8 @@ class SimplifyPass(Pass):
             )
         if not ok:
             return PassResult(modified=False, stats={"reason": "skipped: onnxsim's check failed"})
-        new_model = opaque_types.deserialize(simplified)
+        new_model = opaque_types.deserialize(simplified, lists=lists)
+        del simplified
         changed = interface_change(model, new_model)
         if changed:
             return PassResult(modified=False, stats={"reason": f"skipped: onnxsim {changed}"})
