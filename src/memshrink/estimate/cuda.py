@@ -662,7 +662,7 @@ def predict(
 
     g = view.graph
     rules = ortsim.session_options_rules({k: str(v) for k, v in opts.items()})
-    plan = ortsim.plan(g, order, reuse=bool(rules["enable_mem_reuse"]), fusions=False)
+    plan = ortsim.plan(g, order, reuse=bool(rules["enable_mem_reuse"]), fusions=False, cpu=False)
     workspace = float(opts.get(CONV_WORKSPACE, 0.0))
     dev = simulate_device(
         g, plan, order, mem_pattern=bool(rules["enable_mem_pattern"]), workspace=workspace

@@ -73,6 +73,7 @@ class TensorInfo:
     init_bytes: int | None = None  # initializers: stored size
     folded: bool = False  # computed from weights once at load time (constant folding)
     zero: bool = False  # a shared Conv bias whose values are all zero (``_mark_zero_biases``)
+    small: tuple[int, ...] | None = None  # values of a tiny int weight (``_mark_small_ints``)
 
     @property
     def itemsize(self) -> float | None:
@@ -359,6 +360,36 @@ def _mark_zero_biases(graph: GraphInfo, g: ir.Graph) -> None:
             t.zero = not read_array(tensor).any()  # pread: no map of the data file
         except Exception:  # unreadable data (missing file): assume a real bias
             t.zero = False
+
+
+SMALL_INT_MAX = 8  # elements: indices, axes and shape pieces, never data
+
+
+def _mark_small_ints(graph: GraphInfo, g: ir.Graph) -> None:
+    """Keep the values of tiny int32/int64 weights and ``Constant`` outputs
+    (``TensorInfo.small``). Why: ORT's ``CommonSubexpressionElimination`` merges nodes whose
+    constant inputs are equal by value and ``ReshapeFusion`` reads which dim a ``Gather``
+    picks (``ort_optimized.reshape_fusion``); only in-file tensors of at most 8 elements are
+    read."""
+    tensors: dict[str, ir.TensorProtocol] = {}
+    for name, v in g.initializers.items():
+        if v.const_value is not None:
+            tensors[str(name)] = v.const_value
+    for node in g:
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.outputs:
+            attr = node.attributes.get("value")
+            if attr is not None and attr.type == ir.AttributeType.TENSOR:
+                tensors[str(node.outputs[0].name)] = attr.as_tensor()
+    for name, tensor in tensors.items():
+        t = graph.tensors.get(name)
+        if t is None or int(tensor.dtype) not in (6, 7) or _is_external(tensor):
+            continue
+        if tensor.size > SMALL_INT_MAX:
+            continue
+        try:
+            t.small = tuple(int(x) for x in read_array(tensor).reshape(-1))
+        except Exception:  # unreadable: keep no value
+            t.small = None
 
 
 def _declared_values(g: ir.Graph) -> list[ir.Value]:
@@ -1018,6 +1049,7 @@ def build_view(
     graph.bounded = {n: how for n, how in bounded.items() if n in graph.tensors}
     fold_constants(graph)
     _mark_zero_biases(graph, g)
+    _mark_small_ints(graph, g)
     if embedded is None:
         embedded = (
             _file_embeds_weights(path, weight_bytes) if path else ext_bytes < weight_bytes / 2

@@ -31,6 +31,7 @@ from memshrink.errors import UsageError
 from memshrink.estimate.graph import GraphInfo, NodeInfo
 from memshrink.estimate.lifetimes import ALIAS_OPS, Buffer, positions, subgraph_peak
 from memshrink.estimate.ort_optimized import MS_DOMAIN, NCHWC_DOMAIN
+from memshrink.estimate.ort_scratch import cpu_kernel_scratch
 from memshrink.estimate.planners import best_fit
 
 # CPU kernels registered with MayInplace(0, 0).
@@ -129,13 +130,19 @@ def _fused_source(g: GraphInfo, node: NodeInfo, convish: set[str]) -> str | None
 
 
 def plan(
-    g: GraphInfo, order: Sequence[int], *, reuse: bool = True, fusions: bool = True
+    g: GraphInfo,
+    order: Sequence[int],
+    *,
+    reuse: bool = True,
+    fusions: bool = True,
+    cpu: bool = True,
 ) -> OrtPlan:
     """Emulate ``allocation_planner.cc`` for sequential execution on one device.
 
     With ``fusions`` (graph optimization level extended or all, the default), Conv followed by
     BatchNormalization / an activation / a residual Add is one fused kernel: the chain's
-    intermediate tensors do not exist.
+    intermediate tensors do not exist. ``cpu``: add the MLAS-side kernel temporaries of ORT's
+    CPU kernels (``ort_scratch``; off for the CUDA EP's plan).
     """
     convish: set[str] = set()
     pos = positions(order)
@@ -174,22 +181,26 @@ def plan(
         if key is not None:
             freelist.setdefault(key, []).append(orig)
 
-    for step, idx in enumerate(order):
-        node = g.nodes[idx]
-        std = node.domain in ("", "ai.onnx")
-        for size in kernel_scratch(g, node):
+    def scratch(sizes: list[int], step: int, idx: int) -> None:
+        """Kernel temporaries of node ``idx``: taken and given back within its step."""
+        for size in sizes:
             result.buffers.append(
                 Buffer(
                     len(result.buffers),
                     size,
                     step,
                     step,
-                    [f"{node.name}/scratch"],
+                    [f"{g.nodes[idx].name}/scratch"],
                     idx,
                     transient=True,
                     scratch=True,
                 )
             )
+
+    for step, idx in enumerate(order):
+        node = g.nodes[idx]
+        std = node.domain in ("", "ai.onnx")
+        scratch(kernel_scratch(g, node), step, idx)
         for k, out in enumerate(node.outputs):
             if not out:
                 continue
@@ -254,6 +265,8 @@ def plan(
                 continue
             new_buffer(out, step, idx)
             result.kinds[out] = "new"
+        if cpu:  # MLAS temporaries: taken after the kernel's output (conv.cc, bias_gelu.cc)
+            scratch(cpu_kernel_scratch(g, node), step, idx)
         # Release at last use: one use per input occurrence; outputs nobody reads at once.
         for name in node.inputs + node.implicit_inputs:
             o = owner.get(name) if name else None

@@ -402,6 +402,109 @@ class _Rewriter:
             return False
         return [d for d in a.shape if d != 1] == [d for d in b.shape if d != 1]
 
+    def reshape_fusion(self) -> None:
+        """Level 1, ``ReshapeFusion``: a Reshape whose target shape is a Concat, read by that
+        Reshape alone, of constants and ``Unsqueeze(Gather(Shape(X), j))`` with ``j`` the
+        Concat position and ``X``'s dim ``j`` equal to the Reshape input's dim there (the same
+        tensor, or an equal value / name) gets a constant shape (0 = copy that dim); the Concat
+        and the Shape -> Gather -> Unsqueeze chains nobody else reads are removed. ORT 1.32's
+        dump of HuBERT / wav2vec2 attention: the ``view(bsz, heads, tgt, dim)`` Concats go,
+        the one shared by the q/k/v Reshapes stays. Why it matters: a Shape of the value
+        projection is a second reader that would pull that branch ahead of the scores in
+        DEFAULT's order, and every removed Gather is an arena chunk. A Concat with the same
+        inputs as another is left alone (ORT's CSE merges them into one with several readers)."""
+        cons, prods = self.consumers(), self.producers()
+        # CommonSubexpressionElimination (level 1, before) merges Concats of the same inputs:
+        # the merged one has several readers (the q/k/v Reshapes' shared target)
+        memo: dict[str, Any] = {}
+        same: dict[Any, int] = {}
+        for n in self.nodes.values():
+            if n.op_type == "Concat":
+                key = self._cse_key(n.outputs[0], prods, memo)
+                same[key] = same.get(key, 0) + 1
+        for r in [n for n in self.nodes.values() if n.op_type == "Reshape"]:
+            if r.domain not in ("", "ai.onnx") or len(r.inputs) < 2 or r.idx not in self.nodes:
+                continue
+            root, shape = self.t(r.inputs[0]), r.inputs[1]
+            c = self.nodes.get(prods.get(shape, -1))
+            if root is None or root.sym_shape is None or c is None or c.op_type != "Concat":
+                continue
+            if not self._single_use(shape, cons) or int(c.attrs.get("axis", 0)) != 0:
+                continue
+            if same.get(self._cse_key(shape, prods, memo), 0) > 1:
+                continue
+            chain = self._shape_chains(c, r.inputs[0], root, prods, cons)
+            if chain is None:
+                continue
+            new = _copy(self.tensors[shape])
+            new.kind, new.producer, new.folded = "initializer", None, True
+            self.tensors[shape] = new
+            for n in [c, *chain]:  # consumers first: a chain goes once nothing reads it
+                if n.idx not in self.nodes:
+                    continue  # a Shape two Gathers read, already gone
+                if n is not c and any(o in self.outputs or cons.get(o) for o in n.outputs if o):
+                    continue
+                del self.nodes[n.idx]
+                self._unread(cons, n)
+                self._unproduce(prods, n)
+            self._bump("ReshapeFusion")
+
+    def _shape_chains(
+        self, c: _Node, data: str, root: TensorInfo, prods: dict[str, int],
+        cons: dict[str, list[int]],
+    ) -> list[_Node] | None:  # fmt: skip
+        """The Unsqueeze, Gather, Shape nodes (consumers first) feeding ``c`` when every
+        input is a constant or a matching dim; None otherwise."""
+        chain: list[_Node] = []
+        assert root.sym_shape is not None
+        for pos, name in enumerate(c.inputs):
+            if self._is_const(name):
+                continue
+            u = self._producer(name, "Unsqueeze", prods)
+            ga = self._producer(u.inputs[0], "Gather", prods) if u else None
+            sh = self._producer(ga.inputs[0], "Shape", prods) if ga else None
+            if u is None or ga is None or sh is None or len(ga.inputs) < 2:
+                return None
+            src, idx = self.t(sh.inputs[0]), self.t(ga.inputs[1])
+            if src is None or src.sym_shape is None or idx is None or idx.small != (pos,):
+                return None
+            if sh.attrs.get("start") or pos >= len(root.sym_shape) or pos >= len(src.sym_shape):
+                return None
+            if sh.inputs[0] != data and not _same_dim(src.sym_shape[pos], root.sym_shape[pos]):
+                return None
+            chain += [u, ga, sh]
+        return chain
+
+    def _producer(self, name: str, op: str, prods: dict[str, int]) -> _Node | None:
+        """The standard-domain ``op`` node writing ``name``, if that is what writes it."""
+        n = self.nodes.get(prods.get(name, -1))
+        return n if n is not None and n.op_type == op and n.domain in ("", "ai.onnx") else None
+
+    def _cse_key(self, name: str, prods: dict[str, int], memo: dict[str, Any]) -> Any:
+        """What ORT's CSE sees of a shape computation's tensor, as a small interned id: a tiny
+        constant by value, a Shape by the tensor it reads, a shape-arithmetic node by (op,
+        attributes, its inputs' ids); anything else by name (CSE matters here only for the
+        Concats ``reshape_fusion`` reads, whose inputs are shape computations)."""
+        if name in memo:
+            return memo[name]
+        ids: dict[Any, int] = memo.setdefault("\0ids", {})
+        t = self.t(name)
+        n = self.nodes.get(prods.get(name, -1))
+        if t is not None and t.small is not None:
+            key: Any = ("v", t.small)
+        elif n is None or n.op_type not in _CSE_OPS or n.domain not in ("", "ai.onnx"):
+            key = ("n", name)
+        else:
+            attrs = tuple(sorted((k, repr(v)) for k, v in n.attrs.items()))
+            ins: tuple[Any, ...] = (
+                tuple(n.inputs)  # Shape / Size: the tensor itself
+                if n.op_type in ("Shape", "Size")
+                else tuple(self._cse_key(i, prods, memo) for i in n.inputs)
+            )
+            key = (n.op_type, attrs, ins, n.outputs.index(name))
+        memo[name] = ids.setdefault(key, len(ids))
+        return memo[name]
+
     def slices_to_split(self) -> None:
         """Level 1 (``GatherSliceToSplitFusion`` family): Slices of one tensor whose outputs
         tile it along one axis (shapes equal elsewhere, sizes summing to the axis) become one
@@ -1285,7 +1388,7 @@ def _copy(t: TensorInfo) -> TensorInfo:
     return TensorInfo(
         name=t.name, kind=t.kind, elem_type=t.elem_type, sym_shape=t.sym_shape, shape=t.shape,
         producer=None, consumers=[], is_output=False, external=t.external,
-        init_bytes=t.init_bytes, folded=t.folded,
+        init_bytes=t.init_bytes, folded=t.folded, small=t.small,
     )  # fmt: skip
 
 
@@ -1308,6 +1411,20 @@ def _same_sym(a: TensorInfo, b: TensorInfo) -> bool:
             continue
         return False
     return True
+
+
+#: ops of the small shape computations whose equal copies ORT's CSE merges (``_cse_key``)
+_CSE_OPS = frozenset(
+    {"Shape", "Size", "Gather", "Unsqueeze", "Squeeze", "Concat", "Cast", "Slice", "Add",
+     "Sub", "Mul", "Div", "Floor", "Ceil", "Mod", "Min", "Max"}
+)  # fmt: skip
+
+
+def _same_dim(x: Any, y: Any) -> bool:
+    """One dim as ``_same_sym`` compares them."""
+    if isinstance(x, int) and isinstance(y, int):
+        return x == y and x >= 0
+    return isinstance(x, str) and x == y and bool(x) and not x.startswith("unk__")
 
 
 def _is_scalar(t: TensorInfo) -> bool:
@@ -1341,6 +1458,7 @@ def optimize(g: GraphInfo, *, level: str = "all", block: int | None = None) -> O
         rw.conv_const_fusions()
         rw.merge_transposes()
         rw.slices_to_split()
+        rw.reshape_fusion()
         rw.matmul_add_fusion()
     if level in ("extended", "all"):
         rw.activation_fusions()
