@@ -22,7 +22,7 @@ rewrites change which activations exist, how big they are and in which order the
   Conv/FusedConv with constant weights, block-aligned channels (or fewer input channels than a
   block: NCHW input read directly) become ``nchwc`` Conv nodes whose outputs are padded to the
   block; MaxPool/AveragePool (channels aligned), and — when every producer is NCHWc —
-  Global pools, Concat on axis 1, Add/Sum, Mul, Relu/Sigmoid/Tanh/HardSigmoid, QuickGelu and
+  Global pools, Concat on axis 1, Add/Sum, Mul, Relu/Sigmoid/Tanh/HardSigmoid, QuickGelu, Gelu and
   BatchNormalization follow (``x * HardSigmoid(x, 1/6, 0.5)`` after a Conv: its HardSwish);
   a Mul by a per-channel constant becomes a depthwise NCHWc Conv;
   ``Transpose`` to NCHW before a ReorderInput / to NHWC after a blocked tensor becomes a
@@ -60,6 +60,8 @@ NCHWC_DOMAIN = "com.microsoft.nchwc"
 MS_DOMAIN = "com.microsoft"
 CONV_ACTIVATIONS = frozenset({"Relu", "Sigmoid", "Tanh", "LeakyRelu", "Clip", "HardSigmoid"})
 NCHWC_ACTIVATIONS = frozenset({"Relu", "Sigmoid", "Tanh"})
+#: com.microsoft elementwise ops ORT 1.32 runs on an NCHWc tensor as it is (its dumps)
+NCHWC_MS_ELEMENTWISE = frozenset({"QuickGelu", "Gelu"})
 #: Coordinate modes under which ORT's NCHWc transformer turns a linear Resize by integer
 #: H/W factors into an NCHWc ``Upsample`` (ORT 1.32 dumps; ``pytorch_half_pixel`` stays NCHW).
 LINEAR_UPSAMPLE_MODES = frozenset({"half_pixel", "asymmetric", "align_corners"})
@@ -930,7 +932,7 @@ class _Rewriter:
                     self._resize(n, args, make_arg, use, converted)
             elif op == "Transpose" and std and all_edges_converted(n):
                 self._transpose(n, args)
-            elif op == "QuickGelu" and n.domain == MS_DOMAIN and all_edges_converted(n):
+            elif op in NCHWC_MS_ELEMENTWISE and n.domain == MS_DOMAIN and all_edges_converted(n):
                 self._elementwise(n, args, make_arg, use, converted)
         # Finalize: back to NCHW where a plain use remains. ORT walks an unordered_map keyed by
         # NodeArg pointers, so its numbering of these nodes changes from process to process
@@ -1298,7 +1300,9 @@ class _Rewriter:
                      converted: set[int]) -> None:  # fmt: skip
         """An elementwise op that reads the NCHWc tensor as it is and is never fused into the
         Conv: ``QuickGelu`` (ORT 1.32's dumps: ``Conv -> QuickGelu`` stays two nodes, both
-        blocked, no Reorder between)."""
+        blocked, no Reorder between) and the Erf ``Gelu`` (session 11: graphsurgeon's
+        ``Conv -> Gelu -> Resize`` runs ``Gelu`` and an NCHWc ``Upsample`` on the blocked
+        tensor, one ``ReorderOutput`` after them)."""
         src = n.inputs[0] if n.inputs else ""
         if src not in args:
             return
