@@ -25,14 +25,17 @@ ONEDNN_FC_OPS = frozenset(
 
 
 def swish_reader(g: GraphInfo, out: str) -> bool:
-    """Does ``out`` (an FC's output, after its bias Add) feed ``out * Sigmoid(out)``? The
-    plugin's SwishFusion makes that a Swish, fused into the FC as a post-op, as Relu is."""
+    """Is ``out`` (an FC's output, after its bias Add) read only by ``out * Sigmoid(out)``? The
+    plugin's SwishFusion makes that a Swish, fused into the FC as a post-op, as Relu is (the
+    same match as ``openvino.swish_pairs``, for one tensor)."""
     t = g.tensors.get(out)
-    if t is None:
+    if t is None or t.is_output or len(set(t.consumers)) != 2:
         return False
     readers = [g.nodes[c] for c in set(t.consumers)]
     sig = [r.outputs[0] for r in readers if r.op_type == "Sigmoid" and r.outputs]
-    return any(r.op_type == "Mul" and out in r.inputs and set(r.inputs) & set(sig) for r in readers)
+    return len(sig) == 1 and any(
+        r.op_type == "Mul" and sorted(r.inputs) == sorted([out, sig[0]]) for r in readers
+    )
 
 
 def swish_fcs(g: GraphInfo) -> int:
