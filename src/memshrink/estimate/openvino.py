@@ -461,6 +461,10 @@ def _fc_postop(g: GraphInfo, out: str) -> bool:
     consumers = sorted(set(t.consumers))
     if len(consumers) == 1 and g.nodes[consumers[0]].op_type in ACTIVATIONS:
         return True
+    from memshrink.estimate import ov_mlas  # ov_mlas imports this module
+
+    if ov_mlas.swish_reader(g, out):  # SiLU, x * Sigmoid(x): SwishFusion makes it a post-op
+        return True
     frontier, seen = list(consumers), set(consumers)
     for _ in range(6):  # GELU: Div/Mul/Pow/Add steps before the Erf/Tanh (tanh form: 5)
         nxt_frontier = []
@@ -1262,7 +1266,12 @@ def predict(
     inside = view.weight_bytes if view.embedded else view.weight_bytes - view.external_weight_bytes
     structure = ov_read.proto_bytes(view.model_path, inside)
     graph_anon = ov_read.read_anon(g, c, structure)
-    lib = lib_pages(g, c)
+    if precision == "f32":  # FCs without a post-op on MLAS: no oneDNN FC code (``ov_mlas``)
+        from memshrink.estimate import ov_mlas  # ov_mlas imports this module
+
+        lib = ov_mlas.f32_lib_pages(g, g, w.fc_postop, c)
+    else:
+        lib = lib_pages(g, c)
     read_lib = ov_read_pages.read_lib_pages(g, c)  # If / Loop bodies are translated too
     rd = Stage("read_model", overhead=graph_anon + read_lib)
     mapped = option_flag(opts, ENABLE_MMAP, True)

@@ -55,11 +55,12 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from memshrink.estimate import openvino, ort_identity, ort_ml, ov_kinds
+from memshrink.estimate import openvino, ort_identity, ort_ml, ov_mlas
 from memshrink.estimate.disjoint import find_root
 from memshrink.estimate.graph import GraphInfo, ModelView, NodeInfo
 from memshrink.estimate.lifetimes import Buffer, positions
 from memshrink.estimate.ort import HOLD_OUTPUTS, option_flag, session_options_rules
+from memshrink.estimate.ov_mlas import ONEDNN_FC_OPS, swish_fcs  # noqa: F401  (re-exported)
 from memshrink.estimate.planners import greedy_by_size
 from memshrink.estimate.schedule import ort_default
 from memshrink.estimate.stages import BackendPrediction, Stage
@@ -255,89 +256,17 @@ def subgraph_count(g: GraphInfo) -> int:
     return len(set(subgraph_ids(g).values()))
 
 
-def swish_fcs(g: GraphInfo) -> int:
-    """FCs (MatMul / Gemm by a weight, bias Add skipped) whose output feeds ``x * Sigmoid(x)``:
-    the plugin's SwishFusion makes that a Swish, fused into the FC as a post-op (oneDNN), as
-    Relu is. Llama's MLP gate is one (4 x MatMul 256^2 + SiLU: EP file peak 68.9 MiB, as with
-    Relu 68.3, against 60.5 without an activation). Native ``_fc_postop`` does not see it."""
-    n = 0
-    for node in g.nodes:
-        if node.op_type not in ("MatMul", "Gemm") or len(node.inputs) < 2 or not node.outputs:
-            continue
-        w = g.tensors.get(node.inputs[1])
-        if w is None or w.kind != "initializer":
-            continue
-        out = node.outputs[0]
-        t = g.tensors.get(out)
-        if t is not None and len(set(t.consumers)) == 1:  # a bias Add between
-            nxt = g.nodes[t.consumers[0]]
-            if nxt.op_type == "Add" and nxt.outputs:
-                out = nxt.outputs[0]
-                t = g.tensors.get(out)
-        if t is None:
-            continue
-        readers = [g.nodes[c] for c in set(t.consumers)]
-        sig = [r.outputs[0] for r in readers if r.op_type == "Sigmoid" and r.outputs]
-        if any(
-            r.op_type == "Mul" and out in r.inputs and set(r.inputs) & set(sig) for r in readers
-        ):
-            n += 1
-    return n
-
-
 def ep_lib_pages(g: GraphInfo, fc_postop_bytes: int, ov_c: Mapping[str, float]) -> int:
     """Library pages the EP's OpenVINO compiles touch: native ``lib_pages`` over the nodes the
-    EP claims (those on ORT's CPU EP load no plugin code), at the EP's f32.
-
-    Native ``lib_pages`` charges oneDNN's FC code (``ov_lib``) to every graph with a MatMul,
-    fitted at this host's default bf16. At f32 the CPU plugin runs an FC without a fused
-    activation (and a MatMul of two activations) through MLAS, not oneDNN: such a graph touches
-    the element-wise base only (``ov_lib_eltwise``). An FC with a fused post-op (Relu, GELU,
-    SiLU: ``swish_fcs``) still takes oneDNN's primitive, and a Conv oneDNN's convolution code.
-    Measured (EP session file peak, MiB absolute, baseline 22): one Relu 61.5, 4 element-wise
-    61.9, MatMul 48^2 alone 60.5, 4 x MatMul 256^2 on [8, 128, 256] 60.5, MatMul 48^2 -> Relu +
-    Sigmoid (not fused: two readers) 63.5, activation MatMul 62.0; 4 x MatMul 256^2 + Relu 68.3.
-    Native compile file at bf16 / f32: MatMul 48^2 58 / 52, the 4 x 256^2 chain 58 / 52, with
-    Relu 59 / 60 (docs/estimate.md, EP rule 15).
+    EP claims (those on ORT's CPU EP load no plugin code), at the EP's f32, where an FC without
+    a fused activation runs on MLAS, not oneDNN (``ov_mlas.f32_lib_pages``). Measured (EP
+    session file peak, MiB absolute, baseline 22): one Relu 61.5, 4 element-wise 61.9, MatMul
+    48^2 alone 60.5, 4 x MatMul 256^2 on [8, 128, 256] 60.5, MatMul 48^2 -> Relu + Sigmoid
+    (not fused: two readers) 63.5, activation MatMul 62.0; 4 x MatMul 256^2 + Relu 68.3
+    (docs/estimate.md, EP rule 15).
     """
     claimed = dataclasses.replace(g, nodes=[n for n in g.nodes if not on_ort_cpu(n)])
-    kinds = ov_kinds.node_kinds(claimed)
-    c = dict(ov_c)
-    if not (
-        kinds & ov_kinds.CONV_KINDS
-        or fc_postop_bytes
-        or swish_fcs(g)
-        or any(n.op_type in ONEDNN_FC_OPS or _body_has_fc(n) for n in claimed.nodes)
-    ):
-        c["ov_lib"] = c["ov_lib_eltwise"]
-    return openvino.lib_pages(claimed, c)
-
-
-# Quantized FCs (int8 MatMulInteger / QDQ, 4-bit MatMulNBits) take oneDNN's or the plugin's own
-# kernels at any precision: the sweep's dynamically quantized BERT and 4-bit Llama measured
-# 5-8 MiB above the MLAS figure (EP session 72.2 / 63.2 MiB; -5.9 / -10 % with the saving).
-ONEDNN_FC_OPS = frozenset(
-    {"MatMulInteger", "MatMulNBits", "QLinearMatMul", "DynamicQuantizeLinear", "DequantizeLinear"}
-)
-
-
-def _body_has_fc(n: NodeInfo) -> bool:
-    """An If / Loop / Scan body (nested ones too) with an FC whose only reader is an activation:
-    bodies compile as inner graphs, and their post-op FCs take oneDNN's code as the main
-    graph's do (native ``fc_postop`` counts main-graph weights only). torch.cond with Gemm ->
-    Relu / Tanh branches: native compile file 55 / 56 MiB at f32 / bf16, no MLAS saving; a
-    Scan body's MatMul -> Add(x_t) -> Tanh keeps it (sweep: +9.9 -> +0.6 %)."""
-    for sub in n.subgraphs:
-        for m in sub.nodes:
-            if _body_has_fc(m):
-                return True
-            if m.op_type not in ("MatMul", "Gemm") or not m.outputs:
-                continue
-            t = sub.tensors.get(m.outputs[0])
-            readers = sorted(set(t.consumers)) if t is not None else []
-            if len(readers) == 1 and sub.nodes[readers[0]].op_type in openvino.ACTIVATIONS:
-                return True
-    return False
+    return ov_mlas.f32_lib_pages(claimed, g, fc_postop_bytes, ov_c)
 
 
 RELAYOUT = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
@@ -475,18 +404,10 @@ def predict(
     ep_lib = ep_lib_pages(g, int(native.details["ov_weights"]["fc_postop"]), ov_c)
     lib_saving = int(native.details["lib_pages"]) - ep_lib
     fixed_file -= lib_saving
-    # Dynamic dims: an FC with a fused SiLU is made at the first infer, with oneDNN's FC code,
-    # as native OpenVINO defers one with Relu (``ov_deferred_lib_f32``), which its rule does
-    # not see: 4 x MatMul 256^2 + SiLU, dynamic batch, EP session / run 1 53.3 / 65.2 MiB
-    # (static: 62 / 65). Only where native moved nothing (no Conv, no FC post-op of its own).
-    swish_shift = 0
-    if (
-        openvino.is_dynamic(view, opts)
-        and not int(native.details["ov_weights"]["fc_postop"])
-        and not ov_kinds.node_kinds(g) & ov_kinds.CONV_KINDS
-        and swish_fcs(g)
-    ):
-        swish_shift = int(ov_c["ov_deferred_lib_f32"])
+    # Dynamic dims: an FC with a fused SiLU is made at the first infer, with oneDNN's FC code
+    # (4 x MatMul 256^2 + SiLU, dynamic batch, EP session / run 1 53.3 / 65.2 MiB; static 62 /
+    # 65): native ``_fc_postop`` counts SiLU as a post-op, so its ``ov_deferred_lib_f32`` shift
+    # and deferred packs carry into these stages.
     cut = [n.op_type for n in g.nodes if on_ort_cpu(n)]
     dynamic = openvino.is_dynamic(view, opts)
     # Dynamic input dims, one subgraph, embedded weights: BasicBackend keeps the subgraph's
@@ -566,9 +487,6 @@ def predict(
             + (" and OpenVINO's (dynamic dims)" if dynamic else "")
         )
         stages[2].notes.append("graph outputs, and the caller's outputs of the previous run")
-    if swish_shift:
-        stages[0].overhead -= swish_shift
-        stages[0].notes.append("dynamic dims: FCs with a fused SiLU get oneDNN's code at run 1")
     if static_session:
         stages[0].activations += static_session
         stages[0].notes.append("static subgraphs: workspaces allocated at session creation")
