@@ -37,6 +37,8 @@ def test_parse_args() -> None:
 def test_unbound_dims_are_all_named() -> None:
     with pytest.raises(UnboundDimensionError, match=r"ids\[0\] \('batch'\), ids\[1\] \('seq'\)"):
         bind_input_shapes(INPUTS)
+    with pytest.raises(UnboundDimensionError, match=r"here: --dim batch=SIZE --dim seq=SIZE,"):
+        bind_input_shapes(INPUTS)
 
 
 def test_precedence_shape_dim_sidecar(tmp_path: Path) -> None:

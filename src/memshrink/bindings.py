@@ -180,7 +180,8 @@ def bind_input_shapes(
                 out.append(-1)
         resolved[name] = tuple(out)
     if missing:
-        example = " ".join(f"--dim {s}=N" for s in symbols)
+        # SIZE, not N: a model's own symbol is often N ("--dim N=N" read as a typo)
+        example = " ".join(f"--dim {s}=SIZE" for s in symbols)
         raise UnboundDimensionError(
             "unbound symbolic dimension(s): "
             + ", ".join(missing)
