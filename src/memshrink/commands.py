@@ -503,8 +503,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from memshrink.demo import write_demo_model
 
     out_dir = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="memshrink-demo-"))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    src = write_demo_model(out_dir / "demo.onnx")
+    src = write_demo_model(out_dir / "demo.onnx")  # makes out_dir
     dst = out_dir / "demo.small.onnx"
     print(
         f"built the bundled demo model: {src} ({format_bytes(src.stat().st_size)}, weights embedded)"
