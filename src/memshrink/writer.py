@@ -132,7 +132,11 @@ def plan_offsets(sizes: Sequence[int], alignment: int, small: int = SMALL_ALIGNM
 
 
 def _files_in_use(model: ir.Model) -> set[str]:
-    used = set()
+    """Files a save must not replace: what the model reads now, and every file of the input it
+    was loaded from. Why the latter: after simplify (every weight in memory) the model reads
+    nothing, and ``optimize in.onnx w.onnx`` with in.onnx's weights in ``w.onnx.data`` replaced
+    the input's data file (QA session 11)."""
+    used = set((model.meta.get(META_SOURCE) or {}).get("input_files") or ())
     src = source_path(model)
     if src:
         used.add(os.path.realpath(src))
