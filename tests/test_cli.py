@@ -230,6 +230,36 @@ def test_a_report_never_overwrites_a_model(
     assert mlp_path.read_bytes() == before and not (tmp_path / "o.onnx").exists()
 
 
+@pytest.mark.parametrize("cmd", ["estimate", "optimize-in", "optimize-out"])
+def test_a_report_never_replaces_a_sidecar(
+    mlp_path: Path,
+    tmp_path: Path,
+    cmd: str,
+    capsys,  # noqa: ANN001
+) -> None:
+    """``MODEL.onnx.json`` is valid JSON like a report, but it is the model's sidecar: ``--json
+    in.onnx.json`` replaced the input's (QA session 11), ``--json out.onnx.json`` raced the
+    sidecar that optimize writes there."""
+    src = tmp_path / "in.onnx"
+    src.write_bytes(mlp_path.read_bytes())
+    side = tmp_path / "in.onnx.json"
+    side.write_text('{"inputs": []}\n')
+    argv = {
+        "estimate": ["estimate", str(src), "--json", str(side)],
+        "optimize-in": ["optimize", str(src), str(tmp_path / "o.onnx"), "--json", str(side)],
+        "optimize-out": [
+            "optimize",
+            str(src),
+            str(tmp_path / "o.onnx"),
+            "--json",
+            str(tmp_path / "o.onnx.json"),
+        ],
+    }[cmd]
+    assert main(argv) == 2
+    assert "choose another" in capsys.readouterr().err
+    assert side.read_text() == '{"inputs": []}\n' and not (tmp_path / "o.onnx").exists()
+
+
 def test_a_json_report_is_overwritten(mlp_path: Path, tmp_path: Path) -> None:
     report = tmp_path / "r.json"
     report.write_text('{"old": true}\n')

@@ -77,7 +77,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     if same or (src.exists() and dst.exists() and os.path.samefile(src, dst)):
         raise UsageError("output path is the input path; the input is never overwritten")
     if args.json and args.json != "-":
-        written = {os.path.realpath(p) for p in (dst, f"{dst}.data", f"{dst}.folded.data")}
+        outs = (dst, f"{dst}.data", f"{dst}.folded.data", f"{dst}.json")  # .json: the sidecar
+        written = {os.path.realpath(p) for p in outs}
         if os.path.realpath(args.json) in written:
             raise UsageError(f"--json {args.json} is where the model goes; choose another path")
     # Fail before any work when the output can't be written.
