@@ -37,6 +37,8 @@ def test_parse_args() -> None:
 def test_unbound_dims_are_all_named() -> None:
     with pytest.raises(UnboundDimensionError, match=r"ids\[0\] \('batch'\), ids\[1\] \('seq'\)"):
         bind_input_shapes(INPUTS)
+    with pytest.raises(UnboundDimensionError, match=r"here: --dim batch=SIZE --dim seq=SIZE,"):
+        bind_input_shapes(INPUTS)
 
 
 def test_precedence_shape_dim_sidecar(tmp_path: Path) -> None:
@@ -48,6 +50,27 @@ def test_precedence_shape_dim_sidecar(tmp_path: Path) -> None:
         INPUTS, shapes={"ids": [2, 8]}, dims={"batch": 4, "seq": 512}, sidecar=side
     )["ids"] == (2, 8)
     assert bind_input_shapes(INPUTS, dims={"batch": 4, "seq": 512})["image"] == (1, 3, 8, 8)
+
+
+def test_a_shape_binds_its_symbols_for_the_inputs_that_share_them(tmp_path: Path) -> None:
+    """README's ``--shape input_ids=1,128`` on a BERT whose sidecar says [1, 32] for all three
+    inputs fed attention_mask [1, 32] (QA session 11: ORT failed on both models, exit 5)."""
+    inputs = [("ids", ["batch", "seq"]), ("mask", ["batch", "seq"]), ("pos", ["seq"])]
+    side_path = tmp_path / "m.onnx"
+    spec = [
+        {"name": n, "shape": s, "dtype": "int64"}
+        for n, s in [("ids", [1, 32]), ("mask", [1, 32]), ("pos", [32])]
+    ]
+    Path(str(side_path) + ".json").write_text(json.dumps({"inputs": spec}))
+    side = load_sidecar(side_path)
+    got = bind_input_shapes(inputs, shapes={"ids": [1, 128]}, sidecar=side)
+    assert got == {"ids": (1, 128), "mask": (1, 128), "pos": (128,)}
+    # an explicit --dim still wins over what the --shape implies, and the sidecar stays the
+    # fallback for inputs sharing no bound symbol
+    got = bind_input_shapes(inputs, shapes={"ids": [1, 128]}, dims={"seq": 64}, sidecar=side)
+    assert got == {"ids": (1, 128), "mask": (1, 64), "pos": (64,)}
+    got = bind_input_shapes(inputs[2:] + [("other", ["n"])], shapes={"pos": [16]}, dims={"n": 3})
+    assert got == {"pos": (16,), "other": (3,)}
 
 
 def test_shape_errors() -> None:

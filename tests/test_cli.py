@@ -149,6 +149,30 @@ def test_demo_runs(tmp_path: Path) -> None:
     assert_bit_identical(run_ort(src, feeds), run_ort(dst, feeds))
 
 
+def test_demo_on_a_full_disk_is_a_one_line_error_and_leaves_no_model(tmp_path: Path) -> None:
+    """QA session 11: ``demo --out`` on a full tmpfs printed "internal error: OSError: [Errno
+    28]" (exit 1) and left a partial demo.onnx; a 1 MB file-size limit stands in for the disk."""
+    import resource
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+
+    out = tmp_path / "d"
+    proc = subprocess.run(
+        [sys.executable, "-m", "memshrink.cli", "demo", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=limit,
+    )
+    assert proc.returncode == 7, proc.stderr
+    assert "out of disk space" in proc.stderr and "demo.onnx" in proc.stderr
+    assert "Traceback" not in proc.stderr and list(out.iterdir()) == []
+    (tmp_path / "file").write_text("x")
+    code = main(["demo", "--out", str(tmp_path / "file" / "d")])  # a file where a folder goes
+    assert code == 7
+
+
 def test_verify_failure_names_what_failed_in_one_line(tmp_path: Path, capsys) -> None:  # noqa: ANN001
     """A CI log's last line says which output broke which tolerance, and which budget."""
     import onnx
@@ -204,6 +228,36 @@ def test_a_report_never_overwrites_a_model(
     assert main(argv) == 2
     assert "choose another" in capsys.readouterr().err
     assert mlp_path.read_bytes() == before and not (tmp_path / "o.onnx").exists()
+
+
+@pytest.mark.parametrize("cmd", ["estimate", "optimize-in", "optimize-out"])
+def test_a_report_never_replaces_a_sidecar(
+    mlp_path: Path,
+    tmp_path: Path,
+    cmd: str,
+    capsys,  # noqa: ANN001
+) -> None:
+    """``MODEL.onnx.json`` is valid JSON like a report, but it is the model's sidecar: ``--json
+    in.onnx.json`` replaced the input's (QA session 11), ``--json out.onnx.json`` raced the
+    sidecar that optimize writes there."""
+    src = tmp_path / "in.onnx"
+    src.write_bytes(mlp_path.read_bytes())
+    side = tmp_path / "in.onnx.json"
+    side.write_text('{"inputs": []}\n')
+    argv = {
+        "estimate": ["estimate", str(src), "--json", str(side)],
+        "optimize-in": ["optimize", str(src), str(tmp_path / "o.onnx"), "--json", str(side)],
+        "optimize-out": [
+            "optimize",
+            str(src),
+            str(tmp_path / "o.onnx"),
+            "--json",
+            str(tmp_path / "o.onnx.json"),
+        ],
+    }[cmd]
+    assert main(argv) == 2
+    assert "choose another" in capsys.readouterr().err
+    assert side.read_text() == '{"inputs": []}\n' and not (tmp_path / "o.onnx").exists()
 
 
 def test_a_json_report_is_overwritten(mlp_path: Path, tmp_path: Path) -> None:

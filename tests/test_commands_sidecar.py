@@ -56,3 +56,37 @@ def test_symbolic_outputs_keep_the_sidecar_and_bad_json_is_copied(tmp_path: Path
     sidecar_path(src).write_text("{not json")
     _copy_sidecar(src, dst, _declared_inputs(_model([4, 512])))
     assert sidecar_path(dst).read_text() == "{not json"
+
+
+def test_sidecar_that_cannot_be_written_fails_the_run_with_nothing_saved(tmp_path: Path) -> None:
+    """A full disk on the sidecar (QA session 11: tmpfs with 340 KiB free) left OUT.onnx and its
+    data beside no sidecar, or an earlier run's one that describes another model: it is staged
+    before the model is saved now, so the run fails (exit 7) before any output is renamed."""
+    from memshrink.atomic import temp_path_for
+    from memshrink.cli import main
+
+    text = """<ir_version: 8, opset_import: ["" : 17]>
+    g (float[8] x) => (float[8] y) { y = Relu(x) }"""
+    src, dst = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    onnx.save(onnx.parser.parse_model(text), src)
+    sidecar_path(src).write_text(json.dumps({"inputs": [{"name": "x", "shape": [8]}]}))
+    sidecar_path(dst).write_text("earlier run's sidecar")
+    blocker = temp_path_for(sidecar_path(dst))
+    blocker.mkdir()  # opening the staged sidecar fails, as on a full disk
+    assert main(["optimize", str(src), str(dst), "--passes", "prune", "-q"]) == 7
+    assert not dst.exists()
+    assert sidecar_path(dst).read_text() == "earlier run's sidecar"
+    blocker.rmdir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "in.onnx",
+        "in.onnx.json",
+        "out.onnx.json",
+    ]
+    assert main(["optimize", str(src), str(dst), "--passes", "prune", "-q"]) == 0
+    assert load_sidecar(dst).input("x").shape == (8,)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "in.onnx",
+        "in.onnx.json",
+        "out.onnx",
+        "out.onnx.json",
+    ]

@@ -151,6 +151,37 @@ def test_sigterm_mid_save_cleans_up(tmp_path: Path, mlp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mlp.onnx"]
 
 
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_signal_held_during_the_renames_says_the_save_is_whole(
+    tmp_path: Path, mlp_path: Path, signame: str
+) -> None:
+    """A signal that arrives during the renames is held back and raised once they are done (QA
+    session 11: Ctrl-C 2 s into ``optimize`` printed "interrupted; nothing written" beside a
+    whole new OUT.onnx and OUT.onnx.data): it still exits 128 + the signal, naming the saved
+    model."""
+    out = tmp_path / "o.onnx"
+    code = f"""
+        import os, signal
+        import memshrink.writer as w
+        from memshrink.model import load
+        from memshrink.errors import ModelSaveError
+        real = os.replace
+        def replace(a, b):
+            os.kill(os.getpid(), signal.{signame})  # blocked: pending until the renames end
+            real(a, b)
+        w.os.replace = replace
+        try:
+            w.save_model(load({str(mlp_path)!r}), {str(out)!r}, external=True)
+        except ModelSaveError as exc:
+            print("ERR", exc.exit_code, exc)
+    """
+    proc = _run_child(code)
+    code_ = 128 + getattr(signal, signame)
+    assert f"ERR {code_} interrupted; {out} was saved whole" in proc.stdout, proc.stderr
+    assert_bit_identical(run_ort(mlp_path, mlp_feeds()), run_ort(out, mlp_feeds()))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mlp.onnx", "o.onnx", "o.onnx.data"]
+
+
 def test_existing_output_survives_failed_save(tmp_path: Path, mlp_path: Path) -> None:
     out = tmp_path / "o.onnx"
     save_model(load(mlp_path), out, external=True)

@@ -65,13 +65,34 @@ def sigterm_as_exception() -> Iterator[None]:
 
 @contextlib.contextmanager
 def signals_blocked() -> Iterator[None]:
-    """Hold SIGINT/SIGTERM back while files are renamed into place."""
-    sigs = {signal.SIGINT, signal.SIGTERM}
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+    """Hold SIGINT/SIGTERM back while files are renamed into place; one that came is raised
+    again at the end, to the handler that was in place before.
+
+    Why Python-level handlers, not only ``pthread_sigmask``: the mask is per thread, and a
+    Ctrl-C is sent to the process, so the kernel hands it to any thread that does not block
+    it (OpenBLAS's, ONNX Runtime's): Python then raised KeyboardInterrupt in the main thread
+    between the renames (QA session 11). Python runs its handlers in the main thread only."""
+    sigs = (signal.SIGINT, signal.SIGTERM)
+    if threading.current_thread() is not threading.main_thread():
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+        try:
+            yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        return
+    pending: list[int] = []
+
+    def hold(signum: int, frame: object) -> None:
+        pending.append(signum)
+
+    previous = {s: signal.signal(s, hold) for s in sigs}
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        if pending:
+            signal.raise_signal(pending[0])
 
 
 def fsync_file(path: Path) -> None:

@@ -122,7 +122,8 @@ def bind_input_shapes(
 
     ``inputs`` is ``[(name, dims)]`` where a dim is an int, a symbol name, or None; dims None
     means the input declares no shape at all (unknown rank): only ``--shape`` or the sidecar
-    can bind it (it is not a scalar). Precedence: explicit ``shapes`` > symbol ``dims`` > sidecar.
+    can bind it (it is not a scalar). Precedence: explicit ``shapes`` > symbol ``dims`` > the
+    symbols a ``shapes`` entry binds (for the other inputs that declare them) > sidecar.
     """
     shapes = dict(shapes or {})
     dims = dict(dims or {})
@@ -133,6 +134,16 @@ def bind_input_shapes(
             f"--shape names unknown input(s) {', '.join(unknown)}; "
             f"the model's inputs are: {', '.join(sorted(known)) or '(none)'}"
         )
+    # a --shape binds its input's symbols for the inputs that share them, under explicit --dim:
+    # ``--shape input_ids=1,128`` on BERT fed attention_mask the sidecar's [1, 32] (QA session
+    # 11: ORT failed on both models, exit 5)
+    implied: dict[str, int] = {}
+    for name, declared in inputs:
+        if name in shapes and declared is not None and len(shapes[name]) == len(declared):
+            for d, g in zip(declared, shapes[name], strict=True):
+                if isinstance(d, str) and d:
+                    implied.setdefault(d, int(g))
+    dims = {**implied, **dims}
     resolved: dict[str, tuple[int, ...]] = {}
     missing: list[str] = []
     symbols: list[str] = []  # named unbound dims, for the --dim example in the error
@@ -180,7 +191,8 @@ def bind_input_shapes(
                 out.append(-1)
         resolved[name] = tuple(out)
     if missing:
-        example = " ".join(f"--dim {s}=N" for s in symbols)
+        # SIZE, not N: a model's own symbol is often N ("--dim N=N" read as a typo)
+        example = " ".join(f"--dim {s}=SIZE" for s in symbols)
         raise UnboundDimensionError(
             "unbound symbolic dimension(s): "
             + ", ".join(missing)

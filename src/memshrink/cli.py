@@ -76,6 +76,14 @@ def check_report_path(dest: str | None, flag: str) -> None:
         raise ModelSaveError(f"{flag} {dest}: output folder {folder} does not exist")
     if not os.access(folder, os.W_OK):  # also EROFS: a read-only mount
         raise ModelSaveError(f"{flag} {dest}: cannot write to {folder}: permission denied")
+    model = Path(dest.removesuffix(".json"))
+    if flag == "--json" and dest.endswith(".onnx.json") and model.exists():
+        # ``MODEL.onnx.json`` is MODEL's sidecar (how to feed it), valid JSON like a report:
+        # ``--json in.onnx.json`` replaced the input's (QA session 11)
+        raise UsageError(
+            f"refusing to write the report to {dest}: it is {model.name}'s sidecar (its input "
+            "shapes); choose another --json path"
+        )
     try:
         with open(path, "rb") as f:
             head = f.read(8).lstrip()

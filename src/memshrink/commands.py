@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
@@ -12,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from memshrink.atomic import remove_quietly
 from memshrink.errors import ModelSaveError, UsageError
 from memshrink.units import format_bytes
 
@@ -76,7 +78,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     if same or (src.exists() and dst.exists() and os.path.samefile(src, dst)):
         raise UsageError("output path is the input path; the input is never overwritten")
     if args.json and args.json != "-":
-        written = {os.path.realpath(p) for p in (dst, f"{dst}.data", f"{dst}.folded.data")}
+        outs = (dst, f"{dst}.data", f"{dst}.folded.data", f"{dst}.json")  # .json: the sidecar
+        written = {os.path.realpath(p) for p in outs}
         if os.path.realpath(args.json) in written:
             raise UsageError(f"--json {args.json} is where the model goes; choose another path")
     # Fail before any work when the output can't be written.
@@ -131,8 +134,14 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             last[0] = now
             progress(f"writing weights {format_bytes(done)} / {format_bytes(total)}")
 
-    info = save_model(model, dst, progress=save_progress, fsync=args.fsync)
-    stale_side = _copy_sidecar(src, dst, _declared_inputs(model))
+    # the sidecar is written before the model and renamed after it: a disk that fills on it
+    # fails the run with nothing written, not a new model beside no (or the old) sidecar
+    staged = _stage_sidecar(src, dst, _declared_inputs(model))
+    try:
+        info = save_model(model, dst, progress=save_progress, fsync=args.fsync)
+        stale_side = _place_sidecar(dst, staged)
+    finally:
+        remove_quietly(staged)
     if stale_side:
         info.removed_stale.append(stale_side)
     report.seconds = time.perf_counter() - t0
@@ -302,23 +311,31 @@ def _declared_inputs(model: Any) -> dict[str, tuple[Any, ...] | None]:
 def _copy_sidecar(
     src: Path, dst: Path, declared: Mapping[str, tuple[Any, ...] | None]
 ) -> str | None:
-    """Carry ``IN.onnx.json`` (how to feed the model) to the output. Where a pass bound an
-    input's dims (``chunk`` specializes symbolic dims to the ``--dim`` bindings), the sidecar
-    takes the output's static shape: a stale one would feed the rewritten model a shape it no
-    longer accepts (``verify`` reads the sidecar). A sidecar that is not valid JSON is copied as
-    it is (``load_sidecar`` reports it where it is used). When IN has none, an ``OUT.onnx.json``
-    an earlier run left describes another model (``estimate OUT`` would feed it silently):
-    it is removed, and its path returned for the report."""
+    """Carry ``IN.onnx.json`` to the saved output ``dst`` (``_stage_sidecar`` then
+    ``_place_sidecar``); returns the path of a stale ``OUT.onnx.json`` it removed."""
+    staged = _stage_sidecar(src, dst, declared)
+    try:
+        return _place_sidecar(dst, staged)
+    finally:
+        remove_quietly(staged)
+
+
+def _stage_sidecar(
+    src: Path, dst: Path, declared: Mapping[str, tuple[Any, ...] | None]
+) -> Path | None:
+    """Write ``IN.onnx.json`` (how to feed the model) for the output into a temp file beside it;
+    None when IN has none. Where a pass bound an input's dims (``chunk`` specializes symbolic
+    dims to the ``--dim`` bindings), the sidecar takes the output's static shape: a stale one
+    would feed the rewritten model a shape it no longer accepts (``verify`` reads the sidecar).
+    A sidecar that is not valid JSON is copied as it is (``load_sidecar`` reports it where it is
+    used). Why staged before the model is saved: a full disk must fail the run before the model
+    is renamed into place, not leave it beside no sidecar or an earlier run's."""
+    from memshrink.atomic import describe_os_error, temp_path_for
     from memshrink.bindings import sidecar_path
 
     side = sidecar_path(src)
-    if not dst.exists():  # a file, or a partition folder
+    if not side.is_file() or not dst.parent.is_dir():  # no folder: save_model names it
         return None
-    if not side.is_file():
-        from memshrink.writer import remove_stale_siblings
-
-        removed = remove_stale_siblings(sidecar_path(dst))
-        return removed[0] if removed else None
     raw = side.read_bytes()
     try:
         data = json.loads(raw)
@@ -330,9 +347,31 @@ def _copy_sidecar(
     except (ValueError, AttributeError, TypeError):
         pass
     target = sidecar_path(dst)
-    from memshrink.atomic import write_atomic
+    tmp = temp_path_for(target)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(raw)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)  # a partial file (a full disk); never the cause itself
+        raise describe_os_error(exc, target) from exc
+    return tmp
 
-    write_atomic(target, lambda f: f.write(raw))
+
+def _place_sidecar(dst: Path, staged: Path | None) -> str | None:
+    """Rename the staged sidecar to ``OUT.onnx.json`` once the model is saved. When IN has none
+    (``staged`` None), an ``OUT.onnx.json`` an earlier run left describes another model
+    (``estimate OUT`` would feed it silently): it is removed, and its path returned."""
+    from memshrink.bindings import sidecar_path
+    from memshrink.writer import remove_stale_siblings
+
+    if not dst.exists():  # a file, or a partition folder
+        return None
+    target = sidecar_path(dst)
+    if staged is None:
+        removed = remove_stale_siblings(target)
+        return removed[0] if removed else None
+    os.replace(staged, target)
     return None
 
 
@@ -467,8 +506,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from memshrink.demo import write_demo_model
 
     out_dir = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="memshrink-demo-"))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    src = write_demo_model(out_dir / "demo.onnx")
+    src = write_demo_model(out_dir / "demo.onnx")  # makes out_dir
     dst = out_dir / "demo.small.onnx"
     print(
         f"built the bundled demo model: {src} ({format_bytes(src.stat().st_size)}, weights embedded)"

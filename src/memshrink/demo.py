@@ -84,14 +84,24 @@ def build_demo_model(seed: int = 0) -> onnx.ModelProto:
 
 
 def write_demo_model(path: Path, seed: int = 0) -> Path:
-    """Write the demo model (embedded weights) and its sidecar next to it."""
+    """Write the demo model (embedded weights) and its sidecar next to it, atomically: a full
+    disk or an unwritable ``--out`` is a one-line error (exit 7) with no half-written demo.onnx
+    left (QA session 11: "internal error: OSError: [Errno 28]", exit 1)."""
     import json
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save_model(build_demo_model(seed), path)
+    from memshrink.atomic import describe_os_error, write_atomic
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise describe_os_error(exc, path) from exc
+    model = build_demo_model(seed)
+    write_atomic(path, lambda f: f.write(model.SerializeToString()))
     sidecar = {
         "inputs": [{"name": "input_ids", "shape": [1, SEQ], "dtype": "int64", "range": [0, VOCAB]}],
         "outputs": ["logits"],
     }
-    Path(str(path) + ".json").write_text(json.dumps(sidecar, indent=2) + "\n")
+    write_atomic(
+        Path(str(path) + ".json"), lambda f: f.write(json.dumps(sidecar, indent=2).encode() + b"\n")
+    )
     return path

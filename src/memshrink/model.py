@@ -93,8 +93,16 @@ def _load_path(path: Path) -> ir.Model:
     _set_attribute_tensor_base_dir(model, base_dir)
     own_file = str(path.resolve())
     validate_external_data(model, base_dir)
+    read = {
+        os.path.realpath(t.path)
+        for t, _ in iter_tensor_slots(model)
+        if isinstance(t, ir.ExternalTensor)
+    }
     model.meta[META_SOURCE] = {
         "path": own_file,
+        # every file the input is made of, kept when a pass rebuilds the model in memory
+        # (simplify): a save must never replace one (``writer._files_in_use``)
+        "input_files": sorted(read | {os.path.realpath(own_file)}),
         "external": scan.external_refs > 0,
         "lifted_tensors": scan.lifted_tensors,
         "lifted_bytes": scan.lifted_bytes,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -131,7 +132,11 @@ def plan_offsets(sizes: Sequence[int], alignment: int, small: int = SMALL_ALIGNM
 
 
 def _files_in_use(model: ir.Model) -> set[str]:
-    used = set()
+    """Files a save must not replace: what the model reads now, and every file of the input it
+    was loaded from. Why the latter: after simplify (every weight in memory) the model reads
+    nothing, and ``optimize in.onnx w.onnx`` with in.onnx's weights in ``w.onnx.data`` replaced
+    the input's data file (QA session 11)."""
+    used = set((model.meta.get(META_SOURCE) or {}).get("input_files") or ())
     src = source_path(model)
     if src:
         used.add(os.path.realpath(src))
@@ -291,6 +296,7 @@ def save_model(
     external_count = external_bytes = inline_count = 0
     wrote_data = wrote_folded = False
     stale: list[str] = []
+    renamed = False  # the new files are in place: an interrupt after this lost nothing
     try:
         with sigterm_as_exception():
             inline = set(policy.get("inline", ()))  # names the external-data pass keeps embedded
@@ -382,11 +388,21 @@ def save_model(
                     data_final if not wrote_data else None,
                     folded_final if not wrote_folded else None,
                 )
+                renamed = True
             if fsync:
                 fsync_file(final.parent)
     except OSError as exc:
         raise describe_os_error(exc, final) from exc
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, SaveInterrupted) as exc:
+        # a signal held back during the renames arrives once they are done: then the save is
+        # whole, and saying "nothing written" would send the user to look for a partial model
+        signum = exc.exit_code - 128 if isinstance(exc, SaveInterrupted) else signal.SIGINT
+        if renamed:
+            raise SaveInterrupted(
+                f"interrupted; {final} was saved whole before the signal took effect", signum
+            ) from None
+        if isinstance(exc, SaveInterrupted):
+            raise
         raise SaveInterrupted("interrupted; nothing written") from None
     finally:
         for tensor, setter in reversed(originals):

@@ -117,3 +117,33 @@ def test_manifest_records_chain_and_symbolic_dims(tmp_path: Path) -> None:
     assert "input" in sources and 0 in sources
     early = [t for p in doc["parts"] for t in p["outputs"] if t["name"] == "early"]
     assert early and early[0]["graph_output"] is True
+
+
+def test_commit_interrupted_during_the_swap_keeps_the_new_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C during the folder swap is raised after it (QA session 11): the new folder is in
+    place, the earlier one is removed, and the error says the save is whole, not "nothing
+    written"."""
+    import signal
+
+    from memshrink.atomic import SaveInterrupted
+    from memshrink.partition import save as psave
+
+    tmp, final = tmp_path / ".new", tmp_path / "out.parts"
+    tmp.mkdir()
+    (tmp / "manifest.json").write_text("new")
+    final.mkdir()
+    (final / "manifest.json").write_text("old")
+    real = os.replace
+
+    def replace(a: Path, b: Path) -> None:
+        os.kill(os.getpid(), signal.SIGINT)  # held until the swap is done
+        real(a, b)
+
+    monkeypatch.setattr(psave.os, "replace", replace)
+    with pytest.raises(SaveInterrupted, match="saved whole") as info:
+        psave._commit(tmp, final)
+    assert info.value.exit_code == 130
+    assert (final / "manifest.json").read_text() == "new"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.parts"]

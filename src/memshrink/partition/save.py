@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -369,15 +370,28 @@ def save_partitioned(
 
 
 def _commit(tmp: Path, final: Path) -> None:
-    with signals_blocked():
-        old = None
-        if final.exists():
-            old = final.with_name(f".{final.name}.old-{os.getpid()}")
-            os.replace(final, old)
-        os.replace(tmp, final)
+    """Swap the new folder in. A signal held back during the swap is raised after it: the
+    earlier save's folder is still removed, and the error says the new one is whole."""
+    old = None
+    swapped = False
+    try:
+        with signals_blocked():
+            if final.exists():
+                old = final.with_name(f".{final.name}.old-{os.getpid()}")
+                os.replace(final, old)
+            os.replace(tmp, final)
+            swapped = True
+    except (KeyboardInterrupt, SaveInterrupted) as exc:
+        if not swapped:
+            raise
+        signum = exc.exit_code - 128 if isinstance(exc, SaveInterrupted) else signal.SIGINT
+        raise SaveInterrupted(
+            f"interrupted; {final} was saved whole before the signal took effect", signum
+        ) from None
+    finally:
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
     fsync_file(final.parent)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def _main_data(
