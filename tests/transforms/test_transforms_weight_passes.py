@@ -131,7 +131,10 @@ def test_dedup_streaming_compare_across_chunks() -> None:
 
 
 def test_external_data_moves_constants_and_sets_policy(mlp_path: Path, tmp_path: Path) -> None:
-    model, report, out = _run(mlp_path, "external-data", tmp_path)
+    # threshold 1 KiB (the default is 4 KiB): bias_c, a 1 KiB Constant, moves out too
+    model, report, out = _run(
+        mlp_path, "external-data", tmp_path, **{"external-data": {"threshold": "1KiB"}}
+    )
     stats = report.passes[0].stats
     assert stats["constants_to_initializers"] == 1
     assert "bias_c" in model.graph.initializers
