@@ -164,3 +164,28 @@ def conv_bn_conv() -> onnx.ModelProto:
         [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 16, 8, 8])], inits,
     )  # fmt: skip
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+def fc_chain(post: str | None, batch: int | str = 8, n: int = 4, k: int = 256) -> onnx.ModelProto:
+    """``n`` MatMul k x k on [batch, 128, k], each followed by ``post`` (None, Relu, SiLU):
+    OpenVINO runs plain FCs at f32 on MLAS and fused ones on oneDNN (estimate/ov_mlas.py)."""
+    rng = np.random.default_rng(0)
+    nodes, inits, cur = [], [], "x"
+    for i in range(n):
+        w = (rng.standard_normal((k, k)) * 0.01).astype(np.float32)
+        inits.append(numpy_helper.from_array(w, f"w{i}"))
+        nodes.append(helper.make_node("MatMul", [cur, f"w{i}"], [f"m{i}"]))
+        cur = f"m{i}"
+        if post == "Relu":
+            nodes.append(helper.make_node("Relu", [cur], [f"r{i}"]))
+            cur = f"r{i}"
+        elif post == "SiLU":
+            nodes.append(helper.make_node("Sigmoid", [cur], [f"s{i}"]))
+            nodes.append(helper.make_node("Mul", [cur, f"s{i}"], [f"r{i}"]))
+            cur = f"r{i}"
+    nodes.append(helper.make_node("Identity", [cur], ["y"]))
+    vi = [helper.make_tensor_value_info(v, TensorProto.FLOAT, [batch, 128, k]) for v in "xy"]
+    graph = helper.make_graph(nodes, "g", vi[:1], vi[1:], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    return model

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from fixtures_onnx import fc_chain
 from interpreters import NO_OVEP, ovep_python
 from onnx import TensorProto, helper, numpy_helper
 
@@ -36,50 +37,29 @@ def _model(nodes: list, inputs: list, outputs: list, inits: list) -> onnx.ModelP
     return model
 
 
-def _fc_chain(post: str | None, batch: int | str = 8, n: int = 4, k: int = 256) -> onnx.ModelProto:
-    """``n`` MatMul k x k on [batch, 128, k], each followed by ``post`` (None, Relu, SiLU)."""
-    rng = np.random.default_rng(0)
-    nodes, inits, cur = [], [], "x"
-    for i in range(n):
-        w = (rng.standard_normal((k, k)) * 0.01).astype(np.float32)
-        inits.append(numpy_helper.from_array(w, f"w{i}"))
-        nodes.append(helper.make_node("MatMul", [cur, f"w{i}"], [f"m{i}"]))
-        cur = f"m{i}"
-        if post == "Relu":
-            nodes.append(helper.make_node("Relu", [cur], [f"r{i}"]))
-            cur = f"r{i}"
-        elif post == "SiLU":
-            nodes.append(helper.make_node("Sigmoid", [cur], [f"s{i}"]))
-            nodes.append(helper.make_node("Mul", [cur, f"s{i}"], [f"r{i}"]))
-            cur = f"r{i}"
-    nodes.append(helper.make_node("Identity", [cur], ["y"]))
-    vi = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [batch, 128, k]) for n in "xy"]
-    return _model(nodes, vi[:1], vi[1:], inits)
-
-
 def test_fc_without_post_op_loads_no_onednn_fc_code() -> None:
     """At the EP's f32 an FC without a fused activation runs on MLAS: the element-wise base,
     ``ov_lib - ov_lib_eltwise`` (5 MiB) under native OpenVINO's bf16-fitted charge. Relu and SiLU
     post-ops keep oneDNN's FC (measured EP session 53.2 / 61.4 / 62 MiB: plain / Relu / SiLU)."""
     peaks = {
-        p: estimate(_fc_chain(p), backend="ort-openvino").stage_peaks()["session_creation"]
+        p: estimate(fc_chain(p), backend="ort-openvino").stage_peaks()["session_creation"]
         for p in (None, "Relu", "SiLU")
     }
-    details = estimate(_fc_chain(None), backend="ort-openvino").prediction.details
-    assert _bf16_lib(_fc_chain(None)) - details["ovep_lib_pages"] == MLAS_SAVING
+    details = estimate(fc_chain(None), backend="ort-openvino").prediction.details
+    assert _bf16_lib(fc_chain(None)) - details["ovep_lib_pages"] == MLAS_SAVING
     assert details["lib_pages"] == details["ovep_lib_pages"]  # native f32: MLAS too
-    relu = estimate(_fc_chain("Relu"), backend="ort-openvino").prediction.details
+    relu = estimate(fc_chain("Relu"), backend="ort-openvino").prediction.details
     assert relu["lib_pages"] == relu["ovep_lib_pages"]
     # SiLU (two more nodes, the same plugin kinds as Relu): the same lib pages as Relu
-    silu = estimate(_fc_chain("SiLU"), backend="ort-openvino").prediction.details
+    silu = estimate(fc_chain("SiLU"), backend="ort-openvino").prediction.details
     assert silu["ovep_lib_pages"] == relu["ovep_lib_pages"]
     assert peaks["Relu"] - peaks[None] > MLAS_SAVING  # Relu's nodes on top of the saving
 
 
 def test_swish_fcs_counts_silu_gated_fcs() -> None:
-    assert swish_fcs(build_view(_fc_chain("SiLU")).graph) == 4
-    assert swish_fcs(build_view(_fc_chain("Relu")).graph) == 0
-    assert swish_fcs(build_view(_fc_chain(None)).graph) == 0
+    assert swish_fcs(build_view(fc_chain("SiLU")).graph) == 4
+    assert swish_fcs(build_view(fc_chain("Relu")).graph) == 0
+    assert swish_fcs(build_view(fc_chain(None)).graph) == 0
 
 
 def test_dynamic_silu_fcs_load_their_code_at_the_first_run() -> None:
@@ -89,11 +69,11 @@ def test_dynamic_silu_fcs_load_their_code_at_the_first_run() -> None:
     under the static graph's."""
     shift = int(OV_CALIBRATION["ov_deferred_lib_f32"])
     dims = {"batch": 8}
-    dyn = estimate(_fc_chain("SiLU", "batch"), backend="ort-openvino", dims=dims).stage_peaks()
-    relu = estimate(_fc_chain("Relu", "batch"), backend="ort-openvino", dims=dims).stage_peaks()
+    dyn = estimate(fc_chain("SiLU", "batch"), backend="ort-openvino", dims=dims).stage_peaks()
+    relu = estimate(fc_chain("Relu", "batch"), backend="ort-openvino", dims=dims).stage_peaks()
     for st, v in dyn.items():  # SiLU's two nodes a node each more than Relu's one
         assert v == pytest.approx(relu[st], rel=0, abs=0.1 * MiB), st
-    stat = estimate(_fc_chain("SiLU"), backend="ort-openvino").stage_peaks()
+    stat = estimate(fc_chain("SiLU"), backend="ort-openvino").stage_peaks()
     assert stat["session_creation"] - dyn["session_creation"] >= shift
 
 
@@ -184,7 +164,7 @@ def test_mlas_fc_chain_matches_the_real_ep(tmp_path: Path) -> None:
     from memshrink.verify import profile
 
     path = str(tmp_path / "fc.onnx")
-    onnx.save(_fc_chain(None), path)
+    onnx.save(fc_chain(None), path)
     rep = profile(path, backends=("ort-openvino",), runs=2, python={"ort-openvino": py})
     run = rep.runs[0].to_dict()
     assert run["status"] == "ok", run["error"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from fixtures_onnx import fc_chain
 from onnx import TensorProto, helper, numpy_helper
 
 from memshrink.estimate import estimate
@@ -22,30 +23,6 @@ MLAS_SAVING = int(OV_CALIBRATION["ov_lib"] - OV_CALIBRATION["ov_lib_eltwise"])
 FC_BYTES = 4 * 256 * 256 * 4  # four f32 256 x 256 weights
 
 
-def _fc_chain(post: str | None, batch: int | str = 8) -> onnx.ModelProto:
-    """4 x MatMul 256^2 on [batch, 128, 256], each followed by ``post`` (None, Relu, SiLU)."""
-    rng = np.random.default_rng(0)
-    nodes, inits, cur = [], [], "x"
-    for i in range(4):
-        w = (rng.standard_normal((256, 256)) * 0.01).astype(np.float32)
-        inits.append(numpy_helper.from_array(w, f"w{i}"))
-        nodes.append(helper.make_node("MatMul", [cur, f"w{i}"], [f"m{i}"]))
-        cur = f"m{i}"
-        if post == "Relu":
-            nodes.append(helper.make_node("Relu", [cur], [f"r{i}"]))
-            cur = f"r{i}"
-        elif post == "SiLU":
-            nodes.append(helper.make_node("Sigmoid", [cur], [f"s{i}"]))
-            nodes.append(helper.make_node("Mul", [cur, f"s{i}"], [f"r{i}"]))
-            cur = f"r{i}"
-    nodes.append(helper.make_node("Identity", [cur], ["y"]))
-    vi = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [batch, 128, 256]) for n in "xy"]
-    graph = helper.make_graph(nodes, "g", vi[:1], vi[1:], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-    model.ir_version = 9
-    return model
-
-
 def _details(model: onnx.ModelProto, opts: dict, **kw: object) -> dict:
     return estimate(model, backend="openvino", session_options=opts, **kw).prediction.details
 
@@ -53,28 +30,28 @@ def _details(model: onnx.ModelProto, opts: dict, **kw: object) -> dict:
 def test_f32_fc_without_post_op_loads_no_onednn_code() -> None:
     """Measured compile file peak over baseline, bf16 / f32: 4 x MatMul 256^2 29.1 / 23.5 MiB,
     with Relu 29.9 / 31.4: the f32 plain chain charges the element-wise base, 5 MiB less."""
-    bf16_lib = lib_pages(build_view(_fc_chain(None)).graph, OV_CALIBRATION)
-    assert _details(_fc_chain(None), BF16)["lib_pages"] == bf16_lib  # bf16 unchanged
-    assert _details(_fc_chain(None), F32)["lib_pages"] == bf16_lib - MLAS_SAVING
+    bf16_lib = lib_pages(build_view(fc_chain(None)).graph, OV_CALIBRATION)
+    assert _details(fc_chain(None), BF16)["lib_pages"] == bf16_lib  # bf16 unchanged
+    assert _details(fc_chain(None), F32)["lib_pages"] == bf16_lib - MLAS_SAVING
     for post in ("Relu", "SiLU"):  # a fused post-op keeps oneDNN's FC primitive
-        m = _fc_chain(post)
+        m = fc_chain(post)
         assert _details(m, F32)["lib_pages"] == _details(m, BF16)["lib_pages"], post
-    plain = estimate(_fc_chain(None), backend="openvino", session_options=F32).stage_peaks()
-    relu = estimate(_fc_chain("Relu"), backend="openvino", session_options=F32).stage_peaks()
+    plain = estimate(fc_chain(None), backend="openvino", session_options=F32).stage_peaks()
+    relu = estimate(fc_chain("Relu"), backend="openvino", session_options=F32).stage_peaks()
     # Relu adds one element-wise node kind (0.7 MiB) and its nodes on top of the saving
     assert relu["compile_model"] - plain["compile_model"] > MLAS_SAVING
 
 
 def test_silu_is_an_fc_post_op() -> None:
     """SwishFusion makes ``x * Sigmoid(x)`` a Swish, which the FC takes as a post-op."""
-    assert weight_rules(build_view(_fc_chain("SiLU"))).fc_postop == FC_BYTES
-    assert weight_rules(build_view(_fc_chain("Relu"))).fc_postop == FC_BYTES
-    assert weight_rules(build_view(_fc_chain(None))).fc_postop == 0
+    assert weight_rules(build_view(fc_chain("SiLU"))).fc_postop == FC_BYTES
+    assert weight_rules(build_view(fc_chain("Relu"))).fc_postop == FC_BYTES
+    assert weight_rules(build_view(fc_chain(None))).fc_postop == 0
 
 
 def test_silu_with_another_reader_is_not_a_post_op() -> None:
     """x also read by the next MatMul: the FC output must exist, no Swish post-op."""
-    m = _fc_chain("SiLU")
+    m = fc_chain("SiLU")
     for n in m.graph.node:
         if n.op_type == "Mul":
             n.input[0], n.input[1] = n.input[1], n.input[0]  # order does not matter
@@ -91,13 +68,13 @@ def test_f32_dynamic_silu_fcs_are_made_at_the_first_infer() -> None:
     (static 31.4 / 32.2), compile anon 9.5 (static 11.8): predicted compile 35.0 MiB (measured
     33.5; 42.0 before), infer 1 47.0 (46.8)."""
     dims = {"B": 8}
-    dyn = estimate(_fc_chain("SiLU", "B"), backend="openvino", session_options=F32, dims=dims)
-    rel = estimate(_fc_chain("Relu", "B"), backend="openvino", session_options=F32, dims=dims)
+    dyn = estimate(fc_chain("SiLU", "B"), backend="openvino", session_options=F32, dims=dims)
+    rel = estimate(fc_chain("Relu", "B"), backend="openvino", session_options=F32, dims=dims)
     cm, cm_relu = dyn.prediction.stages[1], rel.prediction.stages[1]
     assert cm.name == "compile_model"
     assert cm.overhead == pytest.approx(cm_relu.overhead, rel=0, abs=0.1 * MiB)
     assert cm.weights_anon == cm_relu.weights_anon
-    stat = estimate(_fc_chain("SiLU"), backend="openvino", session_options=F32)
+    stat = estimate(fc_chain("SiLU"), backend="openvino", session_options=F32)
     shift = int(OV_CALIBRATION["ov_deferred_lib_f32"])
     assert stat.prediction.stages[1].overhead - cm.overhead >= shift
     assert stat.prediction.stages[1].weights_anon - cm.weights_anon == pytest.approx(
