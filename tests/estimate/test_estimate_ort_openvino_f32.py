@@ -18,7 +18,8 @@ from onnx import TensorProto, helper, numpy_helper
 from memshrink.estimate import estimate
 from memshrink.estimate.graph import build_view
 from memshrink.estimate.openvino import OV_CALIBRATION, lib_pages
-from memshrink.estimate.ort_openvino import ep_lib_pages, subgraph_count, swish_fcs
+from memshrink.estimate.ort_openvino import ep_lib_pages, subgraph_count
+from memshrink.estimate.ov_mlas import swish_fcs
 
 MiB = 1 << 20
 MLAS_SAVING = int(OV_CALIBRATION["ov_lib"] - OV_CALIBRATION["ov_lib_eltwise"])

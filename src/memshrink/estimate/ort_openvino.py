@@ -41,7 +41,7 @@ onnxruntime-openvino 1.24.1, which bundles OpenVINO 2025.4.1; micro-graphs measu
   the same ``MemorySolver`` workspace. So the prediction is native OpenVINO's (``openvino.py``,
   reused, not copied) plus ORT's copies, plus the partitioning, plus a fixed cost of the EP.
 * ... but always at f32: FCs without a fused activation run on MLAS, so such graphs load no
-  oneDNN FC code (``ep_lib_pages``; SiLU counts as an activation, ``swish_fcs``), and only the
+  oneDNN FC code (``ep_lib_pages``; SiLU counts as an activation, ``ov_mlas.swish_fcs``), and only the
   nodes the EP claims load plugin code. ORT's level-1 Conv+Mul/BN fusion makes new ORT-owned
   weights that travel inline in the EP's ModelProto (dynamic dims: proto + string, 2x).
 
@@ -60,7 +60,6 @@ from memshrink.estimate.disjoint import find_root
 from memshrink.estimate.graph import GraphInfo, ModelView, NodeInfo
 from memshrink.estimate.lifetimes import Buffer, positions
 from memshrink.estimate.ort import HOLD_OUTPUTS, option_flag, session_options_rules
-from memshrink.estimate.ov_mlas import ONEDNN_FC_OPS, swish_fcs  # noqa: F401  (re-exported)
 from memshrink.estimate.planners import greedy_by_size
 from memshrink.estimate.schedule import ort_default
 from memshrink.estimate.stages import BackendPrediction, Stage
