@@ -168,7 +168,8 @@ def make_tools(
             file=sys.stderr,
             flush=True,
         )
-    return tools
+    order = list(tool_commands(src, work))  # the table lists the tools in one order
+    return {k: tools[k] for k in sorted(tools, key=lambda k: order.index(k) if k in order else 9)}
 
 
 def recommended_options(tools: Mapping[str, Any]) -> dict[str, Any]:
