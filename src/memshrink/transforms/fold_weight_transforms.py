@@ -210,12 +210,12 @@ class FoldWeightTransformsPass(Pass):
             return False
         shared = len(src.uses()) != 1
         shape = tuple(tensor.shape.numpy())
-        if shared and op == "Transpose" and self._swap and len(shape) == 2:
-            if (_attr_ints(node, "perm") or [1, 0]) == [1, 0]:
-                swapped = swap_tied_matmul(graph, node, src)
-                if swapped:
-                    stats["tied_matmul"] += swapped
-                    return True
+        transpose_2d = op == "Transpose" and (_attr_ints(node, "perm") or [1, 0]) == [1, 0]
+        if shared and self._swap and transpose_2d and len(shape) == 2:
+            swapped = swap_tied_matmul(graph, node, src)
+            if swapped:
+                stats["tied_matmul"] += swapped
+                return True
         if shared and not self._shared:
             return False  # folding would store the weight twice
         name = out.name or ""

@@ -51,12 +51,12 @@ def swap_tied_matmul(graph: ir.Graph, transpose: ir.Node, weight: ir.Value) -> i
     ``transpose`` must be a 2-D ``Transpose`` (perm [1, 0]) of the initializer ``weight``. Returns
     the number of MatMuls rewritten (0: nothing changed, the pattern did not hold).
     """
-    out = transpose.outputs[0]
-    if out.is_graph_output():
+    out, dtype = transpose.outputs[0], weight.dtype
+    if out.is_graph_output() or dtype is None:
         return 0
     readers = matmul_readers(out)
-    if readers is None:
-        return 0
+    if readers is None or any(mm.graph is not graph for mm in readers):
+        return 0  # a reader inside a subgraph: left as it is
     for k, mm in enumerate(readers):
         a, rank = mm.inputs[0], a_rank(mm)
         assert a is not None and rank is not None  # matmul_readers checked both
@@ -65,14 +65,14 @@ def swap_tied_matmul(graph: ir.Graph, transpose: ir.Node, weight: ir.Value) -> i
         base = old.name or f"{transpose.name}_{k}"
         a_t = ir.node("Transpose", [a], attributes={"perm": perm}, name=f"{base}__xT")
         a_t.outputs[0].name = f"{base}__xT"
-        a_t.outputs[0].dtype = weight.dtype  # MatMul: A and B share T
+        a_t.outputs[0].dtype = dtype  # MatMul: A and B share T
         if a.shape is not None:
             a_t.outputs[0].shape = ir.Shape([a.shape[i] for i in perm])
         prod = ir.node("MatMul", [weight, a_t.outputs[0]], name=f"{base}__WxT")
         prod.outputs[0].name = f"{base}__WxT"
-        prod.outputs[0].dtype = weight.dtype
+        prod.outputs[0].dtype = dtype
         back = ir.node("Transpose", [prod.outputs[0]], attributes={"perm": perm}, name=base)
-        back.outputs[0].dtype = weight.dtype
+        back.outputs[0].dtype = dtype
         if old.shape is not None and len(old.shape) == rank:
             prod.outputs[0].shape = ir.Shape([old.shape[i] for i in perm])
             back.outputs[0].shape = old.shape
