@@ -159,7 +159,9 @@ class FoldWeightTransformsPass(Pass):
         # folded copy is pure cost; without --backend (deploy anywhere) it is a trade the
         # unfolded model wins: GPT-2 all, measured process peaks folded / unfolded: ORT CPU
         # 633 / 633, OpenVINO 1228 / 1007 (original 1007), its EP 1256 / 1351 (original
-        # 2063) MiB: unfolded, no runtime ends above the original (docs/compare.md).
+        # 2063) MiB: unfolded, no runtime ends above the original (docs/compare.md). Since
+        # session 12 ``tied_matmul`` (below) takes MatMul readers first, so this folds only
+        # for other readers, and for all under --backend cuda.
         fold_shared: bool = True
         # A shared weight read through ``MatMul(x, Transpose(W))`` (the tied LM head) becomes
         # ``Transpose(MatMul(W, xT))``: no runtime folds or prepacks a copy of W then
