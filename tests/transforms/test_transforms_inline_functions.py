@@ -307,3 +307,28 @@ def test_estimator_sees_the_bodies(tmp_path: Path) -> None:
     b = memshrink.estimate(str(dst), backend="ort-openvino").stage_peaks()
     assert a.keys() == b.keys()
     assert all(abs(a[k] - b[k]) <= 1024 for k in a), (a, b)  # atol 1 KiB, rtol 0
+
+
+def test_presets_inline_first_and_partition_says_why(tmp_path: Path) -> None:
+    """``all``, ``safe`` and ``stream`` inline before anything reads the graph's nodes; a bare
+    ``partition`` of a model with calls names the fix (it failed on an assertion before)."""
+    from memshrink.errors import PassError
+    from memshrink.pipeline import resolve_pipeline
+
+    for preset in ("all", "safe", "stream"):
+        assert resolve_pipeline(preset, {})[0].name == "inline-functions", preset
+    model = memshrink.load(nested_model())
+    with pytest.raises(PassError, match="run inline-functions before partition"):
+        PassManager(["partition"]).run(model, PassContext())
+    src, out = tmp_path / "f.onnx", tmp_path / "parts"
+    onnx.save(nested_model(), src)
+    model, _ = PassManager("stream", options={"partition": {"parts": 2}}).run(
+        memshrink.load(src), PassContext()
+    )
+    memshrink.save(model, out)
+    from memshrink.runtime import PartitionedSession
+
+    for flag in (True, False):
+        got = PartitionedSession(out, backend="cpu", mode="streamed").run(None, _feeds(flag))
+        # partition's stated bound: fusions can't cross a cut (atol 1e-5, rtol 1e-5)
+        np.testing.assert_allclose(got[0], run_ort(src, _feeds(flag))[0], atol=1e-5, rtol=1e-5)
