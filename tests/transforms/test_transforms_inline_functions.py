@@ -173,6 +173,12 @@ def test_nested_functions_inlined_bit_identical(tmp_path: Path) -> None:
         assert_bit_identical(run_ort(src, _feeds(flag)), run_ort(dst, _feeds(flag)))
 
 
+def test_calls_are_not_reported_as_opaque_custom_ops() -> None:
+    from memshrink.manager import custom_domain_ops
+
+    assert custom_domain_ops(memshrink.load(nested_model())) == {}
+
+
 def test_known_answer_of_the_inlined_model(tmp_path: Path) -> None:
     """The numbers themselves, computed here in numpy (not only equal to ORT's own inlining)."""
     src, dst = tmp_path / "f.onnx", tmp_path / "o.onnx"
