@@ -15,6 +15,8 @@ them; docs/estimate.md, "Session 11: kernel temporaries steer the arena").
   16 and by the intra-op pool, then trimmed by the 16-aligned N stride.
 * ``BiasGelu`` / ``FastGelu`` with a bias (``bias_gelu.cc``): one temporary of the input's
   size (float); the fp16 kernels take two halves per element.
+* ``LSTM`` / ``GRU`` / ``RNN`` / ``DynamicQuantizeLSTM``: the whole sequence's gate buffers
+  (``ort_rnn``).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 
 from memshrink.estimate.graph import GraphInfo, NodeInfo
 from memshrink.estimate.ort_optimized import MS_DOMAIN
+from memshrink.estimate.ort_rnn import recurrent_scratch
 
 SGEMM_STRIDE_N = 128  # MLAS_SGEMM_STRIDEN
 SGEMM_STRIDE_K = 128  # MLAS_SGEMM_STRIDEK
@@ -146,4 +149,4 @@ def cpu_kernel_scratch(g: GraphInfo, node: NodeInfo, threads: int | None = None)
     if node.op_type in ("BiasGelu", "FastGelu") and node.domain == MS_DOMAIN:
         size = bias_gelu_bytes(g, node)
         return [size] if size else []
-    return []
+    return recurrent_scratch(g, node)
