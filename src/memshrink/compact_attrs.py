@@ -364,6 +364,32 @@ class _Dropper(_PathRewriter):
         return [] if entered and fnum in _ATTR_LISTS else None
 
 
+#: (domain, op type) -> prefixes of the list attributes whose *contents* ONNX's inference
+#: function never reads (it tests only their presence): a tree ensemble's per-node and per-leaf
+#: lists. Its outputs' types come from ``classlabels_*`` and ``n_targets``, which are not here.
+#: Why: inferring a forest with its lists spliced in makes ONNX's C++ parse them (24 MiB
+#: RandomForest: +150 MiB RSS per inference). ``test_estimate_list_free_inference.py``.
+INFERENCE_IGNORES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("ai.onnx.ml", "TreeEnsembleClassifier"): ("nodes_", "class_"),
+    ("ai.onnx.ml", "TreeEnsembleRegressor"): ("nodes_", "target_"),
+}
+
+
+def inference_ignores(proto: onnx.ModelProto, table: dict[bytes, tuple[Any, str]]) -> bool:
+    """Whether every list marked in ``proto`` (``table``: :func:`marked`'s) sits in its main
+    graph on an attribute :data:`INFERENCE_IGNORES` names: then ONNX's inference gives the
+    same result with the lists spliced in and without them."""
+    found = 0
+    for node in proto.graph.node:
+        prefixes = INFERENCE_IGNORES.get((node.domain, node.op_type), ())
+        for a in node.attribute:
+            if a.doc_string.encode() in table:
+                if not a.name.startswith(prefixes):
+                    return False
+                found += 1
+    return found == len(table)  # else a marker elsewhere (a subgraph, a function)
+
+
 def _varints(buf: memoryview, start: int, end: int) -> int:
     """How many varints a packed payload holds (bytes without the continuation bit)."""
     return int(np.count_nonzero(np.frombuffer(buf[start:end], np.uint8) < 0x80))
