@@ -93,6 +93,11 @@ def _ops(node: NodeInfo, const_in: int, rank: int | None = None) -> tuple[int, i
         return (1, 1) if axis in (0, 1) else (5, 5)
     if op == "Split":
         return 1, 2 if "split" in node.attrs else 1
+    if op == "DequantizeLinear" and int(node.attrs.get("block_size", 0) or 0) > 0:
+        # block-wise (opset 21, int4 weights): Convert, Unsqueeze, ShapeOf, Reshape to blocks,
+        # Multiply, Reshape back, + Convert / Unsqueeze / Subtract with a zero point; 2
+        # Constants (``get_ops()`` of 4 such DQs, one with a zero point: 27 ops, 8 Constants)
+        return (9, 2) if len(node.inputs) > 2 and node.inputs[2] else (6, 2)
     ops, consts = READ_OPS.get(op, (1, 0))
     if op not in READ_OPS and _ATTR_CONST & set(node.attrs):
         consts += 1
