@@ -44,6 +44,11 @@ READ_OPS: dict[str, tuple[int, int]] = {
     "Pad": (1, 2),
     "Flatten": (1, 1),
     "Dropout": (0, 0),  # inference: removed
+    # ORT's dynamic quantization: min / max over all axes (ShapeOf -> Range), scale, zero
+    # point, Round / Clamp / Convert; MatMulInteger Converts and Subtracts the zero points
+    # (``get_ops()`` of single nodes on a [b, 16, 64] input: 27 ops + 8 Constants, 7 + 0)
+    "DynamicQuantizeLinear": (27, 8),
+    "MatMulInteger": (7, 0),
 }
 # LSTM / GRU -> (ov ops, Constants) by (initial state given, sequence_lens given): the
 # sequence op, Transposes / Squeezes to its layout, a Broadcast from ShapeOf for each absent
