@@ -44,11 +44,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from memshrink.estimate import ov_kinds, ov_read, ov_read_pages, ov_slices
+from memshrink.estimate import ov_kinds, ov_layout, ov_read, ov_read_pages, ov_slices
 from memshrink.estimate.disjoint import find_root
 from memshrink.estimate.graph import GraphInfo, ModelView, NodeInfo, TensorInfo
 from memshrink.estimate.host import normalize_precision, ov_default_precision
-from memshrink.estimate.lifetimes import Buffer, positions, tensor_buffers
+from memshrink.estimate.lifetimes import ALIAS_OPS, Buffer, positions, tensor_buffers
 from memshrink.estimate.ort import HOLD_OUTPUTS, option_flag
 from memshrink.estimate.planners import all_planners, greedy_by_size
 from memshrink.estimate.stages import BackendPrediction, Stage
@@ -1245,6 +1245,14 @@ def predict(
     # (BERT-base after ``all``: 78 Eltwise, 0 Subgraph in the runtime model).
     n_sub = 0 if dynamic else subgraph_count(g, gone)
     bufs = ov_buffers(g, order, dynamic and not batch_only_dynamic(view), precision)
+    half = precision != "f32"
+    tail = precision_tail(g) if half else set()
+    pos = positions(order)
+    for b in ov_layout.layout_copies(
+        g, order, pos, half, tail, KEEPS_LAYOUT, ALIAS_OPS, bufs, dynamic
+    ):
+        b.id = len(bufs)
+        bufs.append(b)
     planners = all_planners(tensor_buffers(g, order), len(order))
     planners["ov_memory_solver"] = greedy_by_size(bufs)[0]
     from memshrink.estimate.ov_order import sync_steps  # ov_order imports this module
