@@ -16,6 +16,7 @@ along their hidden channels and sums the partial reduces (``chunking.channels``)
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -185,6 +186,7 @@ def apply(
     cone: str = "",
     weightless: bool = False,
     heads: bool = False,
+    queries: bool = False,
 ) -> tuple[Region, RewriteStats]:
     """Find the region of ``mode`` in ``model`` and rewrite it in ``count`` chunks (in place).
 
@@ -202,8 +204,14 @@ def apply(
     it reads (``chunking.cone``; exact bands only). ``weightless`` (batch mode) chunks only the
     batch region's weight-free cores (attention: Q, K, V outputs to the output projection's
     input), one rewrite per core, so no weight gets a second reader (``chunking.weightless``).
+    ``queries`` cuts those cores along their query rows instead, Kᵀ and V read whole by every
+    piece (``weightless.queries``; no batch axis needed).
     """
     spec = specialize(model, shapes)
+    if queries:
+        if end or cut or trim or overlap or distinct or cone or inner:
+            raise Refuse("a query split is a split of the attention cores only")
+        return _apply_queries(model, shapes, count, stagger, seen, spec)
     if cone:
         end_v = next((y for n in model.graph for y in n.outputs if y.name == cone), None)
         if end_v is None or mode != "spatial" or overlap or trim:
@@ -299,6 +307,37 @@ def _apply_cores(
     return total
 
 
+def _apply_queries(
+    model: ir.Model, shapes: dict[str, tuple[int, ...] | None], count: int, stagger: int,
+    seen: set[tuple] | None, spec: dict[str, int],
+) -> tuple[Region, RewriteStats]:  # fmt: skip
+    """Rewrite the query stretch of every core with large scores (``weightless.query_regions``)
+    in ``count`` pieces; their stats summed, the first region returned (for its stops)."""
+    graph = model.graph
+    found = cores.query_regions(graph, shapes, _opset(model), f"q{count}")
+    if not found:
+        raise Refuse("no attention core can be cut along its query rows")
+    rows = [cores.query_rows(r) for r in found]
+    if any(e % count for e in rows):
+        raise Refuse(f"query rows {sorted(set(rows))} not all divisible by {count}")
+    if seen is not None:
+        key = ("queries", count, stagger, tuple(len(r.nodes) for r in found))
+        if key in seen:
+            raise Duplicate(str(key))
+        seen.add(key)
+    total = RewriteStats(count, 0, 0, 0, 0, 0, specialized=spec)
+    for r in found:
+        st = rewrite(graph, r, count, stagger)
+        total.nodes_before += st.nodes_before
+        total.nodes_after += st.nodes_after
+        total.flops_before += st.flops_before
+        total.flops_after += st.flops_after
+        total.shape_classes = max(total.shape_classes, st.shape_classes)
+        total.halo_rows.update(st.halo_rows)
+        total.outputs += st.outputs
+    return found[0], total
+
+
 def _trial(model: ir.Model, shapes: dict[str, tuple[int, ...] | None], c: dict[str, Any],
            axis: int) -> ir.Model:  # fmt: skip
     """A clone of ``model`` with candidate ``c`` applied (for the backend guard)."""
@@ -306,7 +345,7 @@ def _trial(model: ir.Model, shapes: dict[str, tuple[int, ...] | None], c: dict[s
     apply(trial, shapes, c["mode"], c["chunks"], axis, c["stagger"], c["trim"], c["distinct"],
           c.get("cut", 0), end=c.get("end", ""), overlap=c.get("overlap", False),
           inner=_inner(c), cone=c.get("cone", ""), weightless=c.get("weightless", False),
-          heads=c.get("heads", False))  # fmt: skip
+          heads=c.get("heads", False), queries=c.get("queries", False))  # fmt: skip
     return trial
 
 
@@ -352,6 +391,16 @@ def _cone_ends(
         (v.name or "", shapes[v.name or ""][axis])  # type: ignore[index]
         for v in cones.ends(trial.graph, shapes, axis)
     ]
+
+
+def _query_rows(model: ir.Model, shapes: dict[str, tuple[int, ...] | None]) -> int:
+    """The query rows every large-scores core can be cut along evenly (their gcd), or 0 when
+    no core can be cut along its query rows (``weightless.query_regions``)."""
+    trial = clone_with_meta(model)
+    specialize(trial, shapes)
+    found = cores.query_regions(trial.graph, shapes, _opset(trial), "q")
+    rows = [cores.query_rows(r) for r in found]
+    return math.gcd(*rows) if rows else 0
 
 
 def _weightless_layouts(
@@ -443,6 +492,10 @@ class ChunkPass(Pass):
         # The same cores are also tried cut along their attention heads (``weightless.heads``;
         # BERT b4x512 heads x12 + reversed channels x4: measured 0.48x)
         weightless: bool = True
+        # also try the cores cut along their query rows, Kᵀ and V whole (``weightless.queries``):
+        # at batch 1 with long sequences (SAM's global attention, ViT at high resolution) the
+        # [heads, S, S] scores are the peak and no batch axis exists to cut
+        queries: bool = True
 
     def run(self, model: ir.Model, context: PassContext) -> PassResult:
         o = self.options
@@ -568,6 +621,7 @@ class ChunkPass(Pass):
         cone: str = "",
         weightless: bool = False,
         heads: bool = False,
+        queries: bool = False,
     ) -> None:
         """Rewrite one candidate layout on a clone and predict it; appended to ``candidates``
         (with ``refused`` when it cannot apply or costs over ``max_extra_flops``)."""
@@ -580,6 +634,7 @@ class ChunkPass(Pass):
             + (f", the cone of {cone}" if cone else "")
             + (", weightless cores" if weightless else "")
             + (" along the heads" if heads else "")
+            + (", attention cores along the query rows" if queries else "")
             + ")"
         )
         cand: dict[str, Any] = {
@@ -596,12 +651,14 @@ class ChunkPass(Pass):
             cand["weightless"] = True
         if heads:
             cand["heads"] = True
+        if queries:
+            cand["queries"] = True
         trial = clone_with_meta(model)
         try:
             region, st = apply(
                 trial, shapes, mode, count, o.spatial_axis, stagger, trim, distinct, cut,
                 seen, end=end, overlap=bool(end), inner=inner, cone=cone, weightless=weightless,
-                heads=heads,
+                heads=heads, queries=queries,
             )  # fmt: skip
             cand.update(
                 extra_flops=round(st.extra_flops, 4),
@@ -709,6 +766,17 @@ class ChunkPass(Pass):
                         for ik in NESTED_COUNTS:
                             self._try(model, context, shapes, candidates, seen, mode,
                                       c["chunks"], 0, 0, 0, 0, c["end"], (iend, ik))  # fmt: skip
+        if "batch" in modes and o.weightless and o.queries:
+            # attention cores cut along their query rows, Kᵀ/V whole (any batch, batch 1 too)
+            rows = _query_rows(model, shapes)
+            if not rows:
+                candidates.append(
+                    {"mode": "queries", "queries": True, "refused": "no query-row split"}
+                )
+            for count in chunk_counts("batch", rows, o.max_chunks, 1) if rows else []:
+                for stagger in STAGGERS["batch"]:
+                    self._try(model, context, shapes, candidates, seen, "queries", count,
+                              stagger, 0, 0, 0, queries=True)  # fmt: skip
         stats: dict[str, Any] = {"predicted_activations_before": base, "candidates": candidates}
         ok = [c for c in candidates if "refused" not in c]
         if not ok:
@@ -750,6 +818,7 @@ class ChunkPass(Pass):
             pick["trim"], pick["distinct"], pick.get("cut", 0), end=pick.get("end", ""),
             overlap=pick.get("overlap", False), inner=_inner(pick), cone=pick.get("cone", ""),
             weightless=pick.get("weightless", False), heads=pick.get("heads", False),
+            queries=pick.get("queries", False),
         )  # fmt: skip
         stats.update(
             mode=pick["mode"],
@@ -779,4 +848,6 @@ class ChunkPass(Pass):
             stats["weightless"] = True
         if pick.get("heads"):
             stats["heads"] = True
+        if pick.get("queries"):
+            stats["queries"] = True
         return stats, True, pick["predicted_activations"]
