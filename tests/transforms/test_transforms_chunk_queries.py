@@ -263,3 +263,47 @@ def test_einsum_rule_slices_operands_with_the_free_index_and_refuses_a_contracte
         rules.forward(f, [3, None])
     with pytest.raises(rules.Refuse, match="ellipsis"):
         rules.forward(_einsum("...c,kc->...k", [(2, 4), (3, 4)], (2, 3)), [0, None])
+
+
+def test_heads_pieces_cut_along_their_query_rows_match_and_slice_kt_once_per_head(
+    tmp_path: Path,
+) -> None:
+    from transforms.test_transforms_chunk_weightless import _feeds as bert_feeds
+    from transforms.test_transforms_chunk_weightless import bert_like
+
+    src = tmp_path / "bert.onnx"
+    onnx.save_model(bert_like(), src)  # batch 4, 4 heads, seq 64
+    model = load(src)
+    _, est = _predict(model, PassContext())
+    apply(model, _shapes(est), "batch", 4, 2, weightless=True, heads=True, query_chunks=4)
+    check_model(model)
+    assert sum(n.op_type == "Softmax" for n in model.graph) == 2 * 4 * 4
+    for layer in ("l0", "l1"):
+        # Kᵀ and V sliced once per head; each head's slices read by its 4 query pieces
+        kt = [n for n in model.graph if n.op_type == "Slice" and n.inputs[0].name == f"{layer}_kt"]
+        assert len(kt) == 4
+        assert all(_readers(model, n.outputs[0].name or "", "MatMul") == 4 for n in kt)
+    out = tmp_path / "hq.onnx"
+    save_model(model, out)
+    feeds = bert_feeds()
+    np.testing.assert_allclose(run_ort(out, feeds)[0], run_ort(src, feeds)[0], atol=1e-6, rtol=1e-6)
+
+
+def test_the_pass_offers_query_pieces_inside_the_best_heads_layout(tmp_path: Path) -> None:
+    from transforms.test_transforms_chunk_weightless import bert_like
+
+    src = tmp_path / "bert.onnx"
+    onnx.save_model(bert_like(seq=128), src)
+    p = ChunkPass()
+    p.options.modes = "batch"
+    p.options.max_chunks = 4  # fewer trials: the test is about which are offered
+    p.options.guard_backends = p.options.prefer_backends = ""
+    res = p.run(load(src), PassContext())
+    hq = [c for c in res.stats["candidates"] if c.get("query_chunks")]
+    best_heads = min(
+        (c for c in res.stats["candidates"] if c.get("heads") and not c.get("query_chunks")),
+        key=lambda c: c["predicted_activations"],
+    )
+    assert {c["query_chunks"] for c in hq} == {2, 4, 8}
+    assert {c["chunks"] for c in hq} == {best_heads["chunks"]}
+    assert all("predicted_activations" in c for c in hq)

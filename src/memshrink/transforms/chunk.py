@@ -36,7 +36,7 @@ from memshrink.transforms.chunking.partial import prefix
 from memshrink.transforms.chunking.region import Region, discover_best
 from memshrink.transforms.chunking.region import cut as end_at
 from memshrink.transforms.chunking.region import cuts as boundaries
-from memshrink.transforms.chunking.rewrite import RewriteStats, rewrite
+from memshrink.transforms.chunking.rewrite import META_KEY, RewriteStats, rewrite
 from memshrink.transforms.chunking.rules import Refuse
 from memshrink.transforms.chunking.specialize import specialize
 from memshrink.transforms.predicted import guarded, pipeline_bindings
@@ -64,6 +64,8 @@ NESTED_OUTER = 2
 #: FPN-like test graph's p2 x 2 at stagger 4) are kept.
 CONE_LAYOUTS = ((0, 0), (4, 0), (8, 0), (16, 0), (0, 4))
 NESTED_COUNTS = (2, 4)
+#: Query pieces tried inside each piece of the best heads layout (``weightless.queries``)
+QUERY_PIECES = (2, 4, 8)
 
 
 def _predict(model: ir.Model, context: PassContext) -> tuple[int, Any]:
@@ -187,6 +189,7 @@ def apply(
     weightless: bool = False,
     heads: bool = False,
     queries: bool = False,
+    query_chunks: int = 0,
 ) -> tuple[Region, RewriteStats]:
     """Find the region of ``mode`` in ``model`` and rewrite it in ``count`` chunks (in place).
 
@@ -205,7 +208,8 @@ def apply(
     batch region's weight-free cores (attention: Q, K, V outputs to the output projection's
     input), one rewrite per core, so no weight gets a second reader (``chunking.weightless``).
     ``queries`` cuts those cores along their query rows instead, Kᵀ and V read whole by every
-    piece (``weightless.queries``; no batch axis needed).
+    piece (``weightless.queries``; no batch axis needed). ``query_chunks`` > 0 (with
+    ``heads``) then cuts every heads piece along its query rows into that many pieces.
     """
     spec = specialize(model, shapes)
     if queries:
@@ -231,7 +235,11 @@ def apply(
     if weightless:
         if mode != "batch" or end or cut or trim or overlap or distinct:
             raise Refuse("weightless cores are batch chunks of the whole region only")
-        return region, _apply_cores(model, shapes, region, count, stagger, seen, spec, heads)
+        if query_chunks and not heads:
+            raise Refuse("query pieces inside cores need the heads split")
+        return region, _apply_cores(
+            model, shapes, region, count, stagger, seen, spec, heads, query_chunks
+        )
     if end:  # end the region at this value (a block boundary, ``region.cuts``)
         v = next((x for x in boundaries(region) if x.name == end), None)
         if v is None:
@@ -277,9 +285,12 @@ class Duplicate(Refuse):
 def _apply_cores(
     model: ir.Model, shapes: dict[str, tuple[int, ...] | None], batch: Region, count: int,
     stagger: int, seen: set[tuple] | None, spec: dict[str, int], heads: bool = False,
+    query_chunks: int = 0,
 ) -> RewriteStats:  # fmt: skip
     """Rewrite every weightless core of ``batch`` in ``count`` chunks (``heads``: each core's
-    stretch along its attention heads, ``weightless.heads``); their stats summed."""
+    stretch along its attention heads, ``weightless.heads``; ``query_chunks``: then each heads
+    piece along its query rows, ``weightless.queries``, its Kᵀ and V slices read whole by
+    every query piece); their stats summed."""
     graph = model.graph
     found = cores.cores(batch, graph)
     if not found:
@@ -290,7 +301,8 @@ def _apply_cores(
         if any(e % count for e in ext):
             raise Refuse(f"chunk-axis extents {sorted(ext)} not all divisible by {count}")
     if seen is not None:
-        key = ("weightless", heads, count, stagger, tuple(len(r.nodes) for r in found))
+        key = ("weightless", heads, count, stagger, tuple(len(r.nodes) for r in found),
+               query_chunks)  # fmt: skip
         if key in seen:
             raise Duplicate(str(key))
         seen.add(key)
@@ -304,7 +316,26 @@ def _apply_cores(
         total.shape_classes = max(total.shape_classes, st.shape_classes)
         total.halo_rows.update(st.halo_rows)
         total.outputs += st.outputs
+        if query_chunks:
+            total.nodes_after += _query_pieces(model, shapes, r.label, count, query_chunks)
     return total
+
+
+def _query_pieces(model: ir.Model, shapes: dict[str, tuple[int, ...] | None], label: str,
+                  count: int, pieces: int) -> int:  # fmt: skip
+    """Cut each of the ``count`` heads pieces of core ``label`` (its nodes carry
+    ``memshrink.chunk = chunk_<label>/<k>``) along its query rows into ``pieces``; the nodes
+    added. Exact: each heads piece is an attention core of its own (its Q, Kᵀ, V slices)."""
+    graph = model.graph
+    added = 0
+    for k in range(count):
+        tag = f"chunk_{label}/{k}"
+        nodes = [n for n in graph if n.metadata_props.get(META_KEY) == tag]
+        r = cores.queries(nodes, graph, shapes, _opset(model), f"{label}k{k}q")
+        if cores.query_rows(r) % pieces:
+            raise Refuse(f"query rows {cores.query_rows(r)} not divisible by {pieces}")
+        added += rewrite(graph, r, pieces).nodes_after - len(r.nodes)
+    return added
 
 
 def _apply_queries(
@@ -345,7 +376,8 @@ def _trial(model: ir.Model, shapes: dict[str, tuple[int, ...] | None], c: dict[s
     apply(trial, shapes, c["mode"], c["chunks"], axis, c["stagger"], c["trim"], c["distinct"],
           c.get("cut", 0), end=c.get("end", ""), overlap=c.get("overlap", False),
           inner=_inner(c), cone=c.get("cone", ""), weightless=c.get("weightless", False),
-          heads=c.get("heads", False), queries=c.get("queries", False))  # fmt: skip
+          heads=c.get("heads", False), queries=c.get("queries", False),
+          query_chunks=c.get("query_chunks", 0))  # fmt: skip
     return trial
 
 
@@ -622,6 +654,7 @@ class ChunkPass(Pass):
         weightless: bool = False,
         heads: bool = False,
         queries: bool = False,
+        query_chunks: int = 0,
     ) -> None:
         """Rewrite one candidate layout on a clone and predict it; appended to ``candidates``
         (with ``refused`` when it cannot apply or costs over ``max_extra_flops``)."""
@@ -635,6 +668,7 @@ class ChunkPass(Pass):
             + (", weightless cores" if weightless else "")
             + (" along the heads" if heads else "")
             + (", attention cores along the query rows" if queries else "")
+            + (f", each heads piece in {query_chunks} query pieces" if query_chunks else "")
             + ")"
         )
         cand: dict[str, Any] = {
@@ -653,12 +687,14 @@ class ChunkPass(Pass):
             cand["heads"] = True
         if queries:
             cand["queries"] = True
+        if query_chunks:
+            cand["query_chunks"] = query_chunks
         trial = clone_with_meta(model)
         try:
             region, st = apply(
                 trial, shapes, mode, count, o.spatial_axis, stagger, trim, distinct, cut,
                 seen, end=end, overlap=bool(end), inner=inner, cone=cone, weightless=weightless,
-                heads=heads, queries=queries,
+                heads=heads, queries=queries, query_chunks=query_chunks,
             )  # fmt: skip
             cand.update(
                 extra_flops=round(st.extra_flops, 4),
@@ -748,6 +784,15 @@ class ChunkPass(Pass):
                 for count in chunk_counts(mode, heads, o.max_chunks, 1):
                     self._try(model, context, shapes, candidates, seen, mode, count, 0, 0, 0,
                               0, weightless=True, heads=True)  # fmt: skip
+                # ... and the best heads layout's pieces along their query rows
+                top = min(
+                    (c for c in candidates if c.get("heads") and "predicted_activations" in c),
+                    key=lambda c: c["predicted_activations"], default=None,
+                )  # fmt: skip
+                hk = 0 if top is None or not o.queries else int(top["chunks"])
+                for q in QUERY_PIECES if hk else ():
+                    self._try(model, context, shapes, candidates, seen, mode, hk, 0, 0, 0, 0,
+                              weightless=True, heads=True, query_chunks=q)  # fmt: skip
             if mode == "spatial":  # regions entered at interior tensors (``chunking.cone``)
                 for name, ext in _cone_ends(model, shapes, o.spatial_axis):
                     for count in chunk_counts(mode, ext, o.max_chunks, o.min_rows):
@@ -818,7 +863,7 @@ class ChunkPass(Pass):
             pick["trim"], pick["distinct"], pick.get("cut", 0), end=pick.get("end", ""),
             overlap=pick.get("overlap", False), inner=_inner(pick), cone=pick.get("cone", ""),
             weightless=pick.get("weightless", False), heads=pick.get("heads", False),
-            queries=pick.get("queries", False),
+            queries=pick.get("queries", False), query_chunks=pick.get("query_chunks", 0),
         )  # fmt: skip
         stats.update(
             mode=pick["mode"],
@@ -850,4 +895,6 @@ class ChunkPass(Pass):
             stats["heads"] = True
         if pick.get("queries"):
             stats["queries"] = True
+        if pick.get("query_chunks"):
+            stats["query_chunks"] = pick["query_chunks"]
         return stats, True, pick["predicted_activations"]

@@ -272,11 +272,18 @@ def queries(nodes: list[ir.Node], graph: ir.Graph, shapes: Mapping[str, Shape | 
         if len(r.outputs) != 1:
             why = f"the query stretch of {mm.name} leaves {len(r.outputs)} values"
             continue
-        if best is None or r.work > best.work:
+        if best is None or _work(r) > _work(best):
             best = r
     if best is None:
         raise Refuse(why)
     return best
+
+
+def _work(r: Region) -> int:
+    """A query region's compute less its Slices: an entry further up that only adds a slice
+    of whole Q (a heads piece's own Slice) is no better than the MatMul's operand."""
+    return r.work - sum(_elems(s) for n, f in r.facts.items() if n.op_type == "Slice"
+                        for s in f.out_shapes[:1] if s is not None)  # fmt: skip
 
 
 def scores_elems(r: Region) -> int:
