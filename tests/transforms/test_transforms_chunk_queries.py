@@ -297,6 +297,7 @@ def test_the_pass_offers_query_pieces_inside_the_best_heads_layout(tmp_path: Pat
     p = ChunkPass()
     p.options.modes = "batch"
     p.options.max_chunks = 4  # fewer trials: the test is about which are offered
+    p.options.queries_batched = True  # off by default at batch > 1
     p.options.guard_backends = p.options.prefer_backends = ""
     res = p.run(load(src), PassContext())
     hq = [c for c in res.stats["candidates"] if c.get("query_chunks")]
@@ -307,3 +308,18 @@ def test_the_pass_offers_query_pieces_inside_the_best_heads_layout(tmp_path: Pat
     assert {c["query_chunks"] for c in hq} == {2, 4, 8}
     assert {c["chunks"] for c in hq} == {best_heads["chunks"]}
     assert all("predicted_activations" in c for c in hq)
+    # the whole cores along their query rows are offered at this batch (4) too
+    assert any(c.get("queries") for c in res.stats["candidates"])
+
+
+def test_by_default_no_query_split_is_tried_where_a_batch_axis_exists(tmp_path: Path) -> None:
+    from transforms.test_transforms_chunk_weightless import bert_like
+
+    src = tmp_path / "bert.onnx"
+    onnx.save_model(bert_like(seq=128), src)
+    p = ChunkPass()
+    p.options.modes = "batch"
+    p.options.max_chunks = 2
+    p.options.guard_backends = p.options.prefer_backends = ""
+    res = p.run(load(src), PassContext())
+    assert not [c for c in res.stats["candidates"] if c.get("queries") or c.get("query_chunks")]

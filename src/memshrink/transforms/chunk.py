@@ -531,6 +531,11 @@ class ChunkPass(Pass):
         # at batch 1 with long sequences (SAM's global attention, ViT at high resolution) the
         # [heads, S, S] scores are the peak and no batch axis exists to cut
         queries: bool = True
+        # ... also where the model has a batch axis (the whole cores, and inside the best heads
+        # layout's pieces). Off by default: on BERT b4x512 `all` then took queries x16 + channels
+        # (ORT CPU run 3 -40 MiB against the heads split) but OpenVINO measured +38 MiB over the
+        # original where its estimate predicted -48 (docs/chunk.md, "Query rows")
+        queries_batched: bool = False
 
     def run(self, model: ir.Model, context: PassContext) -> PassResult:
         o = self.options
@@ -792,7 +797,7 @@ class ChunkPass(Pass):
                     (c for c in candidates if c.get("heads") and "predicted_activations" in c),
                     key=lambda c: c["predicted_activations"], default=None,
                 )  # fmt: skip
-                hk = 0 if top is None or not o.queries else int(top["chunks"])
+                hk = 0 if top is None or not o.queries_batched else int(top["chunks"])
                 for q in QUERY_PIECES if hk else ():
                     self._try(model, context, shapes, candidates, seen, mode, hk, 0, 0, 0, 0,
                               weightless=True, heads=True, query_chunks=q)  # fmt: skip
@@ -814,8 +819,10 @@ class ChunkPass(Pass):
                         for ik in NESTED_COUNTS:
                             self._try(model, context, shapes, candidates, seen, mode,
                                       c["chunks"], 0, 0, 0, 0, c["end"], (iend, ik))  # fmt: skip
-        if "batch" in modes and o.weightless and o.queries:
-            # attention cores cut along their query rows, Kᵀ/V whole (any batch, batch 1 too)
+        batched = bool(entries_for(model, shapes, "batch", 0))
+        if "batch" in modes and o.weightless and o.queries and (o.queries_batched or not batched):
+            # attention cores cut along their query rows, Kᵀ/V whole (batch 1; with
+            # queries_batched at any batch)
             rows = _query_rows(model, shapes)
             if not rows:
                 candidates.append(
