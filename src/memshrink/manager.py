@@ -322,10 +322,11 @@ def _pass_os_error(name: str, exc: OSError) -> MemshrinkError:
 
 
 def custom_domain_ops(model: ir.Model) -> dict[str, dict[str, int]]:
-    """Count nodes of non-standard domains (all subgraphs): ``{domain: {op_type: count}}``."""
+    """Count nodes of non-standard domains (all subgraphs): ``{domain: {op_type: count}}``.
+    Calls of the model's own functions are not opaque (``inline-functions`` expands them)."""
     found: dict[str, dict[str, int]] = {}
     for node in ir.traversal.RecursiveGraphIterator(model.graph):
-        if node.domain not in STANDARD_DOMAINS:
+        if node.domain not in STANDARD_DOMAINS and node.op_identifier() not in model.functions:
             ops = found.setdefault(node.domain, {})
             ops[node.op_type] = ops.get(node.op_type, 0) + 1
     return found

@@ -38,6 +38,7 @@ from memshrink.compact_attrs import (
 )
 from memshrink.errors import ModelLoadError, UnboundDimensionError, UsageError
 from memshrink.estimate import dd_bounds, shape_values
+from memshrink.local_functions import calls_functions, inline_functions
 from memshrink.transforms.weight_io import read_array
 
 # Integer initializers at most this big are passed with their data (shape-inference needs
@@ -327,7 +328,21 @@ def _weight_free_proto(
     for v in _declared_values(g):
         if v.shape is not None and v.dtype is not None and not v.is_graph_input():
             gp.value_info.append(_value_info(v.name or "", int(v.dtype), _dims_of(v.shape)))
+    if calls_functions(model):
+        mp = _functions_inlined(mp, model)
     return mp
+
+
+def _functions_inlined(mp: onnx.ModelProto, model: ir.Model) -> onnx.ModelProto:
+    """``mp`` (weight-free) with the model's local-function calls replaced by their bodies:
+    ONNX Runtime inlines them at load (its EP gets the inlined graph too), so the tensors it
+    plans are the bodies' (measured: ``docs/optimize.md``, "inline-functions"). Only the
+    weight-free structure is copied."""
+    for f in model.functions.values():
+        mp.functions.append(ir.serde.serialize_function(f))
+    skeleton = ir.serde.deserialize_model(mp)
+    inline_functions(skeleton)
+    return ir.serde.serialize_model(skeleton)
 
 
 ZERO_BIAS_MAX_BYTES = 64 << 10
@@ -468,6 +483,8 @@ def _fingerprint(model: ir.Model) -> int:
         ):  # values inference reads (Reshape targets, NMS's max boxes): a new value re-infers
             parts.append(t.tobytes())
     parts.append(tuple((v.name, v.dtype) for v in model.graph.outputs))
+    for fid, f in model.functions.items():  # bodies are inlined into the view
+        parts.append((fid, tuple((n.op_type, n.domain, len(n.inputs)) for n in f)))
     parts.append(
         tuple(  # the dtype too: an fp16 twin of an f32 graph has other tensor types
             (v.name, None if v.shape is None else tuple(str(d) for d in v.shape), v.dtype)

@@ -25,6 +25,7 @@ import onnx_ir as ir
 from memshrink.manager import Pass, PassContext, PassResult
 from memshrink.transforms import register
 from memshrink.transforms.chunking import cone as cones
+from memshrink.transforms.chunking import rules
 from memshrink.transforms.chunking import weightless as cores
 from memshrink.transforms.chunking.channel_choice import choose_channels
 from memshrink.transforms.chunking.channels import find_blocks
@@ -538,6 +539,13 @@ class ChunkPass(Pass):
         queries_batched: bool = False
 
     def run(self, model: ir.Model, context: PassContext) -> PassResult:
+        ok = rules.RECURRENT_OK.set(context.deploy_only and context.backend == "ort")
+        try:
+            return self._run(model, context)
+        finally:
+            rules.RECURRENT_OK.reset(ok)
+
+    def _run(self, model: ir.Model, context: PassContext) -> PassResult:
         o = self.options
         modes = [m.strip() for m in o.modes.split(",") if m.strip()]
         bad = [m for m in modes if m not in MODES]
