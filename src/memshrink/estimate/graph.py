@@ -30,6 +30,7 @@ from memshrink.compact_attrs import (
     digest_value,
     drop_large_lists,
     has_large_lists,
+    inference_ignores,
     marked,
     note_lengths,
     noted_length,
@@ -417,10 +418,33 @@ def _declared_values(g: ir.Graph) -> list[ir.Value]:
     return vals
 
 
+def _listless(mp: onnx.ModelProto, table: dict[bytes, tuple[Any, str]]) -> onnx.ModelProto | None:
+    """``mp`` with each marker replaced by the doc_string :func:`splice` would write (the
+    list's length note), when every marked list is one ONNX's inference ignores
+    (``compact_attrs.INFERENCE_IGNORES``): then its inference equals the spliced model's with the lists
+    dropped (``parse_without_large_lists``). None otherwise."""
+    if not inference_ignores(mp, table):
+        return None
+    light = onnx.ModelProto()
+    light.CopyFrom(mp)
+    for node in light.graph.node:
+        for a in node.attribute:
+            hit = table.get(a.doc_string.encode())
+            if hit is not None:
+                a.doc_string = hit[1]
+    return light
+
+
 def _infer(mp: onnx.ModelProto, table: Lists) -> onnx.ModelProto:
     """ONNX's shape inference; the result without large scalar lists (only its structure and
     types are read) when the model has any. ``table``: the marked lists of ``mp``."""
     data = b""
+    light = _listless(mp, table) if table else None
+    if light is not None:
+        try:
+            return onnx.shape_inference.infer_shapes(light, strict_mode=False, data_prop=True)
+        except Exception:  # noqa: BLE001 - as below: the model as the notes left it
+            return light
     try:
         if not table and not has_large_lists(mp):
             return onnx.shape_inference.infer_shapes(mp, strict_mode=False, data_prop=True)

@@ -130,7 +130,7 @@ SUPPORTED = (
     | {
         "ConvTranspose", "BatchNormalization", "LRN", "Softmax", "LogSoftmax", "Hardmax",
         "LayerNormalization", "MatMul", "Gemm", "Transpose", "Concat", "Split", "Slice",
-        "Gather", "Expand", "Pad", "Tile", "Resize",
+        "Gather", "Expand", "Pad", "Tile", "Resize", "Einsum",
     }
 )  # fmt: skip
 
@@ -511,6 +511,49 @@ def _fwd_convtranspose(f: NodeFacts, axes: list[int | None]) -> tuple[list[int],
     return [a], {}
 
 
+def einsum_terms(f: NodeFacts) -> tuple[list[str], str]:
+    """(input terms, output term) of an explicit Einsum equation without ellipsis."""
+    eq = f.attr("equation", "")
+    eq = (eq.decode() if isinstance(eq, bytes) else str(eq)).replace(" ", "")
+    if "->" not in eq or "..." in eq:
+        raise Refuse("Einsum without an explicit output or with an ellipsis")
+    lhs, out = eq.split("->")
+    terms = lhs.split(",")
+    if len(terms) != len(f.node.inputs) or any(len(set(t)) != len(t) for t in terms):
+        raise Refuse("Einsum with a repeated index (a diagonal)")
+    return terms, out
+
+
+def _fwd_einsum(f: NodeFacts, axes: list[int | None]) -> tuple[list[int], dict[int, int]]:
+    """Einsum: a chunked index that reaches the output is a free index, row-independent;
+    every other operand carrying that index is sliced along it (SAM's decomposed relative
+    positions, ``bhwc,hkc->bhwk``); a contracted chunked index is refused."""
+    terms, out = einsum_terms(f)
+    letters = {terms[i][a] for i, a in enumerate(axes) if a is not None}
+    if len(letters) != 1:
+        raise Refuse("Einsum inputs chunked along different indices")
+    letter = letters.pop()
+    if letter not in out:
+        raise Refuse("Einsum contracts the chunked index")
+    oa = out.index(letter)
+    so = f.out_shapes[0]
+    assert so is not None
+    sliced: dict[int, int] = {}
+    for i, a in enumerate(axes):
+        if a is None and letter in terms[i]:
+            s = f.in_shapes[i]
+            assert s is not None
+            j = terms[i].index(letter)
+            if s[j] != 1:
+                sliced[i] = j
+        elif a is not None:
+            s = f.in_shapes[i]
+            assert s is not None
+            if s[a] != so[oa]:
+                raise Refuse("Einsum broadcasts the chunked index")
+    return [oa], sliced
+
+
 _FORWARD: dict[str, Any] = {
     **{op: _fwd_windowed for op in WINDOWED},
     **{op: _fwd_reshape for op in RESHAPES},
@@ -533,6 +576,7 @@ _FORWARD: dict[str, Any] = {
     "Pad": _fwd_pad,
     "Tile": _fwd_pad,
     "Resize": resize.forward,
+    "Einsum": _fwd_einsum,
     **{op: _fwd_recurrent for op in RECURRENT},
 }
 
