@@ -4185,6 +4185,108 @@ def unnamed_dims(d: Path) -> Case:
     return Case("unnamed-minus1-dims", p, shapes={"x": (4, 3, 96, 96)})
 
 
+def _ort_generation(d: Path, name: str, beams: int) -> Case:
+    """ORT's ``convert_generation`` (onnxruntime.transformers) around a 2-layer GPT-2 decoder
+    exported here in its subgraph interface (int32 ids / positions / mask, ``past_i`` =
+    stacked keys and values): its own GPT-2 exporter fails on transformers 5 (the legacy
+    tuple cache), ``--decoder_onnx`` skips it. The penalties it makes graph inputs become
+    initializers (1.0): random feeds there would make a meaningless search."""
+    import torch
+    import transformers
+    from onnxruntime.transformers import convert_generation as cg
+
+    lm = _gpt2_lm()
+    lm.config.bos_token_id = lm.config.eos_token_id = lm.config.pad_token_id = 1
+    layers = 2
+
+    class Dec(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = lm
+
+        def forward(self, ids: Any, pos: Any, mask: Any, *past: Any) -> Any:
+            cache = transformers.DynamicCache()
+            for i, kv in enumerate(past):
+                cache.update(kv[0], kv[1], i)
+            out = self.m(
+                input_ids=ids.long(),
+                position_ids=pos.long(),
+                attention_mask=mask.long(),
+                past_key_values=cache,
+                use_cache=True,
+            )
+            pk = out.past_key_values
+            return (
+                out.logits,
+                *[torch.stack([pk.layers[i].keys, pk.layers[i].values]) for i in range(layers)],
+            )
+
+    work = d / f"{name}_work"
+    work.mkdir(exist_ok=True)
+    lm.save_pretrained(str(work / "hf"))
+    b, s, past = 2, 3, 5
+    names = ["input_ids", "position_ids", "attention_mask"] + [f"past_{i}" for i in range(layers)]
+    outs = ["logits"] + [f"present_{i}" for i in range(layers)]
+    axes = {
+        "input_ids": {0: "batch_size", 1: "seq_len"},
+        "position_ids": {0: "batch_size", 1: "seq_len"},
+        "attention_mask": {0: "batch_size", 1: "total_seq_len"},
+        "logits": {0: "batch_size", 1: "seq_len"},
+    }
+    for i in range(layers):
+        axes[f"past_{i}"] = {1: "batch_size", 3: "past_seq_len"}
+        axes[f"present_{i}"] = {1: "batch_size", 3: "total_seq_len"}
+    feeds = (
+        torch.randint(0, 500, (b, s), dtype=torch.int32),
+        torch.arange(past, past + s, dtype=torch.int32)[None].expand(b, s),
+        torch.ones(b, past + s, dtype=torch.int32),
+        *[torch.randn(2, b, 4, past, 16) for _ in range(layers)],
+    )
+    dec = work / "decoder.onnx"
+    _legacy(Dec(), feeds, dec, names, outs, axes, opset=17)
+    raw = work / "generation.onnx"
+    argv = ["-m", str(work / "hf"), "--model_type", "gpt2", "--decoder_onnx", str(dec)]
+    argv += ["--output", str(raw), "--num_beams", str(beams), "--max_length", "32"]
+    argv += ["--vocab_size", "500", "--eos_token_id", "1", "--pad_token_id", "1"]
+    with _quiet():
+        args = cg.parse_arguments(argv)
+        gen = cg.GenerationType.GREEDYSEARCH if beams == 1 else cg.GenerationType.BEAMSEARCH
+        cg.convert_generation_model(args, gen)
+    m = onnx.load(str(raw))
+    inputs = {i.name for i in m.graph.input}
+    fixed = {k: 1.0 for k in ("length_penalty", "repetition_penalty") if k in inputs}
+    keep = [i for i in m.graph.input if i.name not in fixed]
+    del m.graph.input[:]
+    m.graph.input.extend(keep)
+    m.graph.initializer.extend(
+        numpy_helper.from_array(np.array([v], np.float32), k) for k, v in fixed.items()
+    )
+    p = d / f"{name}.onnx"
+    _save(m, p, check=False)  # as ORT writes it: no com.microsoft opset import (ORT loads it)
+    ranges = {"input_ids": (2, 500), "max_length": (32, 33), "min_length": (1, 2)}
+    ranges |= {"num_beams": (beams, beams + 1), "num_return_sequences": (1, 2)}
+    present = {i.name for i in m.graph.input}
+    return Case(
+        name,
+        p,
+        dims={"batch_size": 2, "sequence_length": 6},
+        int_ranges={k: v for k, v in ranges.items() if k in present},
+    )
+
+
+@builder("ort-beamsearch-gpt2")
+def ort_beamsearch(d: Path) -> Case:
+    """com.microsoft ``BeamSearch`` (4 beams, 32 tokens) with GPT-2 decoder subgraphs (the
+    first step's and the later steps', sharing weights), from ORT's ``convert_generation``."""
+    return _ort_generation(d, "ort-beamsearch-gpt2", 4)
+
+
+@builder("ort-greedysearch-gpt2")
+def ort_greedysearch(d: Path) -> Case:
+    """com.microsoft ``GreedySearch`` (32 tokens) with the same GPT-2 decoder subgraph."""
+    return _ort_generation(d, "ort-greedysearch-gpt2", 1)
+
+
 def build_all(folder: Path, only: list[str] | None = None) -> tuple[list[Case], dict[str, str]]:
     """Build every model (or those named); returns the cases and {builder: error} for failures."""
     folder.mkdir(parents=True, exist_ok=True)
