@@ -138,6 +138,14 @@ class GraphInfo:
     declared_empty: dict[str, frozenset[int]] = field(default_factory=dict)
 
 
+def node_count(g: GraphInfo) -> int:
+    """Nodes of ``g`` and of every If / Loop / Scan body in it, at any depth: ORT makes a
+    session state with kernels for each body and OpenVINO reads each body into its own
+    ov.Model, so a body's nodes cost what the main graph's do (an Optimum merged decoder:
+    one If over two ~600-node decoders, docs/estimate.md, "Session 12: subgraph nodes")."""
+    return sum(1 + sum(node_count(s) for s in n.subgraphs) for n in g.nodes)
+
+
 # Never constant-folded by ONNX Runtime (non-deterministic, or kept for QDQ fusion).
 _NO_FOLD = frozenset(
     {
