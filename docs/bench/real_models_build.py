@@ -4120,7 +4120,9 @@ def over_2gib(d: Path) -> Case:
             scale = 1.0 / np.sqrt(shape[-1])
             while left:
                 k = min(left, 1 << 24)
-                f.write((rng.standard_normal(k, dtype=np.float32) * scale).tobytes())
+                f.write(
+                    (rng.standard_normal(k, dtype=np.float32) * scale).astype(np.float32).tobytes()
+                )
                 left -= k
             t = TensorProto(name=name, data_type=TensorProto.FLOAT, dims=shape)
             t.data_location = TensorProto.EXTERNAL
