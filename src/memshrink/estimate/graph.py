@@ -136,6 +136,9 @@ class GraphInfo:
     # declared dims left empty (neither a value nor a name), per declared tensor: they name
     # nothing for ORT's planner (``ort_symdims``)
     declared_empty: dict[str, frozenset[int]] = field(default_factory=dict)
+    # ``unk__N`` names the file itself declares (``value_info`` written by an earlier tool):
+    # ORT reads them as names, unlike the ones this estimator's own inference makes up
+    declared_unk: frozenset[str] = frozenset()
 
 
 def node_count(g: GraphInfo) -> int:
@@ -1044,10 +1047,14 @@ def build_view(
     graph.opset = int(irm.opset_imports.get("", irm.opset_imports.get("ai.onnx", 0)) or 0)
     decl_values = [dv for dv in _declared_values(irm.graph) if dv.name and dv.shape is not None]
     graph.declared = {str(dv.name) for dv in decl_values}
+    unk: set[str] = set()
     for dv in decl_values:
-        empty = frozenset(i for i, dd in enumerate(_dims_of(dv.shape) or ()) if dd is None)
+        dims_ = _dims_of(dv.shape) or ()
+        empty = frozenset(i for i, dd in enumerate(dims_) if dd is None)
         if empty:
             graph.declared_empty[str(dv.name)] = empty
+        unk.update(d for d in dims_ if isinstance(d, str) and d.startswith("unk__"))
+    graph.declared_unk = frozenset(unk)
     unused = sorted(set(dim_bounds or {}) - {n for n, h in bounded.items() if h == "--dim-bound"})
     if unused:
         raise UsageError(

@@ -1396,6 +1396,7 @@ class _Rewriter:
             outputs=list(self.g.outputs),
             initializers=[i for i in self.g.initializers if i in tensors],
             unknown=[u for u in self.g.unknown if u in tensors],
+            declared_unk=self.g.declared_unk,
         )
 
 
