@@ -260,7 +260,9 @@ def _dims_of(shape: ir.Shape | None) -> tuple[Dim, ...] | None:
     out: list[Dim] = []
     for d in shape:
         if isinstance(d, int):
-            out.append(d)
+            # ``dim_value: -1`` (older converters' "unknown"): runtimes read it as dynamic;
+            # kept as a value, shape inference computed Conv outputs of size 0 from it
+            out.append(d if d >= 0 else None)
         else:
             out.append(getattr(d, "value", None))
     return tuple(out)
