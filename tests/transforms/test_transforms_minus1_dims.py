@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 from onnx import helper, numpy_helper
 
 from memshrink.bindings import bind_input_shapes
@@ -68,3 +69,23 @@ def test_all_on_minus1_dims_still_runs_on_ort(tmp_path):
         for vi in onnx.load(str(dst)).graph.value_info
     }  # fmt: skip
     assert all(0 not in v for v in dims.values()), dims
+
+
+def test_simplify_declares_no_zero_dims_from_minus1(tmp_path):
+    """onnxsim's inference, fed the -1, declared the stride-2 Conv's output [?, 8, 0, 0]; the
+    EP then reused buffers by that shape. After: unknown dims, and the interface keeps its
+    -1 (input and output)."""
+    pytest.importorskip("onnxsim")
+    src, dst = tmp_path / "m.onnx", tmp_path / "m.sim.onnx"
+    conv_minus1(src)
+    model, report = PassManager("simplify").run(load(str(src)), PassContext())
+    save_model(model, dst)
+    out = onnx.load(str(dst))
+    for vi in out.graph.value_info:
+        for d in vi.type.tensor_type.shape.dim:
+            assert not (d.HasField("dim_value") and d.dim_value <= 0), (vi.name, report.passes)
+    io = {
+        v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
+        for v in (*out.graph.input, *out.graph.output)
+    }
+    assert io["x"][2:] == [-1, -1] and io["y"] == [-1, 8, -1, -1]
