@@ -20,7 +20,10 @@ Conformer, Whisper / T5 decoder steps with past and their encoders alone, SAM's 
 an SD-style VAE decoder, ORT's QOperator quantizers (ConvInteger, DynamicQuantizeLSTM,
 QLinearConv), onnxconverter-common fp16 with ``keep_io_types``, nested local functions, a
 reverse Scan over axis 1, IR 3 / opset 8, external data over many files at offsets, int4
-block-wise DequantizeLinear, Optional ops.
+block-wise DequantizeLinear, Optional ops. Session 12: an Optimum-style merged decoder (If on
+``use_cache_branch``), ORT BeamSearch / GreedySearch, an SD-style U-Net, a YOLO-style detector
+with TopK + NonMaxSuppression, torchvision R3D-18 / R(2+1)D-18, HF EnCodec, GNN scatter /
+gather message passing, a model over 2 GiB, inputs with unnamed / ``-1`` dims.
 """
 
 from __future__ import annotations
