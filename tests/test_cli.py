@@ -38,6 +38,7 @@ def test_optimize_writes_report_and_equal_outputs(mlp_path: Path, tmp_path: Path
     assert code == 0
     data = json.loads(report.read_text())
     assert data["pipeline"] == [
+        "inline-functions",
         "prune",
         "dedup-weights",
         "inplace",

@@ -306,3 +306,15 @@ def test_estimate_splices_a_constants_large_list_for_inference() -> None:
     )
     view = build_view(load(const), dims={})
     assert view.graph.tensors["y"].shape == (THRESHOLD,)
+
+
+def test_wire_list_in_slices_is_the_same_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ints are encoded a slice at a time (bounded temporaries): slice edges change nothing."""
+    values = [0, 127, 128, -1, 2**40, 16384, -(2**63), 5] * 1000 + [300]
+    attr = helper.make_attribute("a", values)
+    compact = CompactList(compact_attrs._narrow(np.array(values, np.int64)))
+    whole = compact_attrs.wire_list(compact)
+    monkeypatch.setattr(compact_attrs, "_WIRE_SLICE", 999)  # edges inside the 8-value pattern
+    assert compact_attrs.wire_list(compact) == whole
+    bare = onnx.AttributeProto(name="a", type=attr.type).SerializeToString()
+    assert attr.SerializeToString() == bare[:3] + whole + bare[3:]

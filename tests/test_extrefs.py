@@ -121,3 +121,21 @@ def test_verify_check_does_not_import_onnx_ir(tmp_path: Path) -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_initializer_locations_are_what_onnx_load_states(tmp_path: Path) -> None:
+    """The main graph's initializers only (not the If branch's Constant), as OpenVINO's
+    data-file stat read them from ``onnx.load(..., load_external_data=False)`` before."""
+    from memshrink.extrefs import initializer_locations
+
+    path = _model(tmp_path)
+    proto = onnx.load(str(path), load_external_data=False)
+    want = [
+        (t.name, e.value) for t in proto.graph.initializer for e in t.external_data
+        if e.key == "location"
+    ]  # fmt: skip
+    assert initializer_locations(path) == want == [("w", "m.data")]
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x0a\xff\xff")
+    with pytest.raises(ModelLoadError):
+        initializer_locations(bad)

@@ -141,10 +141,18 @@ def tool_commands(src: Path, work: Path) -> dict[str, tuple[list[str], Path]]:
     }  # fmt: skip
 
 
-def make_tools(src: Path, work: Path, done: Mapping[str, Any], timeout: float) -> dict[str, Any]:
-    """Run each tool (skipping those whose output and record exist); their records."""
+def make_tools(
+    src: Path, work: Path, done: Mapping[str, Any], timeout: float, only: set[str] | None = None
+) -> dict[str, Any]:
+    """Run each tool (skipping those whose output and record exist); their records.
+
+    ``only``: run just these tools; the others keep their records in ``done`` (re-measuring a
+    few variants after a memshrink change need not re-time onnxsim and the rest).
+    """
     tools: dict[str, Any] = dict(done)
     for name, (cmd, out) in tool_commands(src, work).items():
+        if only is not None and name not in only:
+            continue
         if name in tools and (out.exists() or tools[name]["returncode"] != 0):
             continue
         print(f"  tool {name} ...", file=sys.stderr, flush=True)
@@ -160,7 +168,8 @@ def make_tools(src: Path, work: Path, done: Mapping[str, Any], timeout: float) -
             file=sys.stderr,
             flush=True,
         )
-    return tools
+    order = list(tool_commands(src, work))  # the table lists the tools in one order
+    return {k: tools[k] for k in sorted(tools, key=lambda k: order.index(k) if k in order else 9)}
 
 
 def recommended_options(tools: Mapping[str, Any]) -> dict[str, Any]:
@@ -187,7 +196,12 @@ def measure_model(name: str, args: argparse.Namespace, prior: dict[str, Any]) ->
     work = Path(args.work) / name
     work.mkdir(parents=True, exist_ok=True)
     row: dict[str, Any] = {"model": name, "file_mib": round(src.stat().st_size / MiB, 1)}
-    tools = make_tools(src, work, prior.get("tools", {}), args.tool_timeout)
+    wanted = set(args.variants) if args.variants else set(VARIANTS)
+    needed = {VARIANTS[v][0] for v in wanted} - {"original"}
+    kept_tools = prior.get("tools", {}) if args.variants else {}
+    if args.variants:  # the listed tools run again in this --work; the rest keep their records
+        kept_tools = {k: v for k, v in kept_tools.items() if k not in needed}
+    tools = make_tools(src, work, kept_tools, args.tool_timeout, needed if args.variants else None)
     row["tools"] = tools
     rec = recommended_options(tools)
     row["recommended_options"] = rec
@@ -207,6 +221,11 @@ def measure_model(name: str, args: argparse.Namespace, prior: dict[str, Any]) ->
         ref_out = None
         for variant, (tool, per_backend) in VARIANTS.items():
             if backend not in per_backend:
+                continue
+            if variant not in wanted:  # kept from the earlier measurement (--variants)
+                old = prior.get("runs", {}).get(f"{variant}@{backend}")
+                if old is not None:
+                    runs[f"{variant}@{backend}"] = {**old, "kept": True}
                 continue
             opts = per_backend[backend]
             opts = dict(rec) if opts is None else opts
@@ -283,7 +302,11 @@ def recheck_f32(row: dict[str, Any], work: Path, args: argparse.Namespace) -> No
     from memshrink.verify.runner import run_child
 
     runs = row["runs"]
-    bad = [k for k, e in runs.items() if e.get("match") is False and k.endswith("@openvino")]
+    bad = [
+        k
+        for k, e in runs.items()
+        if e.get("match") is False and k.endswith("@openvino") and not e.get("kept")
+    ]
     if not bad:
         return
     src = ROOT / ".cache" / "models" / f"{row['model']}.onnx"
@@ -555,6 +578,18 @@ def retool(a: argparse.Namespace) -> int:
     return 0
 
 
+def _commit() -> str | None:
+    """The checkout's commit (a row says what it measured)."""
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return out.stdout.strip()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="*", default=list(MODELS))
@@ -567,6 +602,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--atol", type=float, default=1e-5)
     ap.add_argument("--rtol", type=float, default=1e-5)
     ap.add_argument("--redo", action="store_true", help="measure models already in --json again")
+    ap.add_argument(
+        "--variants",
+        nargs="*",
+        help="with --redo: measure only these variants (the original always) and keep the "
+        "others' runs and tool records from --json, marked 'kept'",
+    )
     ap.add_argument("--table", help="only print the markdown tables of this results JSON")
     ap.add_argument("--reestimate", action="store_true", help="only redo the estimates")
     ap.add_argument(
@@ -605,6 +646,11 @@ def main(argv: list[str] | None = None) -> int:
         out.write_text(json.dumps(data, indent=1) + "\n")
         return 0
     a.backends = [b.strip() for b in a.backends.split(",") if b.strip()]
+    if a.variants:
+        unknown = set(a.variants) - set(VARIANTS)
+        if unknown:
+            ap.error(f"unknown variants {sorted(unknown)}; known: {list(VARIANTS)}")
+        a.variants = ["original", *[v for v in a.variants if v != "original"]]
     if not Path(a.python_ovep).exists():
         a.python_ovep = None
     out = Path(a.json)
@@ -618,6 +664,9 @@ def main(argv: list[str] | None = None) -> int:
         row = measure_model(name, a, by_name.get(name, {}))
         row["findings"] = findings(row)
         row["seconds"] = round(time.perf_counter() - t0, 1)
+        row["commit"] = _commit()
+        if a.variants:
+            row["remeasured"] = a.variants
         by_name[name] = row
         data["rows"] = [by_name[n] for n in by_name]
         data["settings"] = {

@@ -121,7 +121,7 @@ def onnxsim_arena(path: Path, dims: dict[str, int]) -> int | None:
 
         irm, _ = G._as_ir(str(path))
         view = G.build_view(str(path), dims=dims)
-        proto, _ = G._cached_infer(irm, G._fingerprint(irm), view.bindings, symbolic_tool=True)
+        proto = G._cached_infer(irm, G._fingerprint(irm), view.bindings, symbolic_tool=True)[0]
         return int(onnxsim.plan_activation_memory(proto, run_shape_inference=False).arena_bytes)
     except Exception as exc:  # noqa: BLE001 - a comparison column, not the benchmark
         print(f"  onnxsim failed: {exc}", file=sys.stderr)

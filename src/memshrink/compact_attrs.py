@@ -25,7 +25,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from memshrink.protoscan import _len_field
+from memshrink.protoscan import _encode_varint, _key, _len_field
 from memshrink.protowalk import all_graphs
 from memshrink.protowire import LEN, iter_fields
 
@@ -316,6 +316,13 @@ class _PathRewriter:
         return None
 
     def message(self, start: int, end: int, kind: str) -> bytes | None:
+        pieces = self.pieces(start, end, kind)
+        return None if pieces is None else b"".join(pieces)
+
+    def pieces(self, start: int, end: int, kind: str) -> list[bytes | memoryview] | None:
+        """The rewritten message as pieces to concatenate (None: unchanged). Why pieces: a
+        nested message's bytes joined at every level were a copy of the whole model per level
+        (a forest's save: graph, node and model copies of 24 MiB at once)."""
         entered = self._enter(start, end, kind)
         children = self._CHILDREN[kind]
         pieces: list[bytes | memoryview] = []
@@ -327,13 +334,15 @@ class _PathRewriter:
                 changed = True
                 continue
             child = children.get(fnum) if wtype == LEN else None
-            new = self.message(pstart, pend, child) if child else None
+            new = self.pieces(pstart, pend, child) if child else None
             if new is None:
                 pieces.append(self.buf[fstart:pend])
             else:
-                pieces.append(_len_field(fnum, new))
+                size = sum(len(p) for p in new)
+                pieces.append(_key(fnum, LEN) + _encode_varint(size))
+                pieces.extend(new)
                 changed = True
-        return b"".join(pieces) if changed else None
+        return pieces if changed else None
 
 
 class _Dropper(_PathRewriter):
@@ -362,6 +371,32 @@ class _Dropper(_PathRewriter):
         self, kind: str, fnum: int, wtype: int, pstart: int, pend: int, entered: bool
     ) -> list[bytes] | None:
         return [] if entered and fnum in _ATTR_LISTS else None
+
+
+#: (domain, op type) -> prefixes of the list attributes whose *contents* ONNX's inference
+#: function never reads (it tests only their presence): a tree ensemble's per-node and per-leaf
+#: lists. Its outputs' types come from ``classlabels_*`` and ``n_targets``, which are not here.
+#: Why: inferring a forest with its lists spliced in makes ONNX's C++ parse them (24 MiB
+#: RandomForest: +150 MiB RSS per inference). ``test_estimate_list_free_inference.py``.
+INFERENCE_IGNORES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("ai.onnx.ml", "TreeEnsembleClassifier"): ("nodes_", "class_"),
+    ("ai.onnx.ml", "TreeEnsembleRegressor"): ("nodes_", "target_"),
+}
+
+
+def inference_ignores(proto: onnx.ModelProto, table: dict[bytes, tuple[Any, str]]) -> bool:
+    """Whether every list marked in ``proto`` (``table``: :func:`marked`'s) sits in its main
+    graph on an attribute :data:`INFERENCE_IGNORES` names: then ONNX's inference gives the
+    same result with the lists spliced in and without them."""
+    found = 0
+    for node in proto.graph.node:
+        prefixes = INFERENCE_IGNORES.get((node.domain, node.op_type), ())
+        for a in node.attribute:
+            if a.doc_string.encode() in table:
+                if not a.name.startswith(prefixes):
+                    return False
+                found += 1
+    return found == len(table)  # else a marker elsewhere (a subgraph, a function)
 
 
 def _varints(buf: memoryview, start: int, end: int) -> int:
@@ -416,7 +451,20 @@ def wire_list(value: Any) -> bytes:
         rows[:, 0] = _KEY_FLOATS
         rows[:, 1:] = arr.astype("<f4").view(np.uint8).reshape(n, 4)
         return rows.tobytes()
-    v = arr.astype(np.int64).view(np.uint64)
+    # in slices: the varint arithmetic holds ~50 bytes an element in temporaries (a forest's
+    # 740k-element class_ids: +37 MiB at the save), a slice's bytes are the same
+    return b"".join(
+        _wire_ints(arr[i : i + _WIRE_SLICE].astype(np.int64).view(np.uint64))
+        for i in range(0, n, _WIRE_SLICE)
+    )
+
+
+_WIRE_SLICE = 1 << 16  # elements
+
+
+def _wire_ints(v: np.ndarray) -> bytes:
+    """:func:`wire_list`'s fields of the int64 values ``v`` (viewed as uint64)."""
+    n = len(v)
     nb = np.ones(n, np.int64)  # bytes of each varint: 1 + one per further 7 bits
     for k in range(1, 10):
         nb += v >= np.uint64(1 << (7 * k))
@@ -461,12 +509,19 @@ def splice(data: bytes, table: dict[bytes, tuple[Any, str]], strict: bool = True
     fields (:func:`wire_list`) where its marker was: the bytes protobuf writes for the model
     with the lists. ``strict``: every marker must be found (a save); the estimator's protos
     leave out functions, or a derived proto may hold some of the nodes only."""
+    return b"".join(splice_pieces(data, table, strict))
+
+
+def splice_pieces(
+    data: bytes, table: dict[bytes, tuple[Any, str]], strict: bool = True
+) -> list[bytes | memoryview]:
+    """:func:`splice`'s bytes as pieces to write one after another (no joined copy)."""
     if not table:
-        return data
+        return [data]
     splicer = _Splicer(memoryview(data), table)
-    new = splicer.message(0, len(data), "model")
+    new = splicer.pieces(0, len(data), "model")
     if new is None and not strict:
-        return data
+        return [data]
     if new is None or strict and splicer.spliced != len(table):
         raise RuntimeError("compact_attrs: a list marker was lost in serialization")
     return new

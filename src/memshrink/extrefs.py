@@ -112,6 +112,51 @@ def read_refs(path: str | os.PathLike) -> list[ExternalRef]:
         raise ModelLoadError(f"{os.fspath(path)}: cannot read: {exc.strerror or exc}") from exc
 
 
+def initializer_locations(path: str | os.PathLike) -> list[tuple[str, str]]:
+    """(tensor name, ``location``) of every ``external_data`` entry keyed ``location`` of the
+    main graph's initializers, in file order: what ``onnx.load(path, load_external_data=False)
+    .graph.initializer`` states, without parsing the model (a forest's 24 MiB of attribute
+    lists parsed to ~+170 MiB RSS at each OpenVINO estimate). Raises what :func:`read_refs`
+    raises on a broken file."""
+    try:
+        with open(path, "rb") as f:
+            if f.seek(0, 2) == 0:
+                raise ModelLoadError(f"{os.fspath(path)}: file is empty, not an ONNX model")
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                buf = memoryview(mm)
+                try:
+                    return list(_initializer_locations(buf))
+                finally:
+                    buf.release()
+    except (Truncated, IndexError):
+        raise ModelLoadError(
+            f"{os.fspath(path)}: truncated or not an ONNX model (protobuf structure is broken)"
+        ) from None
+    except OSError as exc:
+        raise ModelLoadError(f"{os.fspath(path)}: cannot read: {exc.strerror or exc}") from exc
+
+
+def _initializer_locations(buf: memoryview) -> Iterator[tuple[str, str]]:
+    for fnum, ps, pe in _len_fields(buf, 0, len(buf)):
+        if fnum != _MODEL_GRAPH:
+            continue
+        for f2, s2, e2 in _len_fields(buf, ps, pe):
+            if f2 != _GRAPH_INITIALIZER:
+                continue
+            name, locations = "", []
+            for f3, s3, e3 in _len_fields(buf, s2, e2):
+                if f3 == _TENSOR_NAME:
+                    name = bytes(buf[s3:e3]).decode("utf-8", "replace")
+                elif f3 == _TENSOR_EXTERNAL_DATA:
+                    kv = {
+                        f: bytes(buf[s:e]).decode("utf-8", "replace")
+                        for f, s, e in _len_fields(buf, s3, e3)
+                    }
+                    if kv.get(_ENTRY_KEY, "") == "location":
+                        locations.append(kv.get(_ENTRY_VALUE, ""))
+            yield from ((name, loc) for loc in locations)
+
+
 def _len_fields(buf: memoryview, start: int, end: int) -> Iterator[tuple[int, int, int]]:
     for fnum, wt, _, ps, pe in iter_fields(buf, start, end):
         if wt == LEN:

@@ -373,10 +373,10 @@ def save_model(
                 proto = opaque_types.serialize(model)
             with open(tmp_model, "wb") as f:
                 if lists:
-                    data = compact_attrs.splice(proto.SerializeToString(), lists)
+                    pieces = compact_attrs.splice_pieces(proto.SerializeToString(), lists)
                     del proto
-                    f.write(data)
-                    del data
+                    f.writelines(pieces)
+                    del pieces
                 else:
                     onnx.save_model(proto, f)
                     del proto

@@ -37,7 +37,13 @@ def test_spares_decide_whether_freed_copies_merge():
     b.alloc("live", MiB)
     b.free(*(f"c{i}" for i in range(4)))
     heaps = embedded_modes(b)
-    assert set(heaps) == {"pinned", "consolidated", "partly_pinned", "copies_merged"}
+    assert set(heaps) == {
+        "pinned",
+        "consolidated",
+        "partly_pinned",
+        "copies_merged",
+        "address_classes",
+    }
     modes = {m: hs[0] for m, hs in heaps.items()}
     # four 8 MiB holes either way (the heap keeps them), but only merged ones take 16 MiB
     assert modes["pinned"].resident == modes["consolidated"].resident

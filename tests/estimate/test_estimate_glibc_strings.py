@@ -11,7 +11,13 @@ import sys
 from fixtures_onnx import weight_chain
 
 from memshrink.estimate.api import estimate
-from memshrink.estimate.glibc_heap import PAGE, replay, request2size, verifier_threshold
+from memshrink.estimate.glibc_heap import (
+    PAGE,
+    aligned_chunk,
+    replay,
+    request2size,
+    verifier_threshold,
+)
 from memshrink.estimate.graph import build_view
 from memshrink.estimate.ort_weights import PROTO_FIELDS, creation_blocks
 from memshrink.estimate.weights import split_weights
@@ -44,8 +50,8 @@ def test_a_freed_string_hole_never_takes_its_own_copy():
     heap = replay(b, spares="consolidated")
     string = request2size(100_001)
     fields = request2size(PROTO_FIELDS)
-    copy = request2size(100_000 + 96)
-    assert (string, fields, copy) == (100_016, 64, 100_112)
+    copy = aligned_chunk(100_000)  # posix_memalign(64): request2size(request2size(n) + 96)
+    assert (string, fields, copy) == (100_016, 64, 100_128)
     assert heap.top == 4 * (string + fields) + 4 * copy
     assert heap.holes == 4 * string  # the strings' holes, apart
     b.events = [e for e in b.events if not e[1].startswith("fields:")]

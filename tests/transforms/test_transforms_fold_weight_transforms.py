@@ -137,23 +137,29 @@ def test_shared_weight_folds_only_when_allowed(tmp_path: Path) -> None:
     proto.ir_version = 8
     src = tmp_path / "tied.onnx"
     onnx.save_model(proto, src)
-    opts = {"fold-weight-transforms": {"fold_shared": "false"}}
+    # the fold alone (tied_matmul, tried first, is off here: test_tied_matmul_* below)
+    no_swap = {"tied_matmul": "false"}
+    opts = {"fold-weight-transforms": {"fold_shared": "false", **no_swap}}
     _, report = PassManager(["fold-weight-transforms"], options=opts).run(
-        memshrink.load(src), PassContext()
+        memshrink.load(src), PassContext(backend="ort-openvino", deploy_only=True)
     )
     assert report.passes[0].modified is False
     # targeting OpenVINO: its FC takes the transpose itself, so the tied copy is never folded
-    _, report = PassManager(["fold-weight-transforms"]).run(
+    opts = {"fold-weight-transforms": no_swap}
+    _, report = PassManager(["fold-weight-transforms"], options=opts).run(
         memshrink.load(src), PassContext(backend="openvino")
     )
     assert report.passes[0].modified is False
     # deploy anywhere (no --backend): a trade the unfolded model wins (GPT-2: OpenVINO +221
     # MiB folded, its EP +95 unfolded, ORT CPU equal), so the tied copy is not folded either
-    _, report = PassManager(["fold-weight-transforms"]).run(memshrink.load(src), PassContext())
+    _, report = PassManager(["fold-weight-transforms"], options=opts).run(
+        memshrink.load(src), PassContext()
+    )
     assert report.passes[0].modified is False
-    # one named runtime that needs it (the EP maps the folded copy instead of building it)
+    # one named runtime that needs it (CUDA: the GPU reads the folded copy instead of ORT
+    # building it; tied_matmul is not tried there)
     model, report = PassManager(["fold-weight-transforms"]).run(
-        memshrink.load(src), PassContext(backend="ort-openvino", deploy_only=True)
+        memshrink.load(src), PassContext(backend="cuda", deploy_only=True)
     )
     assert report.passes[0].stats["transpose"] == 1
     assert report.passes[0].stats["bytes_added"] == emb.nbytes
@@ -162,3 +168,72 @@ def test_shared_weight_folds_only_when_allowed(tmp_path: Path) -> None:
     memshrink.save(model, out)
     feeds = {"ids": np.array([1, 7, 49], np.int64)}
     assert np.array_equal(_run(src, feeds)[0], _run(out, feeds)[0])
+
+
+def _tied(rng: np.random.Generator, readers: str = "matmul") -> tuple[onnx.ModelProto, np.ndarray]:
+    """Tied embedding: Gather(E) in, logits = h @ Transpose(E) out (``gemm``: a Gemm reads
+    the transpose too). ``h`` carries no shape: the pass takes A's rank from the output."""
+    emb = rng.standard_normal((50, 16)).astype(np.float32)
+    nodes = [
+        helper.make_node("Gather", ["E", "ids"], ["h"]),
+        helper.make_node("Transpose", ["E"], ["Et"], perm=[1, 0]),
+        helper.make_node("MatMul", ["h", "Et"], ["logits"]),
+    ]
+    outs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [2, 3, 50])]
+    if readers == "gemm":
+        nodes.append(helper.make_node("Gemm", ["h2", "Et"], ["g"]))
+        nodes.insert(1, helper.make_node("Gather", ["E", "one"], ["h2"]))
+        outs.append(helper.make_tensor_value_info("g", TensorProto.FLOAT, [1, 50]))
+    graph = helper.make_graph(
+        nodes,
+        "tied",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 3])],
+        outs,
+        [numpy_helper.from_array(emb, "E"), numpy_helper.from_array(np.array([4]), "one")],
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    proto.ir_version = 8
+    return proto, emb
+
+
+def test_tied_matmul_reads_the_weight_as_a(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    proto, emb = _tied(rng)
+    src = tmp_path / "tied.onnx"
+    onnx.save_model(proto, src)
+    for ctx in (PassContext(), PassContext(backend="openvino", deploy_only=True),
+                PassContext(backend="ort", deploy_only=True)):  # fmt: skip
+        model, report = PassManager(["fold-weight-transforms"]).run(memshrink.load(src), ctx)
+        stats = report.passes[0].stats
+        assert (stats["tied_matmul"], stats["transpose"], stats["bytes_added"]) == (1, 0, 0)
+        assert list(model.graph.initializers) == ["E", "one"]  # no second copy of E
+        ops = [(n.op_type, [v.name for v in n.inputs]) for n in model.graph]
+        assert ops == [
+            ("Gather", ["E", "ids"]),
+            ("Transpose", ["h"]),
+            ("MatMul", ["E", "logits__xT"]),
+            ("Transpose", ["logits__WxT"]),
+        ]
+        assert [o.name for o in model.graph.outputs] == ["logits"]
+    out = tmp_path / "out.onnx"
+    memshrink.save(model, out)
+    onnx.checker.check_model(onnx.load(out), full_check=True)
+    ids = np.array([[1, 7, 49], [0, 3, 3]], np.int64)
+    got = _run(out, {"ids": ids})[0]
+    # known answer: each logit is one dot product of two rows of E (atol 1e-5, rtol 1e-5)
+    np.testing.assert_allclose(got, emb[ids] @ emb.T, atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(got, _run(src, {"ids": ids})[0], atol=1e-5, rtol=1e-5)
+
+
+def test_tied_matmul_left_alone_when_another_op_reads_the_transpose(tmp_path: Path) -> None:
+    proto, _ = _tied(np.random.default_rng(4), readers="gemm")
+    src = tmp_path / "tied.onnx"
+    onnx.save_model(proto, src)
+    model, report = PassManager(["fold-weight-transforms"]).run(memshrink.load(src), PassContext())
+    assert report.passes[0].stats["tied_matmul"] == 0
+    assert "Transpose" in [n.op_type for n in model.graph]
+    # under --backend cuda the tied copy is folded as before, never swapped
+    _, report = PassManager(["fold-weight-transforms"]).run(
+        memshrink.load(src), PassContext(backend="cuda", deploy_only=True)
+    )
+    assert report.passes[0].stats["tied_matmul"] == 0

@@ -20,8 +20,12 @@ This replays the blocks with glibc 2.36's rules (``malloc/malloc.c``):
   aligned request (which needs 96 bytes more) does not fit it. That is why equal-size filter
   conversions leapfrog and fragment the heap (VGG-19: six 9 MiB filters leave 66 MiB free). No
   trailing spare is split when the block's address happens to need an 80-byte lead (one
-  address in four; small allocations in between make it unpredictable), so the replay runs
-  the four rotations of "every fourth aligned block unpinned" and averages them.
+  address in four), so the replay runs the four rotations of "every fourth aligned block
+  unpinned" and averages them for external data. The chunk is ``aligned_chunk(n)`` (n + 128
+  for n = 0 mod 64, a multiple of 64), so a run of blocks carved from the top shares one
+  address class: a whole phase keeps spares or none (session 12, traced). ``classes`` replays
+  that (``trailing_spare`` from the address, four heap starts); tried on external data it
+  moved zoo rows the wrong way (DenseNet-121, ResNet-50 `all`), so the rotations stay there.
 
 Embedded weights (``creation_blocks`` with the ModelProto's strings and session copies) are
 replayed in three modes (``embedded_modes``): ``pinned`` (every spare in the tcache: freed
@@ -42,6 +46,11 @@ every other aligned block pinned with probability ``PARTLY_P`` = 1/2 (``partly_p
 ``copies_merged`` is the same with the copies' region always whole: what most processes of
 the Conv models show (ResNet-50 b16: run 1 at 318 MiB in 18 of 26 processes; session 10),
 the headline for models whose copies are freed together (``ort_weights.embedded_mode``).
+
+``address_classes`` is the mean of the four ``classes`` replays (reported, in the band):
+each is a heap a traced process had (embedded multibranch: the 81.7 MiB processes are the
+pinned heap, the 70.5 MiB ones the consolidated one, their spare classes as replayed), where
+the per-block coins of ``partly_pinned`` and ``copies_merged`` make mixed heaps.
 
 Small allocations between the big ones are not replayed (their bytes are the calibrated
 session overhead). Checked against ``mallinfo2()`` after session creation and against the
@@ -90,6 +99,30 @@ def request2size(n: int) -> int:
     return max(32, (n + 8 + 15) & ~15)
 
 
+def aligned_chunk(n: int) -> int:
+    """The chunk ``posix_memalign(64, n)`` carves: ``_int_memalign`` asks ``_int_malloc`` for
+    ``request2size(n) + 64 + MINSIZE``, which rounds that again. For ``n`` a multiple of 64
+    (nearly every weight) this is ``n + 128``, a multiple of 64, so blocks carved one after
+    another from the top keep their address class mod 64 (traced: 221,184-byte filters
+    221,312 bytes apart, docs/estimate.md, "Session 12"); ``request2size(n + 96)``, used
+    before, is 16 bytes short and rotated the class at every block."""
+    return request2size(request2size(n) + ALIGN_SPARE)
+
+
+def trailing_spare(addr: int, n: int) -> int:
+    """The trailing spare ``posix_memalign(64, n)`` splits off a chunk ``_int_malloc`` put at
+    ``addr`` (``_int_memalign``: a lead of at least MINSIZE up to the next 64-aligned user
+    pointer, then the rest beyond ``request2size(n)`` if it is more than MINSIZE): for ``n`` a
+    multiple of 64, 112 / 64 / 80 bytes when ``addr + 16`` is 0 / 16 / 32 mod 64, none when
+    it is 48 (the 80-byte lead)."""
+    mem = addr + 16
+    lead = -mem % 64
+    if 0 < lead < 32:
+        lead += 64
+    rest = aligned_chunk(n) - lead - request2size(n)
+    return rest if rest > 32 else 0
+
+
 @dataclass
 class _Chunk:
     addr: int
@@ -106,6 +139,9 @@ class GlibcHeap:
 
     threshold: int = MMAP_THRESHOLD_START
     trim_threshold: int = MMAP_THRESHOLD_START
+    # ``classes`` replays: the heap start's address mod 64 (the process's coin); an aligned
+    # block then pins exactly when its address leaves a trailing spare (``trailing_spare``)
+    base: int | None = None
     top: int = 0  # start of the top chunk
     brk: int = 0  # end of the heap
     chunks: list[_Chunk] = field(default_factory=list)
@@ -120,7 +156,9 @@ class GlibcHeap:
 
     def clone(self) -> GlibcHeap:
         """An independent copy (``copy.deepcopy`` costs ~10x more on a 20,000-chunk heap)."""
-        h = GlibcHeap(self.threshold, self.trim_threshold, self.top, self.brk)
+        h = GlibcHeap(
+            self.threshold, self.trim_threshold, base=self.base, top=self.top, brk=self.brk
+        )
         h.chunks = [_Chunk(c.addr, c.size, c.free, c.pinned) for c in self.chunks]
         h.mmapped = dict(self.mmapped)
         h.mapped_pages = dict(self.mapped_pages)
@@ -175,7 +213,7 @@ class GlibcHeap:
         return c
 
     def _place(self, n: int, aligned: bool, pin: bool) -> int:
-        need = request2size(n + ALIGN_SPARE) if aligned else request2size(n)
+        need = aligned_chunk(n) if aligned else request2size(n)
         k = bisect.bisect_left(self._by_size, (need, -1))
         if k < len(self._by_size):  # best fit: the smallest free chunk that fits
             _, addr = self._by_size[k]
@@ -184,7 +222,7 @@ class GlibcHeap:
             if c.size - need >= 32:
                 self._insert(_Chunk(c.addr + need, c.size - need, True))
                 c.size = need
-            c.free, c.pinned = False, aligned and pin
+            c.free, c.pinned = False, aligned and self._pins(c.addr, n, pin)
             self._insert(c)
             return c.addr
         if self.brk - self.top < need:
@@ -195,10 +233,15 @@ class GlibcHeap:
                 self._mapped_bytes += self.mmapped[h]
                 return h
             self.brk += (need - (self.brk - self.top) + TOP_PAD + PAGE - 1) // PAGE * PAGE
-        c = _Chunk(self.top, need, False, aligned and pin)
+        c = _Chunk(self.top, need, False, aligned and self._pins(self.top, n, pin))
         self.top += need
         self._insert(c)
         return c.addr
+
+    def _pins(self, addr: int, n: int, pin: bool) -> bool:
+        """Whether an aligned block at ``addr`` keeps a pinning spare: from its address when
+        the heap has a ``base``, else as the caller says."""
+        return pin if self.base is None else trailing_spare(self.base + addr, n) > 0
 
     def free(self, handle: int) -> None:
         if handle in self.mmapped:
@@ -235,7 +278,8 @@ class GlibcHeap:
         return sum(size for size, _ in self._by_size)
 
 
-SPARES = ("rotate", "pinned", "consolidated", "partly_pinned", "copies_merged")
+SPARES = ("rotate", "pinned", "consolidated", "partly_pinned", "copies_merged", "classes")
+CLASSES = 4  # heap start offsets mod 64 a process can have (16-byte chunk alignment)
 
 
 def replay(
@@ -246,11 +290,15 @@ def replay(
     keeps its spare; ``consolidated`` — none does; ``partly_pinned`` — the session copies
     keep theirs when ``seed`` is odd, every other aligned block with probability ``PARTLY_P``
     (``seed`` picks which; the modes of embedded weights); ``copies_merged`` — the session
-    copies never keep theirs, every other aligned block with probability ``PARTLY_P``."""
+    copies never keep theirs, every other aligned block with probability ``PARTLY_P``;
+    ``classes`` — the heap starts at ``16 * (seed % 4)`` mod 64 and each aligned block keeps
+    the spare its address gives (``trailing_spare``): runs of blocks carved from the top share
+    one class, so a phase pins or merges as a whole (docs/estimate.md, "Session 12")."""
     if spares not in SPARES:
         raise ValueError(f"spares must be one of {SPARES}, not {spares!r}")
     t = blocks.threshold or MMAP_THRESHOLD_START
-    heap = GlibcHeap(t, 2 * t if t > MMAP_THRESHOLD_START else t)
+    base = 16 * (seed % CLASSES) if spares == "classes" else None
+    heap = GlibcHeap(t, 2 * t if t > MMAP_THRESHOLD_START else t, base=base)
     live: dict[str, int] = {}
     rng = random.Random(seed)
     k = 0
@@ -312,15 +360,16 @@ def hole_shares(blocks: CreationBlocks, regions: list[int]) -> list[float]:
     return shares
 
 
-MODES = ("pinned", "consolidated", "partly_pinned", "copies_merged")
+MODES = ("pinned", "consolidated", "partly_pinned", "copies_merged", "address_classes")
 
 
 def embedded_modes(blocks: CreationBlocks) -> dict[str, list[GlibcHeap]]:
     """The heaps after an embedded model's session creation in each of its modes (module
     docstring): one replay for ``pinned`` and ``consolidated``, ``PARTLY_SAMPLES`` seeded
-    replays for ``partly_pinned`` and ``copies_merged`` (a stage's figure in those modes is
-    the mean over them)."""
+    replays for ``partly_pinned`` and ``copies_merged``, the four heap start classes for
+    ``address_classes`` (a stage's figure in those modes is the mean over them)."""
     out = {mode: [replay(blocks, spares=mode)] for mode in MODES[:2]}
-    for mode in MODES[2:]:
+    for mode in MODES[2:4]:
         out[mode] = [replay(blocks, spares=mode, seed=s) for s in range(PARTLY_SAMPLES)]
+    out["address_classes"] = [replay(blocks, spares="classes", seed=s) for s in range(CLASSES)]
     return out

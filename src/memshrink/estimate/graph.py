@@ -30,6 +30,7 @@ from memshrink.compact_attrs import (
     digest_value,
     drop_large_lists,
     has_large_lists,
+    inference_ignores,
     marked,
     note_lengths,
     noted_length,
@@ -38,6 +39,7 @@ from memshrink.compact_attrs import (
 )
 from memshrink.errors import ModelLoadError, UnboundDimensionError, UsageError
 from memshrink.estimate import dd_bounds, shape_values
+from memshrink.local_functions import calls_functions, inline_functions
 from memshrink.transforms.weight_io import read_array
 
 # Integer initializers at most this big are passed with their data (shape-inference needs
@@ -340,7 +342,21 @@ def _weight_free_proto(
     for v in _declared_values(g):
         if v.shape is not None and v.dtype is not None and not v.is_graph_input():
             gp.value_info.append(_value_info(v.name or "", int(v.dtype), _dims_of(v.shape)))
+    if calls_functions(model):
+        mp = _functions_inlined(mp, model)
     return mp
+
+
+def _functions_inlined(mp: onnx.ModelProto, model: ir.Model) -> onnx.ModelProto:
+    """``mp`` (weight-free) with the model's local-function calls replaced by their bodies:
+    ONNX Runtime inlines them at load (its EP gets the inlined graph too), so the tensors it
+    plans are the bodies' (measured: ``docs/optimize.md``, "inline-functions"). Only the
+    weight-free structure is copied."""
+    for f in model.functions.values():
+        mp.functions.append(ir.serde.serialize_function(f))
+    skeleton = ir.serde.deserialize_model(mp)
+    inline_functions(skeleton)
+    return ir.serde.serialize_model(skeleton)
 
 
 ZERO_BIAS_MAX_BYTES = 64 << 10
@@ -415,10 +431,33 @@ def _declared_values(g: ir.Graph) -> list[ir.Value]:
     return vals
 
 
+def _listless(mp: onnx.ModelProto, table: dict[bytes, tuple[Any, str]]) -> onnx.ModelProto | None:
+    """``mp`` with each marker replaced by the doc_string :func:`splice` would write (the
+    list's length note), when every marked list is one ONNX's inference ignores
+    (``compact_attrs.INFERENCE_IGNORES``): then its inference equals the spliced model's with the lists
+    dropped (``parse_without_large_lists``). None otherwise."""
+    if not inference_ignores(mp, table):
+        return None
+    light = onnx.ModelProto()
+    light.CopyFrom(mp)
+    for node in light.graph.node:
+        for a in node.attribute:
+            hit = table.get(a.doc_string.encode())
+            if hit is not None:
+                a.doc_string = hit[1]
+    return light
+
+
 def _infer(mp: onnx.ModelProto, table: Lists) -> onnx.ModelProto:
     """ONNX's shape inference; the result without large scalar lists (only its structure and
     types are read) when the model has any. ``table``: the marked lists of ``mp``."""
     data = b""
+    light = _listless(mp, table) if table else None
+    if light is not None:
+        try:
+            return onnx.shape_inference.infer_shapes(light, strict_mode=False, data_prop=True)
+        except Exception:  # noqa: BLE001 - as below: the model as the notes left it
+            return light
     try:
         if not table and not has_large_lists(mp):
             return onnx.shape_inference.infer_shapes(mp, strict_mode=False, data_prop=True)
@@ -481,6 +520,8 @@ def _fingerprint(model: ir.Model) -> int:
         ):  # values inference reads (Reshape targets, NMS's max boxes): a new value re-infers
             parts.append(t.tobytes())
     parts.append(tuple((v.name, v.dtype) for v in model.graph.outputs))
+    for fid, f in model.functions.items():  # bodies are inlined into the view
+        parts.append((fid, tuple((n.op_type, n.domain, len(n.inputs)) for n in f)))
     parts.append(
         tuple(  # the dtype too: an fp16 twin of an f32 graph has other tensor types
             (v.name, None if v.shape is None else tuple(str(d) for d in v.shape), v.dtype)

@@ -44,15 +44,16 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from memshrink.estimate import ov_kinds, ov_read, ov_read_pages, ov_slices
+from memshrink.estimate import ov_kinds, ov_layout, ov_read, ov_read_pages, ov_slices
 from memshrink.estimate.disjoint import find_root
 from memshrink.estimate.graph import GraphInfo, ModelView, NodeInfo, TensorInfo
 from memshrink.estimate.host import normalize_precision, ov_default_precision
-from memshrink.estimate.lifetimes import Buffer, positions, tensor_buffers
+from memshrink.estimate.lifetimes import ALIAS_OPS, Buffer, positions, tensor_buffers
 from memshrink.estimate.ort import HOLD_OUTPUTS, option_flag
 from memshrink.estimate.planners import all_planners, greedy_by_size
 from memshrink.estimate.stages import BackendPrediction, Stage
 from memshrink.estimate.weights import FLOAT, FP16, split_weights
+from memshrink.extrefs import initializer_locations
 
 MiB = 1 << 20
 
@@ -270,17 +271,11 @@ def _data_file_bytes(view: ModelView) -> tuple[int, int]:
         size = view.external_weight_bytes if view.data_file_bytes is None else view.data_file_bytes
         return size, size
     try:
-        import onnx
-
-        proto = onnx.load(view.model_path, load_external_data=False)
+        refs = initializer_locations(view.model_path)
     except Exception:  # noqa: BLE001 - fall back to the weights' own size
         return view.external_weight_bytes, view.external_weight_bytes
     base = os.path.dirname(os.path.abspath(view.model_path))
-    files = set()
-    for init in proto.graph.initializer:
-        for e in init.external_data:
-            if e.key == "location":
-                files.add(os.path.join(base, e.value))
+    files = {os.path.join(base, loc) for _, loc in refs}
     stats = [os.stat(f) for f in files if os.path.isfile(f)]
     size = sum(st.st_size for st in stats)
     alloc = sum(min(st.st_size, st.st_blocks * 512) for st in stats)
@@ -302,18 +297,14 @@ def _released_file_bytes(view: ModelView, folded: set[str]) -> tuple[int, int]:
     if view.model_path is None:
         return 0, 0
     try:
-        import onnx
-
-        proto = onnx.load(view.model_path, load_external_data=False)
+        refs = initializer_locations(view.model_path)
     except Exception:  # noqa: BLE001 - no file to read: nothing released
         return 0, 0
     base = os.path.dirname(os.path.abspath(view.model_path))
     files: dict[str, bool] = {}
-    for init in proto.graph.initializer:
-        for e in init.external_data:
-            if e.key == "location":
-                f = os.path.join(base, e.value)
-                files[f] = files.get(f, True) and init.name in folded
+    for name, loc in refs:
+        f = os.path.join(base, loc)
+        files[f] = files.get(f, True) and name in folded
     size = alloc = 0
     for f, only in files.items():
         if only and os.path.isfile(f):
@@ -1254,6 +1245,14 @@ def predict(
     # (BERT-base after ``all``: 78 Eltwise, 0 Subgraph in the runtime model).
     n_sub = 0 if dynamic else subgraph_count(g, gone)
     bufs = ov_buffers(g, order, dynamic and not batch_only_dynamic(view), precision)
+    half = precision != "f32"
+    tail = precision_tail(g) if half else set()
+    pos = positions(order)
+    for b in ov_layout.layout_copies(
+        g, order, pos, half, tail, KEEPS_LAYOUT, ALIAS_OPS, bufs, dynamic
+    ):
+        b.id = len(bufs)
+        bufs.append(b)
     planners = all_planners(tensor_buffers(g, order), len(order))
     planners["ov_memory_solver"] = greedy_by_size(bufs)[0]
     from memshrink.estimate.ov_order import sync_steps  # ov_order imports this module

@@ -649,9 +649,10 @@ def creation_arena(g: GraphInfo) -> list[int]:
 HOLD_OUTPUTS = "memshrink.hold_outputs"  # estimator-only key in ``session_options``
 INT_RANGE = "memshrink.int_range"  # estimator-only: "LO,HI" of integer inputs (Gather ids)
 # estimator-only: the glibc mode to predict for embedded weights ("pinned" | "consolidated" |
-# "partly_pinned" | "copies_merged"; default ``ort_weights.embedded_mode``); all are reported
+# "partly_pinned" | "copies_merged" | "address_classes"; default ``ort_weights.embedded_mode``);
+# all are reported
 GLIBC_MODE = "memshrink.glibc_mode"
-GLIBC_MODES = ("pinned", "consolidated", "partly_pinned", "copies_merged")
+GLIBC_MODES = ("pinned", "consolidated", "partly_pinned", "copies_merged", "address_classes")
 
 
 def option_flag(opts: Mapping[str, Any] | None, key: str, default: bool) -> bool:

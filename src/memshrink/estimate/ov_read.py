@@ -44,7 +44,22 @@ READ_OPS: dict[str, tuple[int, int]] = {
     "Pad": (1, 2),
     "Flatten": (1, 1),
     "Dropout": (0, 0),  # inference: removed
+    # ORT's dynamic quantization: min / max over all axes (ShapeOf -> Range), scale, zero
+    # point, Round / Clamp / Convert; MatMulInteger Converts and Subtracts the zero points
+    # (``get_ops()`` of single nodes on a [b, 16, 64] input: 27 ops + 8 Constants, 7 + 0)
+    "DynamicQuantizeLinear": (27, 8),
+    "MatMulInteger": (7, 0),
 }
+# LSTM / GRU -> (ov ops, Constants) by (initial state given, sequence_lens given): the
+# sequence op, Transposes / Squeezes to its layout, a Broadcast from ShapeOf for each absent
+# state and for absent lengths; direction does not change the count (``get_ops()`` of single
+# nodes, forward and bidirectional, OpenVINO 2026.4; an LSTM's c0 goes with its h0).
+RNN_OPS: dict[str, dict[tuple[bool, bool], tuple[int, int]]] = {
+    "LSTM": {(True, True): (13, 8), (True, False): (17, 12), (False, True): (20, 14),
+             (False, False): (22, 16)},
+    "GRU": {(True, True): (6, 4), (True, False): (10, 8), (False, True): (12, 10),
+            (False, False): (14, 12)},
+}  # fmt: skip
 # Opset < 13 attributes that the frontend turns into a Constant input.
 _ATTR_CONST = frozenset({"axes", "split"})
 
@@ -93,6 +108,15 @@ def _ops(node: NodeInfo, const_in: int, rank: int | None = None) -> tuple[int, i
         return (1, 1) if axis in (0, 1) else (5, 5)
     if op == "Split":
         return 1, 2 if "split" in node.attrs else 1
+    if op in RNN_OPS:
+        states = len(node.inputs) > 5 and bool(node.inputs[5])
+        lens = len(node.inputs) > 4 and bool(node.inputs[4])
+        return RNN_OPS[op][(states, lens)]
+    if op == "DequantizeLinear" and int(node.attrs.get("block_size", 0) or 0) > 0:
+        # block-wise (opset 21, int4 weights): Convert, Unsqueeze, ShapeOf, Reshape to blocks,
+        # Multiply, Reshape back, + Convert / Unsqueeze / Subtract with a zero point; 2
+        # Constants (``get_ops()`` of 4 such DQs, one with a zero point: 27 ops, 8 Constants)
+        return (9, 2) if len(node.inputs) > 2 and node.inputs[2] else (6, 2)
     ops, consts = READ_OPS.get(op, (1, 0))
     if op not in READ_OPS and _ATTR_CONST & set(node.attrs):
         consts += 1

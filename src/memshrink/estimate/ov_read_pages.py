@@ -55,6 +55,8 @@ def shape_level(node: NodeInfo) -> int:
     op = node.op_type
     if op in SHAPE_OPS:
         return 2
+    if op == "DequantizeLinear" and int(node.attrs.get("block_size", 0) or 0) > 0:
+        return 2  # block-wise: reshaped to blocks by a shape computed from ShapeOf
     if op in ("Conv", "ConvTranspose"):
         return 2 if len(node.inputs) > 2 and bool(node.inputs[2]) else 0
     if op in SHAPE_READ_OPS:

@@ -14,6 +14,7 @@ from memshrink.manager import Pass
 #: Modules defining built-in passes; each calls ``register`` at import.
 BUILTIN_MODULES = (
     "memshrink.transforms.prune",
+    "memshrink.transforms.inline_functions",
     "memshrink.transforms.dedup_weights",
     "memshrink.transforms.simplify",
     "memshrink.transforms.external_data",

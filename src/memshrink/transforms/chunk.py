@@ -16,6 +16,7 @@ along their hidden channels and sums the partial reduces (``chunking.channels``)
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,7 @@ import onnx_ir as ir
 from memshrink.manager import Pass, PassContext, PassResult
 from memshrink.transforms import register
 from memshrink.transforms.chunking import cone as cones
+from memshrink.transforms.chunking import rules
 from memshrink.transforms.chunking import weightless as cores
 from memshrink.transforms.chunking.channel_choice import choose_channels
 from memshrink.transforms.chunking.channels import find_blocks
@@ -35,7 +37,7 @@ from memshrink.transforms.chunking.partial import prefix
 from memshrink.transforms.chunking.region import Region, discover_best
 from memshrink.transforms.chunking.region import cut as end_at
 from memshrink.transforms.chunking.region import cuts as boundaries
-from memshrink.transforms.chunking.rewrite import RewriteStats, rewrite
+from memshrink.transforms.chunking.rewrite import META_KEY, RewriteStats, rewrite
 from memshrink.transforms.chunking.rules import Refuse
 from memshrink.transforms.chunking.specialize import specialize
 from memshrink.transforms.predicted import guarded, pipeline_bindings
@@ -43,7 +45,10 @@ from memshrink.transforms.saved_layout import clone_with_meta, saved_embedded
 
 MODES = ("batch", "spatial", "channels")
 #: Band-size steps tried per mode (0 = equal chunks); see ``chunking.region.bands``.
-STAGGERS = {"batch": (0, 1), "spatial": (0, 4, 8, 12, 16, 20)}
+#: Query pieces: equal only. Stagger 1 was predicted worse at every count on every model tried
+#: (SAM ×8 142 -> 228 MB, the ViT stack, GPT-2 at 1024): pieces run one after another, and
+#: equal shapes let each reuse the last one's buffers.
+STAGGERS = {"batch": (0, 1), "spatial": (0, 4, 8, 12, 16, 20), "queries": (0,)}
 #: Distinct-shape layouts tried per mode: 1/d of a chunk's largest tensor is the smallest
 #: shape kept apart between chunks (``chunking.layout``); 0 = none.
 DISTINCT = {"batch": (), "spatial": (4, 16)}
@@ -63,6 +68,8 @@ NESTED_OUTER = 2
 #: FPN-like test graph's p2 x 2 at stagger 4) are kept.
 CONE_LAYOUTS = ((0, 0), (4, 0), (8, 0), (16, 0), (0, 4))
 NESTED_COUNTS = (2, 4)
+#: Query pieces tried inside each piece of the best heads layout (``weightless.queries``)
+QUERY_PIECES = (2, 4, 8)
 
 
 def _predict(model: ir.Model, context: PassContext) -> tuple[int, Any]:
@@ -185,6 +192,8 @@ def apply(
     cone: str = "",
     weightless: bool = False,
     heads: bool = False,
+    queries: bool = False,
+    query_chunks: int = 0,
 ) -> tuple[Region, RewriteStats]:
     """Find the region of ``mode`` in ``model`` and rewrite it in ``count`` chunks (in place).
 
@@ -202,8 +211,15 @@ def apply(
     it reads (``chunking.cone``; exact bands only). ``weightless`` (batch mode) chunks only the
     batch region's weight-free cores (attention: Q, K, V outputs to the output projection's
     input), one rewrite per core, so no weight gets a second reader (``chunking.weightless``).
+    ``queries`` cuts those cores along their query rows instead, Kᵀ and V read whole by every
+    piece (``weightless.queries``; no batch axis needed). ``query_chunks`` > 0 (with
+    ``heads``) then cuts every heads piece along its query rows into that many pieces.
     """
     spec = specialize(model, shapes)
+    if queries:
+        if end or cut or trim or overlap or distinct or cone or inner:
+            raise Refuse("a query split is a split of the attention cores only")
+        return _apply_queries(model, shapes, count, stagger, seen, spec)
     if cone:
         end_v = next((y for n in model.graph for y in n.outputs if y.name == cone), None)
         if end_v is None or mode != "spatial" or overlap or trim:
@@ -223,7 +239,11 @@ def apply(
     if weightless:
         if mode != "batch" or end or cut or trim or overlap or distinct:
             raise Refuse("weightless cores are batch chunks of the whole region only")
-        return region, _apply_cores(model, shapes, region, count, stagger, seen, spec, heads)
+        if query_chunks and not heads:
+            raise Refuse("query pieces inside cores need the heads split")
+        return region, _apply_cores(
+            model, shapes, region, count, stagger, seen, spec, heads, query_chunks
+        )
     if end:  # end the region at this value (a block boundary, ``region.cuts``)
         v = next((x for x in boundaries(region) if x.name == end), None)
         if v is None:
@@ -269,9 +289,12 @@ class Duplicate(Refuse):
 def _apply_cores(
     model: ir.Model, shapes: dict[str, tuple[int, ...] | None], batch: Region, count: int,
     stagger: int, seen: set[tuple] | None, spec: dict[str, int], heads: bool = False,
+    query_chunks: int = 0,
 ) -> RewriteStats:  # fmt: skip
     """Rewrite every weightless core of ``batch`` in ``count`` chunks (``heads``: each core's
-    stretch along its attention heads, ``weightless.heads``); their stats summed."""
+    stretch along its attention heads, ``weightless.heads``; ``query_chunks``: then each heads
+    piece along its query rows, ``weightless.queries``, its Kᵀ and V slices read whole by
+    every query piece); their stats summed."""
     graph = model.graph
     found = cores.cores(batch, graph)
     if not found:
@@ -282,7 +305,8 @@ def _apply_cores(
         if any(e % count for e in ext):
             raise Refuse(f"chunk-axis extents {sorted(ext)} not all divisible by {count}")
     if seen is not None:
-        key = ("weightless", heads, count, stagger, tuple(len(r.nodes) for r in found))
+        key = ("weightless", heads, count, stagger, tuple(len(r.nodes) for r in found),
+               query_chunks)  # fmt: skip
         if key in seen:
             raise Duplicate(str(key))
         seen.add(key)
@@ -296,7 +320,57 @@ def _apply_cores(
         total.shape_classes = max(total.shape_classes, st.shape_classes)
         total.halo_rows.update(st.halo_rows)
         total.outputs += st.outputs
+        if query_chunks:
+            total.nodes_after += _query_pieces(model, shapes, r.label, count, query_chunks)
     return total
+
+
+def _query_pieces(model: ir.Model, shapes: dict[str, tuple[int, ...] | None], label: str,
+                  count: int, pieces: int) -> int:  # fmt: skip
+    """Cut each of the ``count`` heads pieces of core ``label`` (its nodes carry
+    ``memshrink.chunk = chunk_<label>/<k>``) along its query rows into ``pieces``; the nodes
+    added. Exact: each heads piece is an attention core of its own (its Q, Kᵀ, V slices)."""
+    graph = model.graph
+    added = 0
+    for k in range(count):
+        tag = f"chunk_{label}/{k}"
+        nodes = [n for n in graph if n.metadata_props.get(META_KEY) == tag]
+        r = cores.queries(nodes, graph, shapes, _opset(model), f"{label}k{k}q")
+        if cores.query_rows(r) % pieces:
+            raise Refuse(f"query rows {cores.query_rows(r)} not divisible by {pieces}")
+        added += rewrite(graph, r, pieces).nodes_after - len(r.nodes)
+    return added
+
+
+def _apply_queries(
+    model: ir.Model, shapes: dict[str, tuple[int, ...] | None], count: int, stagger: int,
+    seen: set[tuple] | None, spec: dict[str, int],
+) -> tuple[Region, RewriteStats]:  # fmt: skip
+    """Rewrite the query stretch of every core with large scores (``weightless.query_regions``)
+    in ``count`` pieces; their stats summed, the first region returned (for its stops)."""
+    graph = model.graph
+    found = cores.query_regions(graph, shapes, _opset(model), f"q{count}")
+    if not found:
+        raise Refuse("no attention core can be cut along its query rows")
+    rows = [cores.query_rows(r) for r in found]
+    if any(e % count for e in rows):
+        raise Refuse(f"query rows {sorted(set(rows))} not all divisible by {count}")
+    if seen is not None:
+        key = ("queries", count, stagger, tuple(len(r.nodes) for r in found))
+        if key in seen:
+            raise Duplicate(str(key))
+        seen.add(key)
+    total = RewriteStats(count, 0, 0, 0, 0, 0, specialized=spec)
+    for r in found:
+        st = rewrite(graph, r, count, stagger)
+        total.nodes_before += st.nodes_before
+        total.nodes_after += st.nodes_after
+        total.flops_before += st.flops_before
+        total.flops_after += st.flops_after
+        total.shape_classes = max(total.shape_classes, st.shape_classes)
+        total.halo_rows.update(st.halo_rows)
+        total.outputs += st.outputs
+    return found[0], total
 
 
 def _trial(model: ir.Model, shapes: dict[str, tuple[int, ...] | None], c: dict[str, Any],
@@ -306,7 +380,8 @@ def _trial(model: ir.Model, shapes: dict[str, tuple[int, ...] | None], c: dict[s
     apply(trial, shapes, c["mode"], c["chunks"], axis, c["stagger"], c["trim"], c["distinct"],
           c.get("cut", 0), end=c.get("end", ""), overlap=c.get("overlap", False),
           inner=_inner(c), cone=c.get("cone", ""), weightless=c.get("weightless", False),
-          heads=c.get("heads", False))  # fmt: skip
+          heads=c.get("heads", False), queries=c.get("queries", False),
+          query_chunks=c.get("query_chunks", 0))  # fmt: skip
     return trial
 
 
@@ -352,6 +427,16 @@ def _cone_ends(
         (v.name or "", shapes[v.name or ""][axis])  # type: ignore[index]
         for v in cones.ends(trial.graph, shapes, axis)
     ]
+
+
+def _query_rows(model: ir.Model, shapes: dict[str, tuple[int, ...] | None]) -> int:
+    """The query rows every large-scores core can be cut along evenly (their gcd), or 0 when
+    no core can be cut along its query rows (``weightless.query_regions``)."""
+    trial = clone_with_meta(model)
+    specialize(trial, shapes)
+    found = cores.query_regions(trial.graph, shapes, _opset(trial), "q")
+    rows = [cores.query_rows(r) for r in found]
+    return math.gcd(*rows) if rows else 0
 
 
 def _weightless_layouts(
@@ -443,8 +528,24 @@ class ChunkPass(Pass):
         # The same cores are also tried cut along their attention heads (``weightless.heads``;
         # BERT b4x512 heads x12 + reversed channels x4: measured 0.48x)
         weightless: bool = True
+        # also try the cores cut along their query rows, Kᵀ and V whole (``weightless.queries``):
+        # at batch 1 with long sequences (SAM's global attention, ViT at high resolution) the
+        # [heads, S, S] scores are the peak and no batch axis exists to cut
+        queries: bool = True
+        # ... also where the model has a batch axis (the whole cores, and inside the best heads
+        # layout's pieces). Off by default: on BERT b4x512 `all` then took queries x16 + channels
+        # (ORT CPU run 3 -40 MiB against the heads split) but OpenVINO measured +38 MiB over the
+        # original where its estimate predicted -48 (docs/chunk.md, "Query rows")
+        queries_batched: bool = False
 
     def run(self, model: ir.Model, context: PassContext) -> PassResult:
+        ok = rules.RECURRENT_OK.set(context.deploy_only and context.backend == "ort")
+        try:
+            return self._run(model, context)
+        finally:
+            rules.RECURRENT_OK.reset(ok)
+
+    def _run(self, model: ir.Model, context: PassContext) -> PassResult:
         o = self.options
         modes = [m.strip() for m in o.modes.split(",") if m.strip()]
         bad = [m for m in modes if m not in MODES]
@@ -568,6 +669,8 @@ class ChunkPass(Pass):
         cone: str = "",
         weightless: bool = False,
         heads: bool = False,
+        queries: bool = False,
+        query_chunks: int = 0,
     ) -> None:
         """Rewrite one candidate layout on a clone and predict it; appended to ``candidates``
         (with ``refused`` when it cannot apply or costs over ``max_extra_flops``)."""
@@ -580,6 +683,8 @@ class ChunkPass(Pass):
             + (f", the cone of {cone}" if cone else "")
             + (", weightless cores" if weightless else "")
             + (" along the heads" if heads else "")
+            + (", attention cores along the query rows" if queries else "")
+            + (f", each heads piece in {query_chunks} query pieces" if query_chunks else "")
             + ")"
         )
         cand: dict[str, Any] = {
@@ -596,12 +701,16 @@ class ChunkPass(Pass):
             cand["weightless"] = True
         if heads:
             cand["heads"] = True
+        if queries:
+            cand["queries"] = True
+        if query_chunks:
+            cand["query_chunks"] = query_chunks
         trial = clone_with_meta(model)
         try:
             region, st = apply(
                 trial, shapes, mode, count, o.spatial_axis, stagger, trim, distinct, cut,
                 seen, end=end, overlap=bool(end), inner=inner, cone=cone, weightless=weightless,
-                heads=heads,
+                heads=heads, queries=queries, query_chunks=query_chunks,
             )  # fmt: skip
             cand.update(
                 extra_flops=round(st.extra_flops, 4),
@@ -691,6 +800,15 @@ class ChunkPass(Pass):
                 for count in chunk_counts(mode, heads, o.max_chunks, 1):
                     self._try(model, context, shapes, candidates, seen, mode, count, 0, 0, 0,
                               0, weightless=True, heads=True)  # fmt: skip
+                # ... and the best heads layout's pieces along their query rows
+                top = min(
+                    (c for c in candidates if c.get("heads") and "predicted_activations" in c),
+                    key=lambda c: c["predicted_activations"], default=None,
+                )  # fmt: skip
+                hk = 0 if top is None or not o.queries_batched else int(top["chunks"])
+                for q in QUERY_PIECES if hk else ():
+                    self._try(model, context, shapes, candidates, seen, mode, hk, 0, 0, 0, 0,
+                              weightless=True, heads=True, query_chunks=q)  # fmt: skip
             if mode == "spatial":  # regions entered at interior tensors (``chunking.cone``)
                 for name, ext in _cone_ends(model, shapes, o.spatial_axis):
                     for count in chunk_counts(mode, ext, o.max_chunks, o.min_rows):
@@ -709,6 +827,19 @@ class ChunkPass(Pass):
                         for ik in NESTED_COUNTS:
                             self._try(model, context, shapes, candidates, seen, mode,
                                       c["chunks"], 0, 0, 0, 0, c["end"], (iend, ik))  # fmt: skip
+        batched = bool(entries_for(model, shapes, "batch", 0))
+        if "batch" in modes and o.weightless and o.queries and (o.queries_batched or not batched):
+            # attention cores cut along their query rows, Kᵀ/V whole (batch 1; with
+            # queries_batched at any batch)
+            rows = _query_rows(model, shapes)
+            if not rows:
+                candidates.append(
+                    {"mode": "queries", "queries": True, "refused": "no query-row split"}
+                )
+            for count in chunk_counts("batch", rows, o.max_chunks, 1) if rows else []:
+                for stagger in STAGGERS["queries"]:
+                    self._try(model, context, shapes, candidates, seen, "queries", count,
+                              stagger, 0, 0, 0, queries=True)  # fmt: skip
         stats: dict[str, Any] = {"predicted_activations_before": base, "candidates": candidates}
         ok = [c for c in candidates if "refused" not in c]
         if not ok:
@@ -750,6 +881,7 @@ class ChunkPass(Pass):
             pick["trim"], pick["distinct"], pick.get("cut", 0), end=pick.get("end", ""),
             overlap=pick.get("overlap", False), inner=_inner(pick), cone=pick.get("cone", ""),
             weightless=pick.get("weightless", False), heads=pick.get("heads", False),
+            queries=pick.get("queries", False), query_chunks=pick.get("query_chunks", 0),
         )  # fmt: skip
         stats.update(
             mode=pick["mode"],
@@ -779,4 +911,8 @@ class ChunkPass(Pass):
             stats["weightless"] = True
         if pick.get("heads"):
             stats["heads"] = True
+        if pick.get("queries"):
+            stats["queries"] = True
+        if pick.get("query_chunks"):
+            stats["query_chunks"] = pick["query_chunks"]
         return stats, True, pick["predicted_activations"]

@@ -9,7 +9,9 @@ Unsqueeze and Flatten change only the shape: the folded weight keeps pointing at
 (no data read). Transpose and Cast read one weight at a time, block by block with ``pread``
 (``weight_io``: a memory map would keep the pages resident), and write the result to a spill
 file (``SpillFile``), so weights are never all in memory. A transform is folded only when it is the
-weight's only reader (folding a shared weight would store it twice).
+weight's only reader (folding a shared weight would store it twice); a shared weight's
+``MatMul(x, Transpose(W))`` is rewritten as ``Transpose(MatMul(W, xT))`` instead
+(``tied_matmul.py``: no runtime copies W then).
 
 Cast/Transpose/Reshape folds are bit-exact; Conv+BatchNorm folding changes rounding (relative
 error ~1e-6, option ``conv_bn``).
@@ -25,6 +27,7 @@ import onnx_ir as ir
 
 from memshrink.manager import Pass, PassContext, PassResult
 from memshrink.transforms import register
+from memshrink.transforms.tied_matmul import swap_tied_matmul
 from memshrink.transforms.weight_io import (
     SPILL_MIN_BYTES,
     SpillFile,
@@ -140,6 +143,7 @@ class FoldWeightTransformsPass(Pass):
     summary = "Fold Cast/Transpose/Reshape of weights and Conv+BatchNorm ahead of time."
     targets = ("session-creation", "weights")
     _shared: bool = True  # fold_shared for this run (see Options.fold_shared)
+    _swap: bool = True  # tied_matmul for this run (see Options.tied_matmul)
     exact = (
         "Cast/Transpose/Reshape folds are bit-exact; Conv+BatchNorm folding changes rounding "
         "(relative error ~1e-6; conv_bn=false keeps the pass bit-exact)"
@@ -155,8 +159,15 @@ class FoldWeightTransformsPass(Pass):
         # folded copy is pure cost; without --backend (deploy anywhere) it is a trade the
         # unfolded model wins: GPT-2 all, measured process peaks folded / unfolded: ORT CPU
         # 633 / 633, OpenVINO 1228 / 1007 (original 1007), its EP 1256 / 1351 (original
-        # 2063) MiB: unfolded, no runtime ends above the original (docs/compare.md).
+        # 2063) MiB: unfolded, no runtime ends above the original (docs/compare.md). Since
+        # session 12 ``tied_matmul`` (below) takes MatMul readers first, so this folds only
+        # for other readers, and for all under --backend cuda.
         fold_shared: bool = True
+        # A shared weight read through ``MatMul(x, Transpose(W))`` (the tied LM head) becomes
+        # ``Transpose(MatMul(W, xT))``: no runtime folds or prepacks a copy of W then
+        # (``tied_matmul.py``; GPT-2 all, ORT CPU 633 -> 579, OpenVINO 1005 -> 959, EP 1351 ->
+        # 987 MiB). Tried before ``fold_shared``; not under ``--backend cuda`` (not measured).
+        tied_matmul: bool = True
 
     def run(self, model: ir.Model, context: PassContext) -> PassResult:
         stats = {
@@ -166,7 +177,11 @@ class FoldWeightTransformsPass(Pass):
             "conv_bn": 0,
             "bytes_rewritten": 0,
             "bytes_added": 0,
+            "tied_matmul": 0,
         }
+        self._swap = self.options.tied_matmul and not (
+            context.deploy_only and context.backend == "cuda"
+        )
         self._shared = (
             self.options.fold_shared and context.deploy_only and context.backend != "openvino"
         )
@@ -196,9 +211,15 @@ class FoldWeightTransformsPass(Pass):
         if tensor.dtype not in _NUMERIC:
             return False
         shared = len(src.uses()) != 1
+        shape = tuple(tensor.shape.numpy())
+        transpose_2d = op == "Transpose" and (_attr_ints(node, "perm") or [1, 0]) == [1, 0]
+        if shared and self._swap and transpose_2d and len(shape) == 2:
+            swapped = swap_tied_matmul(graph, node, src)
+            if swapped:
+                stats["tied_matmul"] += swapped
+                return True
         if shared and not self._shared:
             return False  # folding would store the weight twice
-        shape = tuple(tensor.shape.numpy())
         name = out.name or ""
         if op in _SHAPE_OPS:
             new_shape = _shape_after(node, shape)

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import onnx_ir as ir
 
+from memshrink.errors import PassError
+from memshrink.local_functions import calls_functions
 from memshrink.manager import Pass, PassContext, PassResult
 from memshrink.model import META_PARTITION
 from memshrink.partition.plan import plan_partition
@@ -38,6 +40,11 @@ class PartitionPass(Pass):
         folded_file: bool = True
 
     def run(self, model: ir.Model, context: PassContext) -> PassResult:
+        if calls_functions(model):  # the planner indexes the graph's nodes, not the bodies
+            raise PassError(
+                "the model calls model-local functions: run inline-functions before partition "
+                "(the stream preset does)"
+            )
         plan = plan_partition(
             model,
             parts=self.options.parts,

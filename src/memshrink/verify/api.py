@@ -213,6 +213,12 @@ def verify(
                     timeout, session_options, provider_options, python, progress,
                     atol, rtol, tolerances,
                 )  # fmt: skip
+        for c in comparisons:
+            if c.status == "not-compared":
+                _against_cpu_original(
+                    c, runs_out, full, (ref_r, io_r), wd, feeds_path, feed_names, timeout,
+                    session_options, provider_options, python, progress, atol, rtol, tolerances,
+                )  # fmt: skip
         cross = _cross_backend(runs_out, backend_list, out_names, atol, rtol, tolerances)
         budgets = _budgets(runs_out, backend_list, limit)
         for r in runs_out:
@@ -336,6 +342,59 @@ def _recheck_at_full_precision(
         f"compared at f32 on {c.backend} (INFERENCE_PRECISION_HINT=f32): at {low} {cause}, so "
         f"rewritten@{low} vs original@{low} ({', '.join(bad)} differ) does not judge the "
         "rewrite; the memory figures above are the default-precision runs"
+    )
+
+
+def _against_cpu_original(
+    c: Comparison, runs: list[RunResult], full: Mapping[str, np.ndarray] | None,
+    rewritten: tuple[ModelRef, ModelIO], wd: Path, feeds_path: Path, feed_names: list[str],
+    timeout: float, session_options: Mapping[str, Any] | None,
+    provider_options: Mapping[str, Mapping[str, Any]] | None, python: PythonArg,
+    progress: Progress, atol: float, rtol: float,
+    tolerances: Mapping[str, tuple[float, float]] | None,
+) -> None:  # fmt: skip
+    """Judge a rewrite that runs where its original was refused, against original@cpu.
+
+    Why: a rewrite can make a model run where the original cannot (``inline-functions``:
+    native OpenVINO refuses every model-local function, ORT inlines them at load). There is no
+    original@backend to compare with, and "backend failed" would fail the gate for the very
+    thing the rewrite fixed. ORT CPU's original outputs are the reference instead, at full
+    precision: where the backend computes in bf16/f16 the rewritten model runs once more at f32
+    (``FULL_PRECISION_OPTIONS``); without that switch nothing is compared. Only a runtime that
+    refused the original (status ``failed``) is replaced so: a crash or a time-out stays a failure.
+    """
+    o = next((r for r in runs if r.label == "original" and r.backend == c.backend), None)
+    r = next((r for r in runs if r.label == "rewritten" and r.backend == c.backend), None)
+    if c.backend == "cpu" or full is None or o is None or r is None:
+        return
+    if o.status != "failed" or r.outputs is None:
+        return
+    names = [x.name for x in rewritten[1].outputs]
+    outputs, candidate = r.outputs, f"rewritten@{c.backend}"
+    low = reduced_precision(r.child.get("assumptions"))
+    if low:
+        force = FULL_PRECISION_OPTIONS.get(c.backend)
+        if not force:
+            c.note = (
+                f"{c.note}; no f32 switch on {c.backend} to compare its {low} run with original@cpu"
+            )
+            return
+        opts = {k: dict(v) for k, v in (provider_options or {}).items()}
+        opts[c.backend] = {**opts.get(c.backend, {}), **force}
+        rr = _run(rewritten[0], "rewritten-f32", c.backend, wd, feeds_path, feed_names,
+                  rewritten[1], 1, timeout, session_options, opts, python, None, progress)  # fmt: skip
+        if rr.outputs is None:
+            c.note = f"{c.note}; the f32 re-run of the rewritten model did not finish ({rr.status})"
+            return
+        outputs, candidate = rr.outputs, f"rewritten@{c.backend} at f32"
+    first = ((o.error or "").strip().splitlines() or [""])[0]
+    c.reference, c.candidate = "original@cpu", candidate
+    c.outputs = compare_outputs(names, full, outputs, atol, rtol, tolerances)
+    c.status = "match" if all(x.ok for x in c.outputs) else "mismatch"
+    c.note = (
+        f"the original did not run on {c.backend} ({o.status}"
+        + (f": {first[:160]}" if first else "")
+        + f"); {candidate} compared with original@cpu instead"
     )
 
 

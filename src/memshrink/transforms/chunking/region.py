@@ -103,9 +103,13 @@ def discover(
                 assert v is not None
                 if v in made or (v in axes and axes[v] != ax):
                     raise Refuse(f"{node.op_type} reads {v.name} along two axes")
-            if len(set(oa)) != 1:
+            if len(set(oa)) != 1 and node.op_type not in rules.RECURRENT:
                 raise Refuse(f"{node.op_type} outputs chunked along different axes")
-            ext = {f.out_shapes[i][oa[i]] for i in range(len(oa))}  # type: ignore[index]
+            ext = {
+                f.out_shapes[i][oa[i]]  # type: ignore[index]
+                for i in range(len(oa))
+                if node.outputs[i].name  # unnamed: not written
+            }
             if len(ext) != 1 or min(ext) < min_extent:
                 raise Refuse(f"{node.op_type} output below the region's smallest extent")
         except Refuse as exc:

@@ -198,8 +198,12 @@ def rewrite(
             n_rows = rng[1] - rng[0] if e.raw_extent is None else e.raw_extent
             outs = []
             for y, ys in zip(node.outputs, f.out_shapes, strict=False):
+                if not y.name:  # an optional output the node does not write (LSTM's Y_c)
+                    outs.append(ir.Value(name=""))
+                    continue
                 assert ys is not None
-                outs.append(b.value(f"{y.name}__c{k}", y, _with_extent(ys, out_axis, n_rows)))
+                ya = region.axes.get(y, out_axis)  # LSTM: Y and Y_h carry the batch apart
+                outs.append(b.value(f"{y.name}__c{k}", y, _with_extent(ys, ya, n_rows)))
             b.node(node.op_type, inputs, outs, attrs=attrs, base=f"{node.name or node.op_type}__c{k}",
                    k=k, version=node.version, domain=node.domain)  # fmt: skip
             o0 = f.out_shapes[0]

@@ -20,6 +20,7 @@ Three questions per op:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -107,6 +108,12 @@ PER_SAMPLE = {
     "SpaceToDepth",
 }  # fmt: skip
 RESHAPES = {"Reshape", "Flatten", "Squeeze", "Unsqueeze"}
+RECURRENT = {"LSTM", "GRU", "RNN"}
+#: Set by the chunk pass: recurrent ops join a region only when the user deploys on ORT CPU
+#: (``optimize --backend ort``). OpenVINO and its EP compile each chunk's recurrence, a cost
+#: their estimates do not model (docs/chunk.md, "Recurrent ops along the batch": an LSTM
+#: stack split x16 raised OpenVINO's compile 46.5 -> 66.5 MiB over main's ``all``).
+RECURRENT_OK: ContextVar[bool] = ContextVar("chunk_recurrent_ok", default=False)
 REDUCE = {
     "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
     "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare",
@@ -119,10 +126,11 @@ SUPPORTED = (
     | PER_SAMPLE
     | RESHAPES
     | REDUCE
+    | RECURRENT
     | {
         "ConvTranspose", "BatchNormalization", "LRN", "Softmax", "LogSoftmax", "Hardmax",
         "LayerNormalization", "MatMul", "Gemm", "Transpose", "Concat", "Split", "Slice",
-        "Gather", "Expand", "Pad", "Tile", "Resize",
+        "Gather", "Expand", "Pad", "Tile", "Resize", "Einsum",
     }
 )  # fmt: skip
 
@@ -149,14 +157,15 @@ def forward(f: NodeFacts, in_axes: Sequence[int | None]) -> tuple[list[int], dic
         raise Refuse(f"{op} is in domain {f.node.domain!r}")
     if op not in SUPPORTED:
         raise Refuse(f"{op} is not known to be row-independent")
-    if any(f.out_shapes[i] is None for i in range(len(f.node.outputs))) or any(
+    # an unnamed output is one the node was asked not to write (LSTM's Y_c left out)
+    if any(f.out_shapes[i] is None for i, v in enumerate(f.node.outputs) if v.name) or any(
         v is not None and s is None for v, s in zip(f.node.inputs, f.in_shapes, strict=False)
     ):
         raise Refuse(f"{op} has a tensor of unknown shape")
     if any(a.type == ir.AttributeType.GRAPH for a in f.node.attributes.values()):
         raise Refuse(f"{op} has a subgraph")
     extra = [i for i in range(1, len(f.node.outputs)) if i in _used_outputs(f.node)]
-    if extra and op not in ("Split",):
+    if extra and op not in ("Split", *RECURRENT):
         raise Refuse(f"{op}'s secondary output is used")
     handler = _FORWARD.get(op)
     if handler is None:
@@ -334,6 +343,31 @@ def _fwd_gemm(f: NodeFacts, axes: list[int | None]) -> tuple[list[int], dict[int
     return [0], sliced
 
 
+def _fwd_recurrent(f: NodeFacts, axes: list[int | None]) -> tuple[list[int], dict[int, int]]:
+    """LSTM / GRU / RNN along the batch: a sequence's recurrence reads only its own rows of X,
+    ``sequence_lens`` (input 4), ``initial_h`` (5) and ``initial_c`` (6), whatever the
+    direction; Y carries the batch on another axis than Y_h / Y_c."""
+    op = f.node.op_type
+    if not RECURRENT_OK.get():
+        raise Refuse(f"{op} is split only when deploying on ORT CPU (optimize --backend ort)")
+    batch_major = bool(f.attr("layout", 0))
+    bx = 0 if batch_major else 1  # X: [seq, batch, in] (layout 0) or [batch, seq, in]
+    bs = 0 if batch_major else 1  # initial_h / Y_h: [dirs, batch, hidden] or [batch, dirs, ...]
+    by = 0 if batch_major else 2  # Y: [seq, dirs, batch, hidden] or [batch, seq, dirs, hidden]
+    if axes[0] != bx:
+        raise Refuse(f"{op} runs its recurrence along axis {axes[0]} of X")
+    state = {4: 0, 5: bs, 6: bs}
+    for i, a in enumerate(axes[1:], 1):
+        if a is not None and state.get(i) != a:
+            raise Refuse(f"{op}: input {i} chunked along axis {a}")
+    sliced = {
+        i: ax
+        for i, ax in state.items()
+        if i < len(f.node.inputs) and f.node.inputs[i] is not None and axes[i] is None
+    }
+    return [by if i == 0 else bs for i in range(len(f.node.outputs))], sliced
+
+
 def _fwd_transpose(f: NodeFacts, axes: list[int | None]) -> tuple[list[int], dict[int, int]]:
     a = _only_first(f, axes)
     r = _out_rank(f)
@@ -477,6 +511,49 @@ def _fwd_convtranspose(f: NodeFacts, axes: list[int | None]) -> tuple[list[int],
     return [a], {}
 
 
+def einsum_terms(f: NodeFacts) -> tuple[list[str], str]:
+    """(input terms, output term) of an explicit Einsum equation without ellipsis."""
+    eq = f.attr("equation", "")
+    eq = (eq.decode() if isinstance(eq, bytes) else str(eq)).replace(" ", "")
+    if "->" not in eq or "..." in eq:
+        raise Refuse("Einsum without an explicit output or with an ellipsis")
+    lhs, out = eq.split("->")
+    terms = lhs.split(",")
+    if len(terms) != len(f.node.inputs) or any(len(set(t)) != len(t) for t in terms):
+        raise Refuse("Einsum with a repeated index (a diagonal)")
+    return terms, out
+
+
+def _fwd_einsum(f: NodeFacts, axes: list[int | None]) -> tuple[list[int], dict[int, int]]:
+    """Einsum: a chunked index that reaches the output is a free index, row-independent;
+    every other operand carrying that index is sliced along it (SAM's decomposed relative
+    positions, ``bhwc,hkc->bhwk``); a contracted chunked index is refused."""
+    terms, out = einsum_terms(f)
+    letters = {terms[i][a] for i, a in enumerate(axes) if a is not None}
+    if len(letters) != 1:
+        raise Refuse("Einsum inputs chunked along different indices")
+    letter = letters.pop()
+    if letter not in out:
+        raise Refuse("Einsum contracts the chunked index")
+    oa = out.index(letter)
+    so = f.out_shapes[0]
+    assert so is not None
+    sliced: dict[int, int] = {}
+    for i, a in enumerate(axes):
+        if a is None and letter in terms[i]:
+            s = f.in_shapes[i]
+            assert s is not None
+            j = terms[i].index(letter)
+            if s[j] != 1:
+                sliced[i] = j
+        elif a is not None:
+            s = f.in_shapes[i]
+            assert s is not None
+            if s[a] != so[oa]:
+                raise Refuse("Einsum broadcasts the chunked index")
+    return [oa], sliced
+
+
 _FORWARD: dict[str, Any] = {
     **{op: _fwd_windowed for op in WINDOWED},
     **{op: _fwd_reshape for op in RESHAPES},
@@ -499,6 +576,8 @@ _FORWARD: dict[str, Any] = {
     "Pad": _fwd_pad,
     "Tile": _fwd_pad,
     "Resize": resize.forward,
+    "Einsum": _fwd_einsum,
+    **{op: _fwd_recurrent for op in RECURRENT},
 }
 
 

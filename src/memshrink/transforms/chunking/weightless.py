@@ -22,12 +22,13 @@ are that region's. Only ``E`` may leave the core, so it is convex. One rewrite p
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import onnx_ir as ir
 
 from memshrink.transforms.chunking.cone import cone_nodes, node_positions
-from memshrink.transforms.chunking.region import Region, _close, discover
+from memshrink.transforms.chunking.region import Region, _close, discover, shape_of
 from memshrink.transforms.chunking.rules import Refuse, Shape
 
 #: ops whose constant input is a weight the runtime prepacks or converts per node
@@ -105,14 +106,14 @@ def region(
 
 
 def ends(
-    batch: Region, graph: ir.Graph, positions: Mapping[ir.Node, int] | None = None
+    batch: Region | None, graph: ir.Graph, positions: Mapping[ir.Node, int] | None = None
 ) -> list[ir.Value]:
-    """Values of the batch region read by a weighted node whose core holds an activation
-    MatMul or Softmax (an attention output), in file order."""
+    """Values of the batch region (``None``: of the graph) read by a weighted node whose core
+    holds an activation MatMul or Softmax (an attention output), in file order."""
     out: list[ir.Value] = []
     if positions is None:
         positions = node_positions(graph)
-    for n in batch.nodes:
+    for n in batch.nodes if batch is not None else list(graph):
         if weighted(n, graph):
             continue
         for v in n.outputs:
@@ -174,3 +175,147 @@ def heads(core: Region, graph: ir.Graph, shapes: Mapping[str, Shape | None], ops
     if len(r.outputs) != 1:
         raise Refuse(f"the heads stretch of {core.label} leaves {len(r.outputs)} values")
     return r
+
+
+#: a query split cuts the cores whose scores hold at least 1/QUERY_SHARE of the largest
+#: core's: SAM's 14² windows (15 MB of scores) beside its global layer (134 MB) gain nothing
+QUERY_SHARE = 4
+#: how far back from ``Q·Kᵀ``'s first operand the entry of a query split is searched
+QUERY_DEPTH = 8
+
+
+def graph_cores(graph: ir.Graph) -> list[list[ir.Node]]:
+    """Every weightless core of the graph (no batch region needed), in file order.
+
+    Why without the batch region: a query split proves its own rows (``queries``), and at
+    batch 1, where it matters (SAM, ViT at high resolution, an LLM prefill), there is no
+    batch axis to discover a region along."""
+    positions = node_positions(graph)
+    out: list[list[ir.Node]] = []
+    for v in ends(None, graph, positions):
+        nodes = core_nodes(v, graph, positions)
+        if nodes and any(n.op_type in CORE_OPS for n in nodes):
+            out.append(nodes)
+    return out
+
+
+def _entries(a: ir.Value, inside: set[ir.Node], shapes: Mapping[str, Shape | None],
+             rank: int) -> list[tuple[ir.Value, int]]:  # fmt: skip
+    """(value, axis) pairs a query split may grow from: ``Q·Kᵀ``'s first operand along its
+    rows, then its ancestors inside the core (the largest non-constant input each step) along
+    every axis. An ancestor also read by another path (SAM's ``q`` feeds the relative-position
+    ``Einsum``s too) brings that path into the split; one shared with K is refused by the
+    MatMul rule (both operands chunked)."""
+    out = [(a, rank - 2)]
+    x: ir.Value | None = a
+    for _ in range(QUERY_DEPTH):
+        p = None if x is None else x.producer()
+        if p is None or p not in inside:
+            break
+        ins: list[tuple[Shape, ir.Value]] = []
+        for y in p.inputs:
+            sy = shape_of(shapes, y)
+            if (
+                y is not None
+                and sy is not None
+                and p.graph is not None
+                and not _constant(y, p.graph)
+            ):
+                ins.append((sy, y))
+        if not ins:
+            break
+        s, x = max(ins, key=lambda t: _elems(t[0]))
+        out += [(x, ax) for ax in range(len(s)) if s[ax] >= 2]
+    return out
+
+
+def _elems(s: Shape) -> int:
+    n = 1
+    for d in s:
+        n *= d
+    return n
+
+
+def queries(nodes: list[ir.Node], graph: ir.Graph, shapes: Mapping[str, Shape | None],
+            opset: int, label: str) -> Region:  # fmt: skip
+    """The stretch of a core chunked along its query rows: ``Q`` sliced, ``Kᵀ`` and ``V``
+    read whole by every piece.
+
+    Why: at batch 1 with long sequences (SAM's global attention over 4096 patches, ViT at
+    high resolution, Whisper's 1500 frames) the ``[heads, S, S]`` scores are the peak, and a
+    heads split still leaves ``[1, S, S]`` per slice. Softmax normalizes each query row on its
+    own, so rows of Q·Kᵀ, the scale, the mask ``Add`` (its query axis sliced, a broadcast one
+    read whole), the Softmax and ·V can be computed a band at a time. The region is grown
+    forward from Q (``region.discover``, the ordinary rules: the MatMul rule refuses a
+    contraction over the rows and a chunked Kᵀ), kept inside the core and required to
+    leave one value and hold ``Q·Kᵀ`` with Kᵀ whole and the Softmax; of the entries tried
+    (``_entries``) the one covering the most compute is kept."""
+    inside = set(nodes)
+    mm = next((n for n in nodes if n.op_type == "MatMul"
+               and not any(_constant(x, graph) for x in n.inputs)), None)  # fmt: skip
+    if mm is None or mm.inputs[0] is None:
+        raise Refuse("the core has no MatMul between activations")
+    sa = shape_of(shapes, mm.inputs[0])
+    if sa is None or len(sa) < 2:
+        raise Refuse("the core's MatMul has no rows")
+    best: Region | None = None
+    why = f"{mm.name} cannot be chunked along its query rows with Kᵀ whole"
+    for entry, axis in _entries(mm.inputs[0], inside, shapes, len(sa)):
+        grown = discover(graph, shapes, opset, {entry: axis}, label, min_extent=2)
+        keep = [n for n in grown.nodes if n in inside]
+        if mm not in keep or grown.in_axes[mm] != [len(sa) - 2, None]:
+            continue
+        if not any(n.op_type == "Softmax" for n in keep):
+            why = f"the query rows of {mm.name} do not reach a Softmax"
+            continue
+        r = _close(label, keep, grown.axes, grown.in_axes, grown.out_axis, grown.facts, {})
+        if len(r.outputs) != 1:
+            why = f"the query stretch of {mm.name} leaves {len(r.outputs)} values"
+            continue
+        if best is None or _work(r) > _work(best):
+            best = r
+    if best is None:
+        raise Refuse(why)
+    return best
+
+
+def _work(r: Region) -> int:
+    """A query region's compute less its Slices: an entry further up that only adds a slice
+    of whole Q (a heads piece's own Slice) is no better than the MatMul's operand."""
+    return r.work - sum(_elems(s) for n, f in r.facts.items() if n.op_type == "Slice"
+                        for s in f.out_shapes[:1] if s is not None)  # fmt: skip
+
+
+def scores_elems(r: Region) -> int:
+    """Elements of a query region's largest tensor (the scores)."""
+    return max((_elems(s) for f in r.facts.values() for s in f.out_shapes if s is not None),
+               default=0)  # fmt: skip
+
+
+def query_regions(graph: ir.Graph, shapes: Mapping[str, Shape | None], opset: int,
+                  label: str) -> list[Region]:  # fmt: skip
+    """The query regions of the graph's cores whose scores are at least 1/QUERY_SHARE of the
+    largest one's (file order); cores that cannot be split are left whole."""
+    found: list[Region] = []
+    for i, nodes in enumerate(graph_cores(graph)):
+        try:
+            found.append(queries(nodes, graph, shapes, opset, f"{label}q{i}"))
+        except Refuse:
+            continue
+    if not found:
+        return []
+    top = max(scores_elems(r) for r in found)
+    return [r for r in found if scores_elems(r) * QUERY_SHARE >= top]
+
+
+def query_rows(r: Region) -> int:
+    """The greatest common divisor of a query region's sliced inputs' chunk-axis extents
+    (Q's rows, SAM's per-row position tables): a count dividing it cuts every one evenly."""
+    ext = [
+        s[r.axes[v]]
+        for v in r.externals
+        for n in r.nodes
+        for i, x in enumerate(n.inputs)
+        if x is v and (s := r.facts[n].in_shapes[i]) is not None
+    ]
+    return math.gcd(*ext) if ext else 0
