@@ -20,7 +20,10 @@ Conformer, Whisper / T5 decoder steps with past and their encoders alone, SAM's 
 an SD-style VAE decoder, ORT's QOperator quantizers (ConvInteger, DynamicQuantizeLSTM,
 QLinearConv), onnxconverter-common fp16 with ``keep_io_types``, nested local functions, a
 reverse Scan over axis 1, IR 3 / opset 8, external data over many files at offsets, int4
-block-wise DequantizeLinear, Optional ops.
+block-wise DequantizeLinear, Optional ops. Session 12: an Optimum-style merged decoder (If on
+``use_cache_branch``), ORT BeamSearch / GreedySearch, an SD-style U-Net, a YOLO-style detector
+with TopK + NonMaxSuppression, torchvision R3D-18 / R(2+1)D-18, HF EnCodec, GNN scatter /
+gather message passing, a model over 2 GiB, inputs with unnamed / ``-1`` dims.
 """
 
 from __future__ import annotations
@@ -3573,6 +3576,723 @@ def optional_ops(d: Path) -> Case:
     p = d / "optional_ops.onnx"
     _save(m, p)
     return Case("onnx-optional-ops", p, dims={"batch": 8})
+
+
+# ------------------------------------------------------------------------------- session 12
+
+
+def _prefix_graph(g: onnx.GraphProto, pre: str, keep: set[str]) -> None:
+    """Renames every value and node of ``g`` (and of its subgraphs) to ``pre + name``, except
+    the names in ``keep`` (outer-scope values the graph reads): ONNX forbids a branch to reuse
+    a name its sibling or the outer graph defines."""
+
+    def ren(s: str) -> str:
+        return s if not s or s in keep else pre + s
+
+    for t in g.initializer:
+        t.name = ren(t.name)
+    for coll in (g.input, g.output, g.value_info):
+        for vi in coll:
+            vi.name = ren(vi.name)
+    for nd in g.node:
+        nd.name = ren(nd.name)
+        nd.input[:] = [ren(s) for s in nd.input]
+        nd.output[:] = [ren(s) for s in nd.output]
+        for a in nd.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                _prefix_graph(a.g, pre, keep)
+            for sg in a.graphs:
+                _prefix_graph(sg, pre, keep)
+
+
+def merge_decoders_if(
+    with_past: onnx.ModelProto, no_past: onnx.ModelProto, cond: str = "use_cache_branch"
+) -> onnx.ModelProto:
+    """An Optimum-style merged decoder: one ``If`` on a bool graph input picks the with-past or
+    the without-past graph; initializers equal in bytes (the same weights, exported twice) are
+    hoisted once into the outer graph and read by both branches, as Optimum's
+    ``merge_decoders`` does. Graph inputs are the with-past model's plus ``cond``; the
+    without-past branch reads only those it needs."""
+    outer_inputs = {i.name for i in with_past.graph.input}
+    assert {i.name for i in no_past.graph.input} <= outer_inputs
+    shared: dict[tuple[int, tuple[int, ...], bytes], str] = {}
+    hoisted: list[TensorProto] = []
+    branches = []
+    for tag, m in (("wp_", with_past), ("np_", no_past)):
+        g = onnx.GraphProto()
+        g.CopyFrom(m.graph)
+        rename: dict[str, str] = {}
+        keep_inits = []
+        for t in g.initializer:
+            arr = numpy_helper.to_array(t)
+            key = (t.data_type, tuple(t.dims), arr.tobytes())
+            if arr.size < 16:  # small constants stay in their branch, as Optimum leaves them
+                keep_inits.append(t)
+                continue
+            if key not in shared:
+                shared[key] = f"shared_{len(shared)}"
+                hoisted.append(numpy_helper.from_array(arr, shared[key]))
+            rename[t.name] = shared[key]
+        del g.initializer[:]
+        g.initializer.extend(keep_inits)
+        for nd in g.node:
+            nd.input[:] = [rename.get(s, s) for s in nd.input]
+        _prefix_graph(g, tag, outer_inputs | set(shared.values()))
+        del g.input[:]
+        g.name = tag + "branch"
+        branches.append(g)
+    node = helper.make_node(
+        "If",
+        [cond],
+        [o.name for o in with_past.graph.output],
+        then_branch=branches[0],
+        else_branch=branches[1],
+        name="optimum::if",
+    )
+    g = helper.make_graph(
+        [node],
+        "merged_decoder",
+        [*with_past.graph.input, helper.make_tensor_value_info(cond, TensorProto.BOOL, [1])],
+        [*with_past.graph.output],
+        hoisted,
+    )
+    return _make_model(g, opset_imports=with_past.opset_import)
+
+
+@builder("optimum-merged-gpt2-if")
+def optimum_merged(d: Path) -> Case:
+    """GPT-2 exported twice (with and without past key/values), merged into one graph with an
+    ``If`` on ``use_cache_branch`` whose branches share the hoisted weights (Optimum's
+    ``decoder_model_merged.onnx``). The without-past branch reads the mask's last ``seq``
+    columns (equal to the whole mask when past is empty, as on a first step), so one set of
+    feeds is valid for both branches (verify's seeded bool feed picks one)."""
+    import torch
+    import transformers
+
+    lm = _gpt2_lm()
+
+    class WithPast(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lm = lm
+
+        def forward(self, ids: Any, mask: Any, k0: Any, v0: Any, k1: Any, v1: Any) -> Any:
+            cache = transformers.DynamicCache()
+            cache.update(k0, v0, 0)
+            cache.update(k1, v1, 1)
+            out = self.lm(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True)
+            pk = out.past_key_values
+            return (
+                out.logits,
+                pk.layers[0].keys,
+                pk.layers[0].values,
+                pk.layers[1].keys,
+                pk.layers[1].values,
+            )
+
+    class NoPast(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lm = lm
+
+        def forward(self, ids: Any, mask: Any) -> Any:
+            out = self.lm(input_ids=ids, attention_mask=mask[:, -ids.shape[1] :], use_cache=True)
+            pk = out.past_key_values
+            return (
+                out.logits,
+                pk.layers[0].keys,
+                pk.layers[0].values,
+                pk.layers[1].keys,
+                pk.layers[1].values,
+            )
+
+    past = [torch.randn(2, 4, 5, 16) for _ in range(4)]
+    ids = _tok(500, 2, 3)
+    mask = torch.ones(2, 8, dtype=torch.long)
+    names = ["input_ids", "attention_mask", "past_k0", "past_v0", "past_k1", "past_v1"]
+    outs = ["logits", "present_k0", "present_v0", "present_k1", "present_v1"]
+    axes = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "total"}}
+    for n in names[2:]:
+        axes[n] = {0: "batch", 2: "past"}
+    for o in outs[1:]:
+        axes[o] = {0: "batch", 2: "present"}
+    axes["logits"] = {0: "batch", 1: "seq"}
+    wp, npast = d / "merged_wp.onnx", d / "merged_np.onnx"
+    _legacy(WithPast(), (ids, mask, *past), wp, names, outs, axes, opset=14)
+    _legacy(NoPast(), (ids, mask), npast, names[:2], outs, axes, opset=14)
+    m = merge_decoders_if(onnx.load(str(wp)), onnx.load(str(npast)))
+    wp.unlink()
+    npast.unlink()
+    p = d / "decoder_model_merged.onnx"
+    _save(m, p)
+    dims = {"batch": 2, "seq": 3, "past": 5, "total": 8}
+    rng = {"attention_mask": (1, 2), "input_ids": (0, 500)}
+    return Case("optimum-merged-gpt2-if", p, dims=dims, int_ranges=rng)
+
+
+@builder("sd-unet-crossattn-legacy")
+def sd_unet(d: Path) -> Case:
+    """A Stable-Diffusion-style U-Net: latent 4 channels, sinusoidal timestep embedding fed
+    per batch item, ResBlocks with GroupNorm(8) and the time embedding added, transformer
+    blocks (self-attention over the latent pixels, cross-attention to text states, GEGLU
+    feed-forward) at two levels, stride-2 down, nearest up with skip concat; dynamic batch,
+    latent H/W and text length."""
+    import math
+
+    import torch
+    from torch import nn
+
+    class Res(nn.Module):
+        def __init__(self, cin: int, cout: int, temb: int) -> None:
+            super().__init__()
+            self.n1, self.c1 = nn.GroupNorm(8, cin), nn.Conv2d(cin, cout, 3, padding=1)
+            self.t = nn.Linear(temb, cout)
+            self.n2, self.c2 = nn.GroupNorm(8, cout), nn.Conv2d(cout, cout, 3, padding=1)
+            self.skip = nn.Conv2d(cin, cout, 1) if cin != cout else nn.Identity()
+
+        def forward(self, x: Any, t: Any) -> Any:
+            h = self.c1(nn.functional.silu(self.n1(x)))
+            h = h + self.t(nn.functional.silu(t))[:, :, None, None]
+            h = self.c2(nn.functional.silu(self.n2(h)))
+            return self.skip(x) + h
+
+    class Attn(nn.Module):
+        def __init__(self, c: int, kv: int, heads: int = 4) -> None:
+            super().__init__()
+            self.h = heads
+            self.q, self.k, self.v = (
+                nn.Linear(c, c, False),
+                nn.Linear(kv, c, False),
+                nn.Linear(kv, c, False),
+            )
+            self.o = nn.Linear(c, c)
+
+        def forward(self, x: Any, ctx: Any) -> Any:
+            b, n, c = x.shape
+            q = self.q(x).reshape(b, n, self.h, c // self.h).transpose(1, 2)
+            k = self.k(ctx).reshape(b, -1, self.h, c // self.h).transpose(1, 2)
+            v = self.v(ctx).reshape(b, -1, self.h, c // self.h).transpose(1, 2)
+            w = torch.softmax(q @ k.transpose(-1, -2) * (c // self.h) ** -0.5, dim=-1)
+            return self.o((w @ v).transpose(1, 2).reshape(b, n, c))
+
+    class Xformer(nn.Module):
+        def __init__(self, c: int, ctx: int) -> None:
+            super().__init__()
+            self.norm, self.pin = nn.GroupNorm(8, c), nn.Conv2d(c, c, 1)
+            self.l1, self.l2, self.l3 = nn.LayerNorm(c), nn.LayerNorm(c), nn.LayerNorm(c)
+            self.sa, self.ca = Attn(c, c), Attn(c, ctx)
+            self.ff1, self.ff2 = nn.Linear(c, 8 * c), nn.Linear(4 * c, c)
+            self.pout = nn.Conv2d(c, c, 1)
+
+        def forward(self, x: Any, ctx: Any) -> Any:
+            b, c, h, w = x.shape
+            y = self.pin(self.norm(x)).flatten(2).transpose(1, 2)
+            q = self.l1(y)
+            y = y + self.sa(q, q)
+            y = y + self.ca(self.l2(y), ctx)
+            a, g = self.ff1(self.l3(y)).chunk(2, dim=-1)
+            y = y + self.ff2(a * nn.functional.gelu(g))
+            return x + self.pout(y.transpose(1, 2).reshape(b, c, h, w))
+
+    class UNet(nn.Module):
+        def __init__(self, c: int = 32, ctx: int = 48, temb: int = 128) -> None:
+            super().__init__()
+            self.c = c
+            self.tm = nn.Sequential(nn.Linear(c, temb), nn.SiLU(), nn.Linear(temb, temb))
+            self.cin = nn.Conv2d(4, c, 3, padding=1)
+            self.r1, self.x1 = Res(c, c, temb), Xformer(c, ctx)
+            self.down = nn.Conv2d(c, c, 3, stride=2, padding=1)
+            self.r2, self.x2 = Res(c, 2 * c, temb), Xformer(2 * c, ctx)
+            self.mid = Res(2 * c, 2 * c, temb)
+            self.r3, self.x3 = Res(4 * c, 2 * c, temb), Xformer(2 * c, ctx)
+            self.up = nn.Conv2d(2 * c, c, 3, padding=1)
+            self.r4 = Res(2 * c, c, temb)
+            self.nout, self.cout = nn.GroupNorm(8, c), nn.Conv2d(c, 4, 3, padding=1)
+
+        def forward(self, sample: Any, timestep: Any, text: Any) -> Any:
+            half = self.c // 2
+            f = torch.exp(-math.log(10000.0) * torch.arange(half, dtype=torch.float32) / half)
+            e = timestep[:, None].float() * f[None]
+            t = self.tm(torch.cat([torch.cos(e), torch.sin(e)], dim=-1))
+            h0 = self.x1(self.r1(self.cin(sample), t), text)
+            h1 = self.x2(self.r2(self.down(h0), t), text)
+            m = self.mid(h1, t)
+            h = self.x3(self.r3(torch.cat([m, h1], 1), t), text)
+            h = self.up(nn.functional.interpolate(h, scale_factor=2.0, mode="nearest"))
+            h = self.r4(torch.cat([h, h0], 1), t)
+            return self.cout(nn.functional.silu(self.nout(h)))
+
+    _seed()
+    p = d / "sd_unet.onnx"
+    _legacy(
+        UNet(),
+        (torch.randn(2, 4, 16, 16), torch.tensor([10.0, 500.0]), torch.randn(2, 7, 48)),
+        p,
+        ["sample", "timestep", "encoder_hidden_states"],
+        ["noise_pred"],
+        {
+            "sample": {0: "batch", 2: "height", 3: "width"},
+            "timestep": {0: "batch"},
+            "encoder_hidden_states": {0: "batch", 1: "text_len"},
+            "noise_pred": {0: "batch", 2: "height", 3: "width"},
+        },
+        opset=17,
+    )
+    return Case(
+        "sd-unet-crossattn-legacy",
+        p,
+        dims={"batch": 2, "height": 32, "width": 32, "text_len": 77},
+    )
+
+
+@builder("yolo-style-nms-topk")
+def yolo_nms(d: Path) -> Case:
+    """A YOLO-style detector: a CSP-ish SiLU backbone, three anchor-free heads (strides 8, 16,
+    32) flattened and concatenated to [batch, boxes, 4 + classes] (legacy export, dynamic
+    batch / H / W), then a post-process appended in ONNX as YOLO exports write it: center
+    boxes to corners, class max, ``TopK`` of the best 300 (k = min(300, boxes), computed from
+    the shape), ``GatherElements`` and ``NonMaxSuppression`` (per class, IoU 0.45, score
+    0.25, 100 per class), outputs the selected triples and the top scores."""
+    import torch
+    from torch import nn
+
+    def cbs(ci: int, co: int, s: int = 1) -> Any:
+        return nn.Sequential(nn.Conv2d(ci, co, 3, s, 1), nn.BatchNorm2d(co), nn.SiLU())
+
+    class Csp(nn.Module):
+        def __init__(self, c: int) -> None:
+            super().__init__()
+            self.a, self.b = nn.Conv2d(c, c // 2, 1), nn.Conv2d(c, c // 2, 1)
+            self.m = nn.Sequential(cbs(c // 2, c // 2), cbs(c // 2, c // 2))
+            self.o = nn.Conv2d(c, c, 1)
+
+        def forward(self, x: Any) -> Any:
+            return self.o(torch.cat([self.m(self.a(x)), self.b(x)], 1))
+
+    class Yolo(nn.Module):
+        def __init__(self, nc: int = 6) -> None:
+            super().__init__()
+            self.s1 = nn.Sequential(cbs(3, 16, 2), cbs(16, 32, 2), Csp(32), cbs(32, 48, 2), Csp(48))
+            self.s2 = nn.Sequential(cbs(48, 64, 2), Csp(64))
+            self.s3 = nn.Sequential(cbs(64, 96, 2), Csp(96))
+            self.heads = nn.ModuleList(nn.Conv2d(c, 4 + nc, 1) for c in (48, 64, 96))
+
+        def forward(self, x: Any) -> Any:
+            f1 = self.s1(x)
+            f2 = self.s2(f1)
+            f3 = self.s3(f2)
+            outs = []
+            for f, h, s in zip((f1, f2, f3), self.heads, (8, 16, 32), strict=True):
+                o = h(f)
+                b, c, hh, ww = o.shape
+                ys = torch.arange(hh, dtype=torch.float32)[:, None].expand(hh, ww)
+                xs = torch.arange(ww, dtype=torch.float32)[None, :].expand(hh, ww)
+                grid = torch.stack([xs, ys], 0).reshape(1, 2, hh * ww)
+                o = o.flatten(2)
+                xy = (o[:, :2].sigmoid() * 2 - 0.5 + grid) * s
+                wh = (o[:, 2:4].sigmoid() * 2) ** 2 * s * 4
+                outs.append(torch.cat([xy, wh, o[:, 4:].sigmoid()], 1))
+            return torch.cat(outs, 2).transpose(1, 2)
+
+    _seed()
+    raw = d / "yolo_raw.onnx"
+    _legacy(
+        Yolo(),
+        (torch.randn(1, 3, 128, 128),),
+        raw,
+        ["images"],
+        ["pred"],
+        {"images": {0: "batch", 2: "height", 3: "width"}, "pred": {0: "batch", 1: "boxes"}},
+        opset=17,
+    )
+    m = onnx.load(str(raw))
+    raw.unlink()
+    n = helper.make_node
+    c = numpy_helper.from_array
+    m.graph.initializer.extend(
+        [
+            c(np.array([0], np.int64), "pp_0"),
+            c(np.array([2], np.int64), "pp_2"),
+            c(np.array([4], np.int64), "pp_4"),
+            c(np.array([1 << 30], np.int64), "pp_end"),
+            c(np.array([2], np.int64), "pp_ax2"),
+            c(np.array([1], np.int64), "pp_1"),
+            c(np.array([300], np.int64), "pp_k"),
+            c(np.array(0.5, np.float32), "pp_half"),
+            c(np.array([100], np.int64), "pp_maxout"),
+            c(np.array([0.45], np.float32), "pp_iou"),
+            c(np.array([0.25], np.float32), "pp_score"),
+        ]
+    )
+    m.graph.node.extend(
+        [
+            n("Slice", ["pred", "pp_0", "pp_2", "pp_ax2"], ["xy"]),
+            n("Slice", ["pred", "pp_2", "pp_4", "pp_ax2"], ["wh"]),
+            n("Slice", ["pred", "pp_4", "pp_end", "pp_ax2"], ["cls"]),
+            n("Mul", ["wh", "pp_half"], ["hwh"]),
+            n("Sub", ["xy", "hwh"], ["p1"]),
+            n("Add", ["xy", "hwh"], ["p2"]),
+            n("Concat", ["p1", "p2"], ["corners"], axis=2),
+            n("ReduceMax", ["cls"], ["best"], axes=[2], keepdims=0),
+            n("Shape", ["best"], ["bshape"]),
+            n("Slice", ["bshape", "pp_1", "pp_2"], ["nbox"]),
+            n("Min", ["nbox", "pp_k"], ["k"]),
+            n("TopK", ["best", "k"], ["top_scores", "top_idx"], axis=1),
+            n("Unsqueeze", ["top_idx", "pp_ax2"], ["top_idx3"]),
+            n("Shape", ["corners"], ["cshape"]),
+            n("Slice", ["cshape", "pp_0", "pp_1"], ["bdim"]),
+            n("Concat", ["bdim", "k", "pp_4"], ["gshape"], axis=0),
+            n("Expand", ["top_idx3", "gshape"], ["gidx"]),
+            n("GatherElements", ["corners", "gidx"], ["top_boxes"], axis=1),
+            n("Shape", ["cls"], ["clshape"]),
+            n("Slice", ["clshape", "pp_2", "pp_end"], ["ncls"]),
+            n("Concat", ["bdim", "k", "ncls"], ["g2shape"], axis=0),
+            n("Expand", ["top_idx3", "g2shape"], ["cidx"]),
+            n("GatherElements", ["cls", "cidx"], ["top_cls"], axis=1),
+            n("Transpose", ["top_cls"], ["nms_scores"], perm=[0, 2, 1]),
+            n(
+                "NonMaxSuppression",
+                ["top_boxes", "nms_scores", "pp_maxout", "pp_iou", "pp_score"],
+                ["selected"],
+            ),
+        ]
+    )
+    del m.graph.output[:]
+    m.graph.output.extend(
+        [
+            helper.make_tensor_value_info("selected", TensorProto.INT64, ["n_sel", 3]),
+            helper.make_tensor_value_info("top_scores", TensorProto.FLOAT, ["batch", "k_top"]),
+            helper.make_tensor_value_info("top_boxes", TensorProto.FLOAT, ["batch", "k_top", 4]),
+        ]
+    )
+    p = d / "yolo_nms.onnx"
+    _save(m, p)
+    return Case("yolo-style-nms-topk", p, dims={"batch": 2, "height": 320, "width": 320})
+
+
+def _tv_video(name: str, fn: str, d: Path) -> Case:
+    tv = _torchvision()
+    import torch
+
+    _seed()
+    m = getattr(tv.models.video, fn)(weights=None, num_classes=10)
+    p = d / f"{fn}.onnx"
+    _legacy(
+        m,
+        (torch.randn(1, 3, 4, 56, 56),),
+        p,
+        ["clip"],
+        ["logits"],
+        {"clip": {0: "batch", 2: "frames", 3: "height", 4: "width"}},
+        opset=17,
+    )
+    return Case(name, p, dims={"batch": 1, "frames": 8, "height": 112, "width": 112})
+
+
+@builder("tv-r3d18-video-legacy")
+def tv_r3d(d: Path) -> Case:
+    """torchvision's R3D-18 (3-D convolutions over a clip; 33 M parameters), dynamic clip."""
+    return _tv_video("tv-r3d18-video-legacy", "r3d_18", d)
+
+
+@builder("tv-r2plus1d18-video-legacy")
+def tv_r2plus1d(d: Path) -> Case:
+    """torchvision's R(2+1)D-18: each 3-D convolution factored into a spatial (1×3×3) and a
+    temporal (3×1×1) one."""
+    return _tv_video("tv-r2plus1d18-video-legacy", "r2plus1d_18", d)
+
+
+@builder("hf-encodec-legacy")
+def hf_encodec(d: Path) -> Case:
+    """Hugging Face's EnCodec audio codec, encode then decode: strided 1-D convolutions down,
+    an LSTM, residual vector quantization (distances, ArgMin, codebook Gather, 4 codebooks),
+    1-D transposed convolutions up; dynamic batch and signal length (bound to 2 s at 24 kHz)."""
+    import torch
+    import transformers
+
+    cfg = transformers.EncodecConfig(
+        num_filters=8,
+        hidden_size=32,
+        codebook_size=64,
+        codebook_dim=32,
+        upsampling_ratios=[8, 5, 4, 2],
+        target_bandwidths=[1.5, 3.0],
+        num_lstm_layers=1,
+    )
+    _seed()
+    codec = transformers.EncodecModel(cfg).eval()
+
+    class W(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = codec
+
+        def forward(self, audio: Any) -> Any:
+            enc = self.m.encode(audio, bandwidth=3.0)
+            codes = enc.audio_codes
+            return self.m.decode(codes, enc.audio_scales)[0], codes
+
+    p = d / "encodec.onnx"
+    _legacy(
+        W(),
+        (torch.randn(1, 1, 3200),),
+        p,
+        ["audio"],
+        ["audio_values", "audio_codes"],
+        {"audio": {0: "batch", 2: "samples"}},
+        opset=17,
+    )
+    return Case("hf-encodec-legacy", p, dims={"batch": 2, "samples": 48000})
+
+
+@builder("gnn-scatter-gathernd-legacy")
+def gnn_scatter(d: Path) -> Case:
+    """GNN-style message passing (torch legacy, dynamic node and edge counts): messages from
+    source nodes (Gather), summed into target nodes with ``index_add`` (ScatterND with
+    reduction add) and max-pooled with ``scatter_reduce`` (ScatterElements, reduction max),
+    degree by scatter_add, an edge-pair read by advanced indexing (GatherND), three layers."""
+    import torch
+    from torch import nn
+
+    class Layer(nn.Module):
+        def __init__(self, f: int) -> None:
+            super().__init__()
+            self.msg, self.upd = nn.Linear(2 * f, f), nn.Linear(3 * f, f)
+
+        def forward(self, x: Any, src: Any, dst: Any) -> Any:
+            m = torch.relu(self.msg(torch.cat([x[src], x[dst]], -1)))
+            agg = torch.zeros_like(x).index_add(0, dst, m)
+            deg = torch.zeros(x.shape[0], 1).scatter_add(
+                0, dst[:, None], torch.ones(dst.shape[0], 1)
+            )
+            mx = torch.zeros_like(x).scatter_reduce(
+                0, dst[:, None].expand_as(m), m, reduce="amax", include_self=True
+            )
+            return torch.relu(self.upd(torch.cat([x, agg / deg.clamp(min=1.0), mx], -1)))
+
+    class Gnn(nn.Module):
+        def __init__(self, fin: int = 16, f: int = 64) -> None:
+            super().__init__()
+            self.inp = nn.Linear(fin, f)
+            self.layers = nn.ModuleList(Layer(f) for _ in range(3))
+            self.out = nn.Linear(2 * f, 1)
+
+        def forward(self, x: Any, edge_index: Any) -> Any:
+            src, dst = edge_index[0], edge_index[1]
+            h = self.inp(x)
+            for layer in self.layers:
+                h = layer(h, src, dst)
+            pair = torch.stack([h, h], 0)[edge_index[0] % 2, src]  # GatherND over two axes
+            return self.out(torch.cat([pair, h[dst]], -1)).squeeze(-1), h
+
+    _seed()
+    n, e = 20, 60
+    g = torch.Generator().manual_seed(0)
+    p = d / "gnn.onnx"
+    _legacy(
+        Gnn(),
+        (torch.randn(n, 16), torch.randint(0, n, (2, e), generator=g)),
+        p,
+        ["x", "edge_index"],
+        ["edge_score", "node_emb"],
+        {"x": {0: "nodes"}, "edge_index": {1: "edges"}},
+        opset=17,
+    )
+    return Case(
+        "gnn-scatter-gathernd-legacy",
+        p,
+        dims={"nodes": 5000, "edges": 40000},
+        int_ranges={"edge_index": (0, 5000)},
+    )
+
+
+@builder("external-over-2gib")
+def over_2gib(d: Path) -> Case:
+    """A model over 2 GiB (2.2 GiB of weights, external data only: a protobuf cannot hold
+    it): a 1.1 M × 512 float32 embedding table read by Gather, then a 4-layer MLP. The data
+    file is written in chunks so the builder never holds the table."""
+    rows, dim = 1_100_000, 512
+    data = d / "over_2gib.onnx.data"
+    inits: list[TensorProto] = []
+    offset = 0
+    with open(data, "wb") as f:
+        specs = [("embed", (rows, dim))] + [(f"W{i}", (dim, dim)) for i in range(4)]
+        for name, shape in specs:
+            rng = np.random.default_rng(zlib.crc32(name.encode()))
+            left = int(np.prod(shape))
+            scale = 1.0 / np.sqrt(shape[-1])
+            while left:
+                k = min(left, 1 << 24)
+                f.write(
+                    (rng.standard_normal(k, dtype=np.float32) * scale).astype(np.float32).tobytes()
+                )
+                left -= k
+            t = TensorProto(name=name, data_type=TensorProto.FLOAT, dims=shape)
+            t.data_location = TensorProto.EXTERNAL
+            nbytes = int(np.prod(shape)) * 4
+            for k, v in (("location", data.name), ("offset", str(offset)), ("length", str(nbytes))):
+                e = t.external_data.add()
+                e.key, e.value = k, v
+            inits.append(t)
+            offset += nbytes
+            pad = -offset % 4096
+            f.write(b"\0" * pad)
+            offset += pad
+    n = helper.make_node
+    nodes = [n("Gather", ["embed", "ids"], ["h0"])]
+    for i in range(4):
+        nodes += [n("MatMul", [f"h{i}", f"W{i}"], [f"m{i}"]), n("Relu", [f"m{i}"], [f"h{i + 1}"])]
+    g = helper.make_graph(
+        nodes,
+        "over2gib",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "seq"])],
+        [helper.make_tensor_value_info("h4", TensorProto.FLOAT, ["batch", "seq", dim])],
+        inits,
+    )
+    m = _make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    p = d / "over_2gib.onnx"
+    onnx.save(m, str(p))
+    onnx.checker.check_model(str(p))  # by path: the checker finds the data file beside it
+    return Case(
+        "external-over-2gib", p, dims={"batch": 4, "seq": 256}, int_ranges={"ids": (0, rows)}
+    )
+
+
+@builder("unnamed-minus1-dims")
+def unnamed_dims(d: Path) -> Case:
+    """Graph inputs and outputs whose dims have no names: some unknown dims left empty (no
+    ``dim_param``, no ``dim_value``, as ONNX allows) and some written as ``dim_value: -1``
+    (as older converters and hand edits leave them; the spec reserves negatives); a
+    conv + attention-ish graph whose value_info is stripped, so nothing names a dim."""
+    import torch
+
+    p = d / "unnamed_dims.onnx"
+    _legacy(
+        _cnn(),
+        (torch.randn(2, 3, 32, 32),),
+        p,
+        ["x"],
+        ["y"],
+        {"x": {0: "batch", 2: "height", 3: "width"}, "y": {0: "batch"}},
+        opset=17,
+    )
+    m = onnx.load(str(p))
+    del m.graph.value_info[:]
+    x = m.graph.input[0].type.tensor_type.shape.dim
+    x[0].Clear()  # batch: unknown, unnamed
+    for i in (2, 3):
+        x[i].Clear()
+        x[i].dim_value = -1
+    y = m.graph.output[0].type.tensor_type.shape.dim
+    y[0].Clear()
+    y[0].dim_value = -1
+    onnx.save(m, str(p))
+    return Case("unnamed-minus1-dims", p, shapes={"x": (4, 3, 96, 96)})
+
+
+def _ort_generation(d: Path, name: str, beams: int) -> Case:
+    """ORT's ``convert_generation`` (onnxruntime.transformers) around a 2-layer GPT-2 decoder
+    exported here in its subgraph interface (int32 ids / positions / mask, ``past_i`` =
+    stacked keys and values): its own GPT-2 exporter fails on transformers 5 (the legacy
+    tuple cache), ``--decoder_onnx`` skips it. The penalties it makes graph inputs become
+    initializers (1.0): random feeds there would make a meaningless search."""
+    import torch
+    import transformers
+    from onnxruntime.transformers import convert_generation as cg
+
+    lm = _gpt2_lm()
+    lm.config.bos_token_id = lm.config.eos_token_id = lm.config.pad_token_id = 1
+    layers = 2
+
+    class Dec(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = lm
+
+        def forward(self, ids: Any, pos: Any, mask: Any, *past: Any) -> Any:
+            cache = transformers.DynamicCache()
+            for i, kv in enumerate(past):
+                cache.update(kv[0], kv[1], i)
+            out = self.m(
+                input_ids=ids.long(),
+                position_ids=pos.long(),
+                attention_mask=mask.long(),
+                past_key_values=cache,
+                use_cache=True,
+            )
+            pk = out.past_key_values
+            return (
+                out.logits,
+                *[torch.stack([pk.layers[i].keys, pk.layers[i].values]) for i in range(layers)],
+            )
+
+    work = d / f"{name}_work"
+    work.mkdir(exist_ok=True)
+    lm.save_pretrained(str(work / "hf"))
+    b, s, past = 2, 3, 5
+    names = ["input_ids", "position_ids", "attention_mask"] + [f"past_{i}" for i in range(layers)]
+    outs = ["logits"] + [f"present_{i}" for i in range(layers)]
+    axes = {
+        "input_ids": {0: "batch_size", 1: "seq_len"},
+        "position_ids": {0: "batch_size", 1: "seq_len"},
+        "attention_mask": {0: "batch_size", 1: "total_seq_len"},
+        "logits": {0: "batch_size", 1: "seq_len"},
+    }
+    for i in range(layers):
+        axes[f"past_{i}"] = {1: "batch_size", 3: "past_seq_len"}
+        axes[f"present_{i}"] = {1: "batch_size", 3: "total_seq_len"}
+    feeds = (
+        torch.randint(0, 500, (b, s), dtype=torch.int32),
+        torch.arange(past, past + s, dtype=torch.int32)[None].expand(b, s),
+        torch.ones(b, past + s, dtype=torch.int32),
+        *[torch.randn(2, b, 4, past, 16) for _ in range(layers)],
+    )
+    dec = work / "decoder.onnx"
+    _legacy(Dec(), feeds, dec, names, outs, axes, opset=17)
+    raw = work / "generation.onnx"
+    argv = ["-m", str(work / "hf"), "--model_type", "gpt2", "--decoder_onnx", str(dec)]
+    argv += ["--output", str(raw), "--num_beams", str(beams), "--max_length", "32"]
+    argv += ["--vocab_size", "500", "--eos_token_id", "1", "--pad_token_id", "1"]
+    with _quiet():
+        args = cg.parse_arguments(argv)
+        gen = cg.GenerationType.GREEDYSEARCH if beams == 1 else cg.GenerationType.BEAMSEARCH
+        cg.convert_generation_model(args, gen)
+    m = onnx.load(str(raw))
+    inputs = {i.name for i in m.graph.input}
+    fixed = {k: 1.0 for k in ("length_penalty", "repetition_penalty") if k in inputs}
+    keep = [i for i in m.graph.input if i.name not in fixed]
+    del m.graph.input[:]
+    m.graph.input.extend(keep)
+    m.graph.initializer.extend(
+        numpy_helper.from_array(np.array([v], np.float32), k) for k, v in fixed.items()
+    )
+    # onnx 1.23 stamps IR 14, more than the EP venv's ORT (1.24) loads: at most 10, as the
+    # other hand-assembled rows (``_make_model``)
+    m.ir_version = min(m.ir_version, 10)
+    p = d / f"{name}.onnx"
+    _save(m, p, check=False)  # as ORT writes it: no com.microsoft opset import (ORT loads it)
+    ranges = {"input_ids": (2, 500), "max_length": (32, 33), "min_length": (1, 2)}
+    ranges |= {"num_beams": (beams, beams + 1), "num_return_sequences": (1, 2)}
+    present = {i.name for i in m.graph.input}
+    return Case(
+        name,
+        p,
+        dims={"batch_size": 2, "sequence_length": 6},
+        int_ranges={k: v for k, v in ranges.items() if k in present},
+    )
+
+
+@builder("ort-beamsearch-gpt2")
+def ort_beamsearch(d: Path) -> Case:
+    """com.microsoft ``BeamSearch`` (4 beams, 32 tokens) with GPT-2 decoder subgraphs (the
+    first step's and the later steps', sharing weights), from ORT's ``convert_generation``."""
+    return _ort_generation(d, "ort-beamsearch-gpt2", 4)
+
+
+@builder("ort-greedysearch-gpt2")
+def ort_greedysearch(d: Path) -> Case:
+    """com.microsoft ``GreedySearch`` (32 tokens) with the same GPT-2 decoder subgraph."""
+    return _ort_generation(d, "ort-greedysearch-gpt2", 1)
 
 
 def build_all(folder: Path, only: list[str] | None = None) -> tuple[list[Case], dict[str, str]]:

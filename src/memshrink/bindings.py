@@ -164,7 +164,9 @@ def bind_input_shapes(
                     f"--shape {name} has rank {len(given)} but the model declares rank {len(declared)}"
                 )
             for i, (g, d) in enumerate(zip(given, declared, strict=True)):
-                if isinstance(d, int) and d != g:
+                # a negative dim_value (``-1``, as older converters write "unknown") fixes
+                # nothing: runtimes read it as dynamic, and the unbound-dim error asks for it
+                if isinstance(d, int) and d >= 0 and d != g:
                     raise UsageError(
                         f"--shape {name}: dim {i} is fixed to {d} in the model, got {g}"
                     )
@@ -185,7 +187,14 @@ def bind_input_shapes(
             elif isinstance(d, str) and d in dims:
                 out.append(dims[d])
             else:
-                missing.append(f"{name}[{i}]" + (f" ({d!r})" if d else " (unnamed)"))
+                label = (
+                    " (unnamed)"
+                    if not d
+                    else f" (declared {d}: unknown)"
+                    if isinstance(d, int)
+                    else f" ({d!r})"
+                )
+                missing.append(f"{name}[{i}]{label}")
                 if isinstance(d, str) and d and d not in symbols:
                     symbols.append(d)
                 out.append(-1)

@@ -19,7 +19,7 @@ from memshrink.estimate import ort as ortsim
 from memshrink.estimate import ort_fp16, ort_identity, ort_inline, ort_ml, ort_symdims
 from memshrink.estimate.gather_pages import gather_pages
 from memshrink.estimate.glibc_heap import GlibcHeap, hole_shares
-from memshrink.estimate.graph import GraphInfo, ModelView
+from memshrink.estimate.graph import GraphInfo, ModelView, node_count
 from memshrink.estimate.lifetimes import tensor_buffers
 from memshrink.estimate.openvino import OV_CALIBRATION
 from memshrink.estimate.ort_heap import CreationBlocks
@@ -127,7 +127,7 @@ def _ort_cpu(
         )
     ovh = int(
         c["ort_session_anon"]
-        + c["ort_session_anon_per_node"] * len(view.graph.nodes)
+        + c["ort_session_anon_per_node"] * node_count(view.graph)
         + c["ort_session_file"]
         + trees
     )

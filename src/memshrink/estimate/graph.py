@@ -138,6 +138,17 @@ class GraphInfo:
     # declared dims left empty (neither a value nor a name), per declared tensor: they name
     # nothing for ORT's planner (``ort_symdims``)
     declared_empty: dict[str, frozenset[int]] = field(default_factory=dict)
+    # ``unk__N`` names the file itself declares (``value_info`` written by an earlier tool):
+    # ORT reads them as names, unlike the ones this estimator's own inference makes up
+    declared_unk: frozenset[str] = frozenset()
+
+
+def node_count(g: GraphInfo) -> int:
+    """Nodes of ``g`` and of every If / Loop / Scan body in it, at any depth: ORT makes a
+    session state with kernels for each body and OpenVINO reads each body into its own
+    ov.Model, so a body's nodes cost what the main graph's do (an Optimum merged decoder:
+    one If over two ~600-node decoders, docs/estimate.md, "Session 12: subgraph nodes")."""
+    return sum(1 + sum(node_count(s) for s in n.subgraphs) for n in g.nodes)
 
 
 # Never constant-folded by ONNX Runtime (non-deterministic, or kept for QDQ fusion).
@@ -251,7 +262,9 @@ def _dims_of(shape: ir.Shape | None) -> tuple[Dim, ...] | None:
     out: list[Dim] = []
     for d in shape:
         if isinstance(d, int):
-            out.append(d)
+            # ``dim_value: -1`` (older converters' "unknown"): runtimes read it as dynamic;
+            # kept as a value, shape inference computed Conv outputs of size 0 from it
+            out.append(d if d >= 0 else None)
         else:
             out.append(getattr(d, "value", None))
     return tuple(out)
@@ -1077,10 +1090,14 @@ def build_view(
     graph.opset = int(irm.opset_imports.get("", irm.opset_imports.get("ai.onnx", 0)) or 0)
     decl_values = [dv for dv in _declared_values(irm.graph) if dv.name and dv.shape is not None]
     graph.declared = {str(dv.name) for dv in decl_values}
+    unk: set[str] = set()
     for dv in decl_values:
-        empty = frozenset(i for i, dd in enumerate(_dims_of(dv.shape) or ()) if dd is None)
+        dims_ = _dims_of(dv.shape) or ()
+        empty = frozenset(i for i, dd in enumerate(dims_) if dd is None)
         if empty:
             graph.declared_empty[str(dv.name)] = empty
+        unk.update(d for d in dims_ if isinstance(d, str) and d.startswith("unk__"))
+    graph.declared_unk = frozenset(unk)
     unused = sorted(set(dim_bounds or {}) - {n for n, h in bounded.items() if h == "--dim-bound"})
     if unused:
         raise UsageError(

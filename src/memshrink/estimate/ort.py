@@ -83,21 +83,26 @@ def _same_size(g: GraphInfo, a: str, b: str) -> bool:
     for x, y in zip(sa, sb, strict=True):
         if isinstance(x, int) and isinstance(y, int) and x == y:
             continue
-        if isinstance(x, str) and isinstance(y, str) and x and x == y and not _unnamed(x):
+        if isinstance(x, str) and isinstance(y, str) and x and x == y and not _unnamed(x, g):
             continue
         return False
     return True
 
 
-def _unnamed(dim: str) -> bool:
+def _unnamed(dim: str, g: GraphInfo | None = None) -> bool:
     """A dim ONNX's shape inference named ``unk__N`` because it could not name it: ONNX
     Runtime's own inference leaves it without a ``dim_param``, and its planner never matches
     an empty dim (measured: ``Add -> Reshape(computed shape) -> Softmax`` at 48 MiB runs
     Softmax out of place, run 1 +110 MiB, where the shared ``unk__0`` predicted in place,
     +59; Whisper-base's encoder steady state 449 MiB measured, 287 predicted). Dims the model
     declares keep their names (``graph._keep_declared``); the ``inplace`` pass renames
-    ``unk__N`` ones for this reason."""
-    return dim.startswith("unk__")
+    ``unk__N`` ones for this reason. An ``unk__N`` the file itself declares (``value_info``
+    an earlier tool wrote, ``g.declared_unk``) is a ``dim_param`` ORT reads and propagates
+    like any name: an SD-style U-Net's ``all`` output declares its [2, 4, 1024, 1024]
+    attention scores ``[unk__42, 4, unk__31, unk__35]`` and ORT ran the Softmax in place
+    (run 1 52 MiB measured, 81 predicted with the names dropped; docs/estimate.md, "Session
+    12: declared unk__ dims")."""
+    return dim.startswith("unk__") and (g is None or dim not in g.declared_unk)
 
 
 CONV_FUSE_AFTER = frozenset(
@@ -351,7 +356,7 @@ def _size_key(g: GraphInfo, name: str) -> tuple | None:
         d is None
         or (isinstance(d, int) and d < 0)
         or d == ""
-        or (isinstance(d, str) and _unnamed(d))
+        or (isinstance(d, str) and _unnamed(d, g))
         for d in s
     ):
         return None

@@ -178,11 +178,20 @@ def big_tensor(view: ModelView) -> bool:
 def ort_node_count(g: GraphInfo) -> int:
     """Nodes left in ORT's graph when the EP builds its subgraph proto: ORT turns ``Constant``
     nodes into initializers at load, level 1 removes ``Identity`` nodes, and constant folding
-    removes what the estimator folds too (ViT-base TorchScript export: 1235 nodes, 755 left)."""
+    removes what the estimator folds too (ViT-base TorchScript export: 1235 nodes, 755 left).
+    If / Loop / Scan bodies count theirs (each body is a graph ORT partitions again)."""
     return sum(
-        1
+        1 + sum(_body_node_count(s) for s in n.subgraphs)
         for i, n in enumerate(g.nodes)
         if n.op_type not in ("Constant", "Identity") and i not in g.folded
+    )
+
+
+def _body_node_count(g: GraphInfo) -> int:
+    return sum(
+        1 + sum(_body_node_count(s) for s in n.subgraphs)
+        for n in g.nodes
+        if n.op_type not in ("Constant", "Identity")
     )
 
 

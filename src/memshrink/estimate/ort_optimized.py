@@ -821,35 +821,57 @@ class _Rewriter:
                        list(n.outputs), n.orig)  # fmt: skip
 
     def matmul_scale_fusion(self) -> None:
-        """Level 2, ``MatMulScaleFusion``: a MatMul input scaled by a scalar constant (Mul or
-        Div read only by the MatMul) is read unscaled by a new ``FusedMatMul`` (alpha): the
-        scaled copies are not materialized."""
+        """Level 2, ``MatMulScaleFusion`` (``matmul_scale_fusion.cc``): a MatMul input scaled
+        by a scalar constant (Mul or Div read only by the MatMul) is read unscaled, and a
+        MatMul whose one reader is such a Mul or Div writes that node's output itself, by
+        one ``FusedMatMul`` (alpha): the scaled copies are not materialized. The trailing
+        form is attention's ``(q @ k^T) * scale``: one [batch, heads, n, n] score tensor
+        less when the scale is a constant (docs/estimate.md, "MatMulScaleFusion")."""
         cons, prods = self.consumers(), self.producers()
         for idx in self._scan("MatMul"):
             n = self.nodes.get(idx)
             if n is None or n.op_type != "MatMul" or n.domain not in ("", "ai.onnx"):
                 continue
-            ins, fused, gone = list(n.inputs[:2]), 0, [n]
+            ins, gone = list(n.inputs[:2]), [n]
             for k, name in enumerate(ins):
                 p = self.nodes.get(prods.get(name, -1))
-                if p is None or p.op_type not in ("Mul", "Div") or p.domain not in ("", "ai.onnx"):
+                if p is None or not self._single_use(name, cons):
                     continue
-                if not self._single_use(name, cons) or len(p.inputs) != 2:
-                    continue
-                for j, other in ((0, 1), (1, 0)):
-                    c = self.t(p.inputs[other])
-                    if p.op_type == "Div" and other == 0:
-                        continue  # only x / s scales x
-                    if c is not None and c.kind == "initializer" and _is_scalar(c):
-                        ins[k] = p.inputs[j]
-                        del self.nodes[p.idx]
-                        gone.append(p)
-                        fused += 1
-                        break
-            if not fused:
+                x = self._scaled_by_const(p)
+                if x is not None:
+                    ins[k] = x
+                    del self.nodes[p.idx]
+                    gone.append(p)
+            outs = list(n.outputs)
+            if outs and self._single_use(outs[0], cons):
+                c = self.nodes.get(cons[outs[0]][0])
+                if c is not None and self._scaled_by_const(c) == outs[0]:
+                    del self.nodes[c.idx]
+                    gone.append(c)
+                    outs = list(c.outputs[:1])
+            if len(gone) == 1:
                 continue
-            self._fuse(gone, cons, prods, n.name + "/scaled", "FusedMatMul", ins,
-                       list(n.outputs), n.orig)  # fmt: skip
+            self._fuse(gone, cons, prods, n.name + "/scaled", "FusedMatMul", ins, outs, n.orig)
+
+    def _scaled_by_const(self, p: _Node) -> str | None:
+        """The tensor ``p`` scales when ``p`` is ``x * s``, ``s * x`` or ``x / s`` by a
+        one-element constant of no higher rank than ``x`` (a scale that broadcasts ``x`` up is
+        not fused: ``GetScalarConstantInitializer``), else None."""
+        if p.op_type not in ("Mul", "Div") or p.domain not in ("", "ai.onnx"):
+            return None
+        if len(p.inputs) != 2:
+            return None
+        for j, other in ((0, 1), (1, 0)):
+            if p.op_type == "Div" and other == 0:
+                continue  # only x / s scales x
+            c, x = self.t(p.inputs[other]), self.t(p.inputs[j])
+            if c is None or c.kind != "initializer" or not _is_scalar(c):
+                continue
+            known = x is not None and x.shape is not None and c.shape is not None
+            if known and len(c.shape) > len(x.shape):  # type: ignore[union-attr,arg-type]
+                continue
+            return p.inputs[j]
+        return None
 
     # ------------------------------------------------------------------ level 3: NCHWc
     def nchwc(self) -> None:
@@ -1374,6 +1396,7 @@ class _Rewriter:
             outputs=list(self.g.outputs),
             initializers=[i for i in self.g.initializers if i in tensors],
             unknown=[u for u in self.g.unknown if u in tensors],
+            declared_unk=self.g.declared_unk,
         )
 
 

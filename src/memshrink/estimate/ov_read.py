@@ -133,7 +133,10 @@ def _rank(g: GraphInfo, node: NodeInfo) -> int | None:
 
 def read_counts(g: GraphInfo) -> tuple[int, int, int]:
     """(ov ops other than Constants, Constants held inside the .onnx or made by the frontend,
-    Constants over external data) of the ov.Model that ``read_model`` builds."""
+    Constants over external data) of the ov.Model that ``read_model`` builds, If / Loop /
+    Scan bodies included (the frontend reads each into its own ov.Model: a body's ops and
+    Constants are on the heap like the main graph's; its Parameter / Result per value it
+    reads or writes)."""
     const_nodes = {o for n in g.nodes if n.op_type == "Constant" for o in n.outputs if o}
     inits = {n for n in g.initializers if not g.tensors[n].folded}
     external = sum(1 for n in inits if g.tensors[n].external)
@@ -145,6 +148,11 @@ def read_counts(g: GraphInfo) -> tuple[int, int, int]:
         k, c = _ops(node, sum(1 for i in node.inputs if i in consts), _rank(g, node))
         ops += k
         made += c
+        for sub in node.subgraphs:
+            s_ops, s_inside, s_ext = read_counts(sub)
+            ops += s_ops + len(node.implicit_inputs)
+            made += s_inside
+            external += s_ext
     ops += len(g.inputs) + len(g.outputs) - 2
     return ops, len(consts) - external + made, external
 

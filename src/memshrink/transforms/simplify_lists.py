@@ -143,12 +143,14 @@ def skeleton_simplify(
     (``opaque_types.deserialize(..., lists=)``; None: the proto is complete)."""
 
     def run(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, bool]:
+        negative = _clear_negative_dims(proto)
         result: tuple[onnx.ModelProto, bool] = onnxsim.simplify(
             proto,
             check_n=options.check_n,
             tensor_size_threshold=f"{options.max_folded_bytes}B",
             mutable_initializer=False,
         )
+        _restore_negative_dims(result[0], negative)
         return result
 
     held = _list_nodes(model)
@@ -168,3 +170,28 @@ def skeleton_simplify(
             del proto
     simplified, ok = run(serialize_with_data(model))
     return simplified, ok, None
+
+
+def _clear_negative_dims(proto: onnx.ModelProto) -> dict[tuple[str, int], int]:
+    """Clear the graph inputs' and outputs' negative ``dim_value`` (``-1``: older converters'
+    "unknown") before onnxsim: its shape inference computes from the -1 and declares Conv
+    outputs of height 0 in ``value_info`` (a stride-2 Conv on a [?, 3, -1, -1] input), which
+    ORT's OpenVINO EP then trusts for buffer reuse ("Shape mismatch attempting to re-use
+    buffer", session 12). Returns what to put back: {(name, axis): value}."""
+    out: dict[tuple[str, int], int] = {}
+    for vi in (*proto.graph.input, *proto.graph.output):
+        for k, d in enumerate(vi.type.tensor_type.shape.dim):
+            if d.HasField("dim_value") and d.dim_value < 0:
+                out[(vi.name, k)] = int(d.dim_value)
+                d.ClearField("dim_value")
+    return out
+
+
+def _restore_negative_dims(proto: onnx.ModelProto, saved: dict[tuple[str, int], int]) -> None:
+    """Put the interface's ``-1`` dims back (the interface stays as the user wrote it)."""
+    if not saved:
+        return
+    for vi in (*proto.graph.input, *proto.graph.output):
+        for k, d in enumerate(vi.type.tensor_type.shape.dim):
+            if (vi.name, k) in saved:
+                d.dim_value = saved[(vi.name, k)]  # clears a dim_param onnxsim named it

@@ -73,7 +73,7 @@ def _dims_of(vi: onnx.ValueInfoProto) -> list[Dim] | None:
         return None
     out: list[Dim] = []
     for d in t.shape.dim:
-        if d.HasField("dim_value"):
+        if d.HasField("dim_value") and d.dim_value >= 0:  # -1: "unknown" (older converters)
             out.append(int(d.dim_value))
         elif d.HasField("dim_param"):
             out.append(d.dim_param)
