@@ -103,6 +103,24 @@ UNSUPPORTED = frozenset(
         "SequenceErase",
         "SplitToSequence",
         "ConcatFromSequence",
+        # Scan (ORT's verbose placements: the sweep's scan-cumulative and scan-reverse rows, a
+        # Relu -> Scan -> Relu micro-graph: Scan on [CPUExecutionProvider])
+        "Scan",
+        # QOperator quantization (session 12): every QLinear* op and QGemm, one per micro-graph
+        # Relu -> QuantizeLinear -> op -> DequantizeLinear -> Relu, runs on ORT CPU (2 OpenVINO
+        # subgraphs around it); the static QOperator CNN row keeps only its DequantizeLinear on
+        # OpenVINO. QDQ models (QuantizeLinear / DequantizeLinear pairs) stay on OpenVINO.
+        "QLinearConv",
+        "QLinearMatMul",
+        "QLinearAdd",
+        "QLinearMul",
+        "QLinearSigmoid",
+        "QLinearLeakyRelu",
+        "QLinearSoftmax",
+        "QLinearConcat",
+        "QLinearAveragePool",
+        "QLinearGlobalAveragePool",
+        "QGemm",
     }
 )
 # OpenVINO has no ai.onnx.ml ops (its frontend refuses TreeEnsemble*, ZipMap, Scaler...): the EP
