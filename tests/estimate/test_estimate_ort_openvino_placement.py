@@ -83,3 +83,20 @@ def test_the_real_ep_places_them_so(tmp_path: Path) -> None:
         row = ep_placement_scan.scan(path, py, timeout=60)
         assert row["subgraphs"] == 2, row
         assert set(row["cpu"]) - {"Transpose"} == {op}, row  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("op", "domain"),
+    [
+        ("Scan", ""),
+        ("StringNormalizer", ""),
+        ("Tokenizer", "com.microsoft"),
+        ("TfIdfVectorizer", ""),
+    ],
+)
+def test_scan_and_text_ops_run_on_ort_cpu(op: str, domain: str) -> None:
+    """Seen on [CPUExecutionProvider] in ORT's verbose placements (a Relu -> Scan -> Relu
+    micro-graph; the sweep's TF-IDF pipeline, whose only OpenVINO subgraph is a Cast)."""
+    from memshrink.estimate.graph import NodeInfo
+
+    assert on_ort_cpu(NodeInfo(0, "n", op, domain, ["x"], ["y"]))

@@ -121,6 +121,12 @@ UNSUPPORTED = frozenset(
         "QLinearAveragePool",
         "QLinearGlobalAveragePool",
         "QGemm",
+        # Text ops (skl2onnx's TF-IDF pipeline, ORT's verbose placements: StringNormalizer,
+        # com.microsoft Tokenizer and TfIdfVectorizer on [CPUExecutionProvider], a Cast the only
+        # OpenVINO subgraph; session 9 saw StringNormalizer on int-bool-string too)
+        "StringNormalizer",
+        "Tokenizer",
+        "TfIdfVectorizer",
     }
 )
 # OpenVINO has no ai.onnx.ml ops (its frontend refuses TreeEnsemble*, ZipMap, Scaler...): the EP
