@@ -201,9 +201,12 @@ def test_tied_matmul_reads_the_weight_as_a(tmp_path: Path) -> None:
     proto, emb = _tied(rng)
     src = tmp_path / "tied.onnx"
     onnx.save_model(proto, src)
+    small_ok = {"fold-weight-transforms": {"tied_matmul_min_bytes": "0"}}  # E is 3.2 KB
     for ctx in (PassContext(), PassContext(backend="openvino", deploy_only=True),
                 PassContext(backend="ort", deploy_only=True)):  # fmt: skip
-        model, report = PassManager(["fold-weight-transforms"]).run(memshrink.load(src), ctx)
+        model, report = PassManager(["fold-weight-transforms"], options=small_ok).run(
+            memshrink.load(src), ctx
+        )
         stats = report.passes[0].stats
         assert (stats["tied_matmul"], stats["transpose"], stats["bytes_added"]) == (1, 0, 0)
         assert list(model.graph.initializers) == ["E", "one"]  # no second copy of E
@@ -223,6 +226,17 @@ def test_tied_matmul_reads_the_weight_as_a(tmp_path: Path) -> None:
     # known answer: each logit is one dot product of two rows of E (atol 1e-5, rtol 1e-5)
     np.testing.assert_allclose(got, emb[ids] @ emb.T, atol=1e-5, rtol=1e-5)
     np.testing.assert_allclose(got, _run(src, {"ids": ids})[0], atol=1e-5, rtol=1e-5)
+
+
+def test_tied_matmul_leaves_a_small_weight_alone(tmp_path: Path) -> None:
+    # the default floor (4 MiB): a 3.2 KB tied head is neither swapped nor folded twice
+    proto, _ = _tied(np.random.default_rng(3))
+    src = tmp_path / "tied.onnx"
+    onnx.save_model(proto, src)
+    model, report = PassManager(["fold-weight-transforms"]).run(memshrink.load(src), PassContext())
+    assert report.passes[0].stats["tied_matmul"] == 0
+    assert [n.op_type for n in model.graph] == ["Gather", "Transpose", "MatMul"]
+    assert list(model.graph.initializers) == ["E", "one"]
 
 
 def test_tied_matmul_left_alone_when_another_op_reads_the_transpose(tmp_path: Path) -> None:

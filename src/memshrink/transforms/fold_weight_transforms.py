@@ -168,6 +168,12 @@ class FoldWeightTransformsPass(Pass):
         # (``tied_matmul.py``; GPT-2 all, ORT CPU 633 -> 579, OpenVINO 1005 -> 959, EP 1351 ->
         # 987 MiB). Tried before ``fold_shared``; not under ``--backend cuda`` (not measured).
         tied_matmul: bool = True
+        # ... only for a weight of at least this many bytes: the swap's transposes cost a few
+        # MiB of kernels and buffers whatever W's size (T5's 75 KB tied head, simplify skipped:
+        # OpenVINO compile 53.4 -> 55.0, infer 58.2 -> 59.5 MiB, measured side by side,
+        # session 12 sweep), while what it saves is about W (EP) to 2 W (ORT CPU's fold +
+        # prepack). Below 4 MiB the saving can't pay for it.
+        tied_matmul_min_bytes: int = 4 * 1024 * 1024
 
     def run(self, model: ir.Model, context: PassContext) -> PassResult:
         stats = {
@@ -213,7 +219,8 @@ class FoldWeightTransformsPass(Pass):
         shared = len(src.uses()) != 1
         shape = tuple(tensor.shape.numpy())
         transpose_2d = op == "Transpose" and (_attr_ints(node, "perm") or [1, 0]) == [1, 0]
-        if shared and self._swap and transpose_2d and len(shape) == 2:
+        big = tensor.nbytes >= self.options.tied_matmul_min_bytes
+        if shared and self._swap and transpose_2d and len(shape) == 2 and big:
             swapped = swap_tied_matmul(graph, node, src)
             if swapped:
                 stats["tied_matmul"] += swapped
