@@ -151,20 +151,38 @@ def test_simplify_keeps_the_original_when_the_peak_would_rise(
     assert [n.op_type for n in model.graph] == ops
 
 
-def test_simplify_of_the_deduped_demo_is_kept(tmp_path: Path) -> None:
+def test_simplify_of_the_deduped_demo_is_kept_for_ort_cpu_only(tmp_path: Path) -> None:
     """After dedup-weights, onnxsim's rewrite of the demo model (the tied lm_head's folded
     Transpose written as a weight, MatMul+Add -> Gemm) is predicted 0.8 MiB lower on ORT CPU
     and measured lower (verifier's child, process peak MiB over the baseline, 3 processes
     each, 2026-11-27: 35.9 ×3 before, 35.0 / 35.0 / 34.0 after; docs/estimate.md, session 9):
     ORT's constant folding of that Transpose copies the weight into its frame, which the
-    estimator replays since session 9 (it used to predict the rewrite 1 MiB higher)."""
+    estimator replays since session 9 (it used to predict the rewrite 1 MiB higher).
+    Deploying on ORT CPU only (``--backend ort``) it is kept."""
     model, context = _deduped_demo(tmp_path)
+    context.backend, context.deploy_only = "ort", True
     result = get_pass("simplify")().run(model, context)
     if result.stats.get("reason", "").startswith("skipped"):  # onnxsim missing here
         pytest.skip(result.stats["reason"])
     assert result.modified and result.model is not None
     before, after = result.stats["predicted_peak_before"], result.stats["predicted_peak_after"]
     assert after < before, (before, after)
+
+
+def test_simplify_of_the_deduped_demo_is_refused_for_openvino(tmp_path: Path) -> None:
+    """Known answer, by default (every runtime counts): the same rewrite is predicted to raise
+    OpenVINO's process peak 69.1 -> 74.9 MiB (+8.3 %, over the 5 % / 2 MiB cap), measured
+    68.9 -> 75.1 MiB (``memshrink profile``, one process each, 2026-11-27; docs/optimize.md,
+    "simplify and the other runtimes"): the original is kept."""
+    model, context = _deduped_demo(tmp_path)
+    result = get_pass("simplify")().run(model, context)
+    if result.stats.get("reason", "").startswith("skipped"):  # onnxsim missing here
+        pytest.skip(result.stats["reason"])
+    assert not result.modified and result.model is None
+    ov = result.stats["guard"]["openvino"]
+    assert ov["after"] > ov["limit"] >= ov["before"], ov
+    assert ov["after"] / ov["before"] == pytest.approx(1.083, abs=0.01)
+    assert result.stats["reason"].startswith("kept the original: onnxsim's graph is predicted")
 
 
 def test_onnxsim_import_keeps_torch_out_and_importable() -> None:
@@ -184,3 +202,96 @@ def test_onnxsim_import_keeps_torch_out_and_importable() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def _foldable(tmp_path: Path, n: int = 1 << 20) -> ir.Model:
+    """``y = x * (c1 + c2)`` with 4 MiB constants: onnxsim folds ``c1 + c2`` into one."""
+    g = helper.make_graph(
+        [
+            helper.make_node("Add", ["c1", "c2"], ["c3"]),
+            helper.make_node("Mul", ["x", "c3"], ["y"]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", 1, [n])],
+        [helper.make_tensor_value_info("y", 1, [n])],
+        [
+            numpy_helper.from_array(np.full((n,), 2.0, np.float32), "c1"),
+            numpy_helper.from_array(np.full((n,), 3.0, np.float32), "c2"),
+        ],
+    )
+    path = tmp_path / "fold.onnx"
+    onnx.save_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return load(path)
+
+
+def test_simplify_that_helps_every_runtime_is_kept(tmp_path: Path) -> None:
+    """Known answer: folding two 4 MiB constants into one is predicted lower on ORT CPU,
+    OpenVINO and its EP (one constant fewer to hold), so the cap lets it through and the
+    report carries each guarded backend's before/after/limit."""
+    result = get_pass("simplify")().run(_foldable(tmp_path), PassContext())
+    if result.stats.get("reason", "").startswith("skipped"):  # onnxsim missing here
+        pytest.skip(result.stats["reason"])
+    assert result.modified and result.model is not None
+    assert [n.op_type for n in result.model.graph] == ["Mul"]
+    guard = result.stats["guard"]
+    assert set(guard) == {"openvino", "ort-openvino"}
+    for b, fig in guard.items():
+        assert fig["after"] < fig["before"] <= fig["limit"], (b, fig)
+
+
+def _fake_figures(monkeypatch: pytest.MonkeyPatch, rise: dict[str, int]) -> list[tuple[str, int]]:
+    """Predicted process peaks: 100 MiB for a graph with an ``Add`` (the original), 100 MiB +
+    ``rise[backend]`` for onnxsim's folded graph; the calls made are returned."""
+    import memshrink.transforms.chunking.choice as choice
+
+    calls: list[tuple[str, int]] = []
+
+    def figures(model: ir.Model, context: PassContext, backend: str) -> dict[str, int]:
+        folded = all(n.op_type != "Add" for n in model.graph)
+        calls.append((backend, int(folded)))
+        peak = (100 << 20) + (rise.get(backend, 0) if folded else 0)
+        return {"peak": peak, "activations": 0}
+
+    monkeypatch.setattr(choice, "process_figures", figures)
+    return calls
+
+
+@pytest.mark.parametrize(
+    ("rise", "kept"),
+    [
+        # the EP +10 MiB (+10 %): over 5 % / 2 MiB -> the original is kept
+        ({"ort-openvino": 10 << 20}, False),
+        # OpenVINO +4.8 %: inside 5 %, but over 5 % / 1.06 (its CAP_MARGIN) -> original kept
+        ({"openvino": 4_915 << 10}, False),
+        # +2 MiB on both: the cap's absolute floor -> onnxsim's graph kept
+        ({"openvino": 2 << 20, "ort-openvino": 2 << 20}, True),
+    ],
+)
+def test_simplify_is_capped_on_the_preferred_backends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rise: dict[str, int], kept: bool
+) -> None:
+    """Known answer: the same cap as ``chunk``'s default (``chunking.choice.cap_limit``):
+    a rise on OpenVINO or its EP above max(5 % / margin, 2 MiB) keeps the original."""
+    _fake_figures(monkeypatch, rise)
+    result = get_pass("simplify")().run(_foldable(tmp_path), PassContext())
+    if result.stats.get("reason", "").startswith("skipped"):  # onnxsim missing here
+        pytest.skip(result.stats["reason"])
+    assert result.modified is kept
+    if not kept:
+        assert result.model is None
+        assert "kept the original" in result.stats["reason"]
+        assert "cap" in result.stats["reason"]
+
+
+def test_simplify_spares_no_other_runtime_when_deploying_on_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``optimize --backend ort``: only ORT CPU counts, so no other runtime is predicted (no
+    cost) and a predicted rise on the EP does not stop the rewrite."""
+    calls = _fake_figures(monkeypatch, {"ort-openvino": 50 << 20})
+    result = get_pass("simplify")().run(
+        _foldable(tmp_path), PassContext(backend="ort", deploy_only=True)
+    )
+    if result.stats.get("reason", "").startswith("skipped"):  # onnxsim missing here
+        pytest.skip(result.stats["reason"])
+    assert result.modified and calls == [] and "guard" not in result.stats

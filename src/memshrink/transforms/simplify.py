@@ -8,7 +8,13 @@ own check tolerances, not bit-for-bit (folding can reassociate arithmetic).
 
 onnxsim's rewrites are not all memory wins: it turns 3-D MatMul+Add into Reshape/Gemm/Reshape,
 which ORT cannot run in place (the bundled demo model: +2 MiB measured at session creation).
-So the simplified graph is kept only when the estimator does not predict a higher peak.
+So the simplified graph is kept only when the estimator does not predict a higher peak on
+the pipeline's backend, and, unless the user deploys on one runtime only (``optimize
+--backend``), when it raises no *preferred* backend's (OpenVINO, its EP) predicted process peak
+by more than ``chunk``'s default cap (5 % or 2 MiB, ``chunking.choice.over_cap``): after
+``inline-functions``, its MatMul+Add -> Gemm rewrite of a TorchScript export's inlined blocks
+lowered ORT CPU but measured the ORT OpenVINO EP's run peak 115-119 -> 126 MiB
+(docs/optimize.md, "simplify and the other runtimes").
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from memshrink import opaque_types
 from memshrink.manager import Pass, PassContext, PassResult
 from memshrink.model import META_SOURCE, iter_tensor_slots
 from memshrink.transforms import register
+from memshrink.transforms.chunking.choice import CAP_BYTES, PREFER_CAP, over_cap
 from memshrink.transforms.predicted import predicted_peak
 from memshrink.transforms.simplify_lists import skeleton_simplify
 
@@ -67,6 +74,12 @@ class SimplifyPass(Pass):
         max_model_bytes: int = 32 * 1024 * 1024
         max_folded_bytes: int = 1024 * 1024
         check_n: int = 0
+        # backends whose predicted process peak onnxsim's graph may raise by at most
+        # prefer_cap (OpenVINO: with its CAP_MARGIN) or prefer_cap_bytes, as chunk's default
+        # cap; ignored with optimize --backend (only that runtime counts). "" = ORT CPU only
+        prefer_backends: str = "openvino,ort-openvino"
+        prefer_cap: float = PREFER_CAP
+        prefer_cap_bytes: int = CAP_BYTES
 
     def run(self, model: ir.Model, context: PassContext) -> PassResult:
         o = self.options
@@ -115,9 +128,27 @@ class SimplifyPass(Pass):
                     f"({after} B > {before} B)"
                 )
                 return PassResult(modified=False, stats=stats)
+        spared = _spared(o, context)
+        if spared:
+            guard: dict[str, Any] = {}
+            stats["guard"] = guard
+            why = over_cap(model, new_model, context, spared, o.prefer_cap,
+                           o.prefer_cap_bytes, guard)  # fmt: skip
+            if why is not None:
+                stats["reason"] = f"kept the original: onnxsim's graph is predicted to raise {why}"
+                return PassResult(modified=False, stats=stats)
         exact = _float_arithmetic(model) == _float_arithmetic(new_model)
         stats["float_arithmetic_changed"] = not exact
         return PassResult(modified=True, stats=stats, model=new_model, exact=exact)
+
+
+def _spared(o: SimplifyPass.Options, context: PassContext) -> list[str]:
+    """The preferred backends the cap protects: none when the user deploys on one runtime
+    (its own peak is checked by ``predicted_peak``), never the pipeline's own backend."""
+    if context.deploy_only or o.prefer_cap <= 0:
+        return []
+    names = [b.strip() for b in o.prefer_backends.split(",") if b.strip()]
+    return [b for b in dict.fromkeys(names) if b != context.backend]
 
 
 #: Ops that move, select or reinterpret values without arithmetic on them: folding or

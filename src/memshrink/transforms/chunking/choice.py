@@ -66,6 +66,45 @@ HEADS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
 CAP_MARGIN = {"openvino": 0.06}
 
 
+def cap_limit(base: dict[str, int], backend: str, cap: float = PREFER_CAP,
+              cap_bytes: int = CAP_BYTES) -> tuple[int, int]:  # fmt: skip
+    """``(old, limit)``: ``backend``'s predicted peak before a rewrite (``process_figures``;
+    ``saved_peak`` where the save releases a folded file) and the highest peak the cap lets a
+    rewrite reach: ``cap`` over it divided by the backend's ``CAP_MARGIN``, or ``cap_bytes``,
+    whichever is larger. Shared by every pass that spares the preferred backends (``chunk``,
+    ``simplify``), so one policy bounds them all."""
+    old = base.get("saved_peak", base["peak"])
+    margin = 1 + CAP_MARGIN.get(backend, 0.0)  # a safe bound: rises have measured higher
+    return old, int(max(old * (1 + cap) / margin, old + cap_bytes))
+
+
+def over_cap(model: ir.Model, trial: ir.Model, context: PassContext, backends: Sequence[str],
+             cap: float = PREFER_CAP, cap_bytes: int = CAP_BYTES,
+             report: dict[str, Any] | None = None) -> str | None:  # fmt: skip
+    """Why ``trial`` (one rewrite of ``model``) raises a backend of ``backends`` over the cap
+    (``cap_limit``), or None when all stay within; each backend's predicted peaks before and
+    after go into ``report``. For a pass with one candidate (``simplify``); ``Chooser`` walks
+    many lazily. A backend that cannot be predicted is skipped (reported), as ``Chooser``
+    does: no prediction is no evidence of a rise."""
+    for b in backends:
+        try:
+            base, fig = process_figures(model, context, b), process_figures(trial, context, b)
+        except Exception as exc:  # noqa: BLE001 - no prediction on this backend: no cap
+            if report is not None:
+                report[b] = {"skipped": f"{type(exc).__name__}: {str(exc)[:200]}"}
+            continue
+        old, limit = cap_limit(base, b, cap, cap_bytes)
+        new = fig.get("saved_peak", fig["peak"])
+        if report is not None:
+            report[b] = {"before": old, "after": new, "limit": limit}
+        if new > limit:
+            return (
+                f"{b}: predicted peak {old} -> {new} B (+{new / old - 1:.1%}) > the {cap:.0%} / "
+                f"{cap_bytes >> 20} MiB cap with the prediction's margin"
+            )
+    return None
+
+
 def rank(ok: Sequence[dict[str, Any]], budget: int, keys: Callable[[dict[str, Any]], tuple],
          fit_keys: Callable[[dict[str, Any]], tuple]) -> list[dict[str, Any]]:  # fmt: skip
     """``ok`` in order of preference on ORT CPU: the pick first (under ``budget``: the first
@@ -252,9 +291,7 @@ class Chooser:
             # both as their saved files will be predicted (``saved_peak``: the folded weights'
             # file released after compile, which an in-memory estimate does not credit)
             base = self.origin.get(b) or before[b]
-            old = base.get("saved_peak", base["peak"])
-            margin = 1 + CAP_MARGIN.get(b, 0.0)  # a safe bound: rises have measured higher
-            limit = max(old * (1 + self.cap) / margin, old + self.cap_bytes)
+            old, limit = cap_limit(base, b, self.cap, self.cap_bytes)
             fig = row.get(b)
             credit = base["peak"] - old  # the bound is on the uncredited peak
             if fig is not None and "bound" in fig and fig["bound"] - credit > limit:
