@@ -143,7 +143,7 @@ class _Inliner:
     @staticmethod
     def _call_problem(node: ir.Node, fn: ir.Function) -> str | None:
         if len(node.inputs) > len(fn.inputs) or len(node.outputs) > len(fn.outputs):
-            raise PassError(
+            raise ModelLoadError(
                 f"node {node.name!r} calls {fn.domain}.{fn.name} with {len(node.inputs)} inputs / "
                 f"{len(node.outputs)} outputs; the function has {len(fn.inputs)} / "
                 f"{len(fn.outputs)}"
@@ -217,7 +217,10 @@ class _Inliner:
         inputs: list[ir.Value | None] = []
         for v in node.inputs:
             if v is not None and v not in vmap:
-                raise PassError(f"function body node {node.name!r} reads {v.name!r}, never defined")
+                raise ModelLoadError(
+                    f"a function body's {node.op_type} node {node.name!r} reads {v.name!r}, "
+                    "which the function never defines"
+                )
             inputs.append(None if v is None else vmap[v])
         new_attrs = []
         for key, a in node.attributes.items():

@@ -54,6 +54,20 @@ def _cases() -> dict[str, tuple[onnx.ModelProto, str]]:
     leaky = _fn("my", "L", [_leaky_ref()], attrs=["alpha"])
     ml = _fn("ai.onnx.ml", "Mine", [n("Neg", ["a"], ["b"])])
     return {
+        "output_not_produced": (
+            _model(n("P", ["x"], ["y"], domain="my"), [_fn("my", "P", [n("Relu", ["a"], ["c"])])]),
+            "'b' is used but never defined",
+        ),
+        "body_reads_undefined": (
+            _model(
+                n("U", ["x"], ["y"], domain="my"), [_fn("my", "U", [n("Add", ["a", "z"], ["b"])])]
+            ),
+            "reads 'z', which the function never defines",
+        ),
+        "too_many_inputs": (
+            _model(n("F", ["x", "x"], ["y"], domain="my"), [relu]),
+            "calls my.F with 2 inputs / 1 outputs; the function has 1 / 1",
+        ),
         "missing_top": (_model(n("Missing", ["x"], ["y"], domain="my"), [relu]), "my.Missing"),
         "missing_nested": (_model(n("G", ["x"], ["y"], domain="my"), [missing]), "my.Missing"),
         "cycle": (_model(n("A", ["x"], ["y"], domain="my"), [calls_b, calls_a]), "my.A, my.B"),
