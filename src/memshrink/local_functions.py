@@ -8,7 +8,10 @@ function bodies) are inlined. Weights are never read: initializers are not touch
 tensor attribute is shared by its copies. Left as calls (counted in ``InlineReport.skipped``):
 functions in a call cycle; a function importing another version of a domain than the model
 where one of its ops is defined differently at the model's version (its meaning would change;
-ONNX's checker refuses such a function too); a call passing a graph-valued attribute.
+ONNX's checker refuses such a function too); a call passing a graph-valued attribute; a
+function named like an op of its domain (runtimes run the op). Malformed functions and calls
+(recursion, a call of an undefined function, an attribute of the wrong type) are refused
+(``memshrink.local_function_checks``).
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from dataclasses import dataclass, field
 import onnx
 import onnx_ir as ir
 
-from memshrink.errors import PassError
+from memshrink.errors import ModelLoadError, PassError
+from memshrink.local_function_checks import check_functions
 
 FunctionId = tuple[str, str, str]
 _STANDARD = ("", "ai.onnx.ml", "ai.onnx.preview.training")
@@ -139,7 +143,7 @@ class _Inliner:
     @staticmethod
     def _call_problem(node: ir.Node, fn: ir.Function) -> str | None:
         if len(node.inputs) > len(fn.inputs) or len(node.outputs) > len(fn.outputs):
-            raise PassError(
+            raise ModelLoadError(
                 f"node {node.name!r} calls {fn.domain}.{fn.name} with {len(node.inputs)} inputs / "
                 f"{len(node.outputs)} outputs; the function has {len(fn.inputs)} / "
                 f"{len(fn.outputs)}"
@@ -164,6 +168,15 @@ class _Inliner:
         prefix = call.name or self._unique(self.nodes, fn.name, str(self.inlined[fid]))
         attrs = {k: a for k, a in fn.attributes.items() if a.value is not None}  # defaults
         attrs.update(call.attributes)
+        for body_node in _calls(fn):
+            for key, a in body_node.attributes.items():
+                src = attrs.get(a.ref_attr_name or "") if a.is_ref() else None
+                if src is not None and a.type != ir.AttributeType.UNDEFINED and src.type != a.type:
+                    raise ModelLoadError(
+                        f"node {call.name!r} gives {fn.domain}.{fn.name} attribute "
+                        f"{a.ref_attr_name!r} as {src.type.name}; the body's {body_node.op_type} "
+                        f"reads it as {key!r}, a {a.type.name}"
+                    )
         vmap: dict[ir.Value, ir.Value | None] = {}
         for i, v in enumerate(fn.inputs):
             vmap[v] = call.inputs[i] if i < len(call.inputs) else None
@@ -204,7 +217,10 @@ class _Inliner:
         inputs: list[ir.Value | None] = []
         for v in node.inputs:
             if v is not None and v not in vmap:
-                raise PassError(f"function body node {node.name!r} reads {v.name!r}, never defined")
+                raise ModelLoadError(
+                    f"a function body's {node.op_type} node {node.name!r} reads {v.name!r}, "
+                    "which the function never defines"
+                )
             inputs.append(None if v is None else vmap[v])
         new_attrs = []
         for key, a in node.attributes.items():
@@ -320,7 +336,8 @@ def inline_functions(model: ir.Model) -> InlineReport:
     functions = model.functions
     if not functions:
         return report
-    skip: dict[FunctionId, str] = {fid: "the function calls itself" for fid in _in_cycle(functions)}
+    every = _calls(n for g in [model.graph, *functions.values()] for n in g)
+    skip: dict[FunctionId, str] = check_functions(model, every, _in_cycle(functions))
     for fid, fn in functions.items():
         if fid not in skip and (why := _opset_conflict(fn, model.opset_imports, functions)):
             skip[fid] = why

@@ -84,7 +84,7 @@ def _load_path(path: Path) -> ir.Model:
     try:
         model = opaque_types.deserialize(proto, base_dir=str(path.parent), lists=scan.lists)
     except Exception as exc:
-        raise ModelLoadError(f"{path}: cannot be parsed as ONNX: {exc}") from None
+        raise ModelLoadError(f"{path}: cannot be parsed as ONNX: {_why(exc)}") from None
     del proto
     check_opsets(model, str(path))
     sort_if_needed(model)
@@ -270,3 +270,16 @@ def save(model: Any, path: str | os.PathLike, **options: Any) -> Any:
     from memshrink.writer import save_model
 
     return save_model(load(model), path, **options)
+
+
+def _why(exc: BaseException) -> str:
+    """onnx_ir's ``SerdeError`` names only the function or graph; its root cause says what is
+    wrong (a ``KeyError``: a name used, e.g. as a function's output, that nothing defines)."""
+    root = exc
+    while root.__cause__ is not None or root.__context__ is not None:
+        root = root.__cause__ or root.__context__  # type: ignore[assignment]
+    if root is exc:
+        return str(exc)
+    if isinstance(root, KeyError):
+        return f"{exc}: {root} is used but never defined"
+    return f"{exc}: {type(root).__name__}: {root}"
