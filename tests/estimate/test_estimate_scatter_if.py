@@ -14,6 +14,7 @@ from onnx import helper as h
 from memshrink.estimate import estimate
 from memshrink.estimate.graph import build_view
 from memshrink.estimate.lifetimes import subgraph_peak
+from memshrink.estimate.openvino import ov_buffers
 from memshrink.estimate.ort_scratch import cpu_heap_scratch
 
 MiB = 1 << 20
@@ -133,3 +134,16 @@ def test_scatter_run_1_matches_ort(tmp_path):
     )
     measured = int(out.stdout.split()[-1])
     assert abs(measured - run_1) <= 6 * MiB, (measured / MiB, run_1 / MiB)  # atol 6 MiB
+
+
+def test_openvino_int64_edges_take_i32_bytes():
+    """The CPU plugin runs int64 as i32: the expanded [E, F] int64 index is E * F * 4 bytes in
+    ``ov_buffers`` at any inference precision; the f32 updates keep 4 bytes at f32."""
+
+    g = build_view(_scatter(False), dims={"N": N, "E": E}).graph
+    order = list(range(len(g.nodes)))
+    for precision in ("f32", "bf16"):
+        size = {t: b.size for b in ov_buffers(g, order, precision=precision) for t in b.tensors}
+        assert size["I"] == E * F * 4, precision  # int64 [E, F]: 8 bytes an element in ONNX
+    f32 = {t: b.size for b in ov_buffers(g, order, precision="f32") for t in b.tensors}
+    assert f32["U"] == E * F * 4
