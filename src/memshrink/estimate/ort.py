@@ -291,7 +291,7 @@ def plan(
             if o is not None and o in buf_of and count[o] == 0 and unused:
                 release(o, step)
         if node.subgraphs:
-            extra = subgraph_peak(node)
+            extra = subgraph_peak(node, shared_outputs=True)
             if extra:
                 result.buffers.append(
                     Buffer(
