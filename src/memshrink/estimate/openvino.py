@@ -56,6 +56,7 @@ from memshrink.estimate.weights import FLOAT, FP16, split_weights
 from memshrink.extrefs import initializer_locations
 
 MiB = 1 << 20
+INT64 = 7  # onnx.TensorProto.INT64
 
 # Measured once on this machine (OpenVINO 2026.4, 2-core AVX2, docs/estimate.md); never per model.
 # Per-node costs fitted on hand-built sweeps (docs/bench/ov_pernode_bench.py) and five
@@ -911,7 +912,10 @@ def ov_buffers(
     scores inside a tokenized MHA subgraph (``mha_internal``) take no buffer. Under a bf16 / f16
     inference precision the plugin converts at the graph's inputs and outputs and keeps every
     float32 edge in between in the low precision: half the bytes (ResNet-50 b16 infer
-    activations 90 -> 50 MiB, U-Net 262 -> 134; measured 2026-11-27).
+    activations 90 -> 50 MiB, U-Net 262 -> 134; measured 2026-11-27). An int64 edge is i32 in
+    the plugin, whatever the precision: half its bytes (an Expand to [40000, 256] and an Add
+    measure 155.3 MiB at infer 1 in int64, 155.1 in int32; docs/estimate.md, "Session 12:
+    scatter graphs").
     """
     bufs = tensor_buffers(g, order)
     inner = mha_internal(g, dynamic)
@@ -978,6 +982,10 @@ def ov_buffers(
             in_tail = any(t in tail or t in back for t in b.tensors)
             if b.size and not b.is_output and floats and all(floats) and not in_tail:
                 b.size //= 2
+    for b in bufs:  # the plugin runs int64 as i32 (its ConvertPrecision i64 -> i32)
+        ints = [g.tensors[t].elem_type == INT64 for t in b.tensors if t in g.tensors]
+        if b.size and not b.is_output and ints and all(ints):
+            b.size //= 2
     ov_slices.apply(g, bufs, pos, half)  # a split graph input: one whole copy, views of it
     for name, step, size in output_reorders(g, pos, half):
         bufs.append(Buffer(len(bufs), size, step, step, [name + "/before_reorder"]))

@@ -31,7 +31,7 @@ from memshrink.errors import UsageError
 from memshrink.estimate.graph import GraphInfo, NodeInfo
 from memshrink.estimate.lifetimes import ALIAS_OPS, Buffer, positions, subgraph_peak
 from memshrink.estimate.ort_optimized import MS_DOMAIN, NCHWC_DOMAIN
-from memshrink.estimate.ort_scratch import cpu_kernel_scratch
+from memshrink.estimate.ort_scratch import cpu_heap_scratch, cpu_kernel_scratch
 from memshrink.estimate.planners import best_fit
 
 # CPU kernels registered with MayInplace(0, 0).
@@ -186,8 +186,9 @@ def plan(
         if key is not None:
             freelist.setdefault(key, []).append(orig)
 
-    def scratch(sizes: list[int], step: int, idx: int) -> None:
-        """Kernel temporaries of node ``idx``: taken and given back within its step."""
+    def scratch(sizes: list[int], step: int, idx: int, *, heap: bool = False) -> None:
+        """Kernel temporaries of node ``idx``: taken and given back within its step (from the
+        arena, or with ``heap`` from glibc malloc)."""
         for size in sizes:
             result.buffers.append(
                 Buffer(
@@ -199,6 +200,7 @@ def plan(
                     idx,
                     transient=True,
                     scratch=True,
+                    heap=heap,
                 )
             )
 
@@ -272,6 +274,7 @@ def plan(
             result.kinds[out] = "new"
         if cpu:  # MLAS temporaries: taken after the kernel's output (conv.cc, bias_gelu.cc)
             scratch(cpu_kernel_scratch(g, node), step, idx)
+            scratch(cpu_heap_scratch(g, node), step, idx, heap=True)
         # Release at last use: one use per input occurrence; outputs nobody reads at once.
         for name in node.inputs + node.implicit_inputs:
             o = owner.get(name) if name else None
@@ -288,7 +291,7 @@ def plan(
             if o is not None and o in buf_of and count[o] == 0 and unused:
                 release(o, step)
         if node.subgraphs:
-            extra = subgraph_peak(node)
+            extra = subgraph_peak(node, shared_outputs=True)
             if extra:
                 result.buffers.append(
                     Buffer(
@@ -556,6 +559,10 @@ def simulate(
         for s in range(n_steps):
             temps = []
             for b in by_start.get(s, []):
+                if b.heap:  # glibc, outside the arena: on top of the pages written so far
+                    if b.size:
+                        heap_top[0] = max(heap_top[0], sum(grown()) + b.size)
+                    continue
                 if not b.size or (block is not None and not b.is_output and not b.scratch):
                     continue  # planned tensors live inside the pattern block
                 c = arena_.alloc(_aligned(b.size))
@@ -589,12 +596,15 @@ def simulate(
         now = arena_.region_resident()
         return [t - (base[i] if i < len(base) else 0) for i, t in enumerate(now)]
 
+    heap_top = [0]  # the highest arena pages + a kernel's own malloc, this run so far
     run(False)
     touched_1 = grown()
-    run_1 = sum(touched_1)
+    run_1 = max(sum(touched_1), heap_top[0])
+    heap_top[0] = 0
     run(mem_pattern)
     run(mem_pattern)
     touched = grown()
+    heap_steady = max(0, heap_top[0] - sum(touched))
     notes.append(
         f"steady state: run 1's arena + the memory-pattern block ({block_size} B)"
         if mem_pattern
@@ -607,9 +617,15 @@ def simulate(
             f"session creation's arena allocations replayed first ({len(creation)} kept chunks, "
             f"{sum(creation)} B: ConvTranspose's prepacked filters)"
         )
+    if run_1 > sum(touched_1) or heap_steady:
+        notes.append(
+            "kernels' own mallocs (ScatterElements' index copy) on top of the arena: "
+            f"run 1 +{(run_1 - sum(touched_1)) / 2**20:.1f} MiB, steady state "
+            f"+{heap_steady / 2**20:.1f} MiB"
+        )
     return OrtRunModel(
         run_1,
-        sum(touched),
+        sum(touched) + heap_steady,
         block_size,
         arena_.reserved,
         peak,
