@@ -9,8 +9,9 @@
 MASK ``none`` / ``pad`` (an additive [B, 1, 1, S] mask from an input) / ``causal`` (constant
 bool, ``Where``) / ``rt`` (an additive causal mask made at run time and sliced per piece, as
 gpt2 dynamo's), FLAGS ``guard`` (the exporters' ``IsNaN -> Where`` after the Softmax) and
-``qscale`` (the scale on Q and Kᵀ before the MatMul, as dynamo's SDPA). Each model runs in a
-child (``ov_split_copies_bench.CHILD``: stage peaks over the post-import baseline, runtime
+``qscale`` (the scale on Q and Kᵀ before the MatMul, as dynamo's SDPA), ``pretrans`` (Q cut
+before its Reshape/Transpose, the pieces joined after the output's, as ``chunk`` writes it).
+Each model runs in a child (``ov_split_copies_bench.CHILD``: stage peaks over the post-import baseline, runtime
 graph layer types); the prediction is ``memshrink estimate --backend openvino``, steady state.
 Results: docs/estimate.md, "Session 12: the query split's Subgraphs".
 """
@@ -31,7 +32,9 @@ from ov_split_copies_bench import CHILD
 F = TensorProto.FLOAT
 
 
-def model(k, b, h, s, d, proj=True, scale=True, mask=None, guard=False, qscale=False):
+def model(
+    k, b, h, s, d, proj=True, scale=True, mask=None, guard=False, qscale=False, pretrans=False
+):
     guard = bool(guard)
     nodes, inits = [], []
     rng = np.random.default_rng(0)
@@ -81,7 +84,19 @@ def model(k, b, h, s, d, proj=True, scale=True, mask=None, guard=False, qscale=F
         inits.append(numpy_helper.from_array(np.array([2], np.int64), "ax2"))
         inits.append(numpy_helper.from_array(np.array(-1e4, np.float32), "ninf"))
     qs = ["q"] if k == 1 else [f"q{i}" for i in range(k)]
-    if k > 1:
+    if k > 1 and pretrans:
+        r = s // k
+        inits.append(numpy_helper.from_array(np.array([b, r, h, d], np.int64), "shpp"))
+        inits.append(numpy_helper.from_array(np.array([b, r, h * d], np.int64), "shpo"))
+        nodes.append(
+            helper.make_node("Split", ["qm"], [f"qmp{i}" for i in range(k)], axis=1, num_outputs=k)
+        )
+        for i in range(k):
+            nodes += [
+                helper.make_node("Reshape", [f"qmp{i}", "shpp"], [f"qrp{i}"]),
+                helper.make_node("Transpose", [f"qrp{i}"], [f"q{i}"], perm=[0, 2, 1, 3]),
+            ]
+    elif k > 1:
         nodes.append(helper.make_node("Split", ["q"], qs, axis=2, num_outputs=k))
     outs = []
     for i, q in enumerate(qs):
@@ -122,15 +137,23 @@ def model(k, b, h, s, d, proj=True, scale=True, mask=None, guard=False, qscale=F
                 helper.make_node("Where", [f"eq{i}", f"p{i}", "zero"], [f"pg{i}"]),
             ]
         outs.append(f"o{i}")
-    if k > 1:
+    if k > 1 and pretrans:
+        for i in range(k):
+            nodes += [
+                helper.make_node("Transpose", [f"o{i}"], [f"ot{i}"], perm=[0, 2, 1, 3]),
+                helper.make_node("Reshape", [f"ot{i}", "shpo"], [f"orp{i}"]),
+            ]
+        nodes.append(helper.make_node("Concat", [f"orp{i}" for i in range(k)], ["or"], axis=1))
+    elif k > 1:
         nodes.append(helper.make_node("Concat", outs, ["o"], axis=2))
     else:
         nodes.append(helper.make_node("Identity", outs, ["o"]))
-    nodes += [
-        helper.make_node("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]),
-        helper.make_node("Reshape", ["ot", "shp2"], ["or"]),
-        helper.make_node("MatMul", ["or", "Wo"], ["y"]),
-    ]
+    if not (k > 1 and pretrans):
+        nodes += [
+            helper.make_node("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]),
+            helper.make_node("Reshape", ["ot", "shp2"], ["or"]),
+        ]
+    nodes.append(helper.make_node("MatMul", ["or", "Wo"], ["y"]))
     g = helper.make_graph(
         nodes, "att", ins, [helper.make_tensor_value_info("y", F, [b, s, h * d])], inits
     )
@@ -166,7 +189,6 @@ if __name__ == "__main__" and sys.argv[1] != "stack":
     guard = len(sys.argv) > 5 and "guard" in sys.argv[5]
     qscale = len(sys.argv) > 5 and "qscale" in sys.argv[5]
     out = Path(tempfile.gettempdir()) / "ov_query_split_bench"
-    out.mkdir(exist_ok=True)
     out.mkdir(exist_ok=True)
     for k in ks:
         which_m = which + (mask or "") + ("guard" if guard else "") + ("qscale" if qscale else "")
@@ -236,7 +258,14 @@ def main2():
         p = out / f"{tag}_k{k}.onnx"
         onnx.save_model(
             stack(
-                model(k, *cfgs[which], mask=mask, guard="guard" in flags, qscale="qscale" in flags),
+                model(
+                    k,
+                    *cfgs[which],
+                    mask=mask,
+                    guard="guard" in flags,
+                    qscale="qscale" in flags,
+                    pretrans="pretrans" in flags,
+                ),
                 layers,
             ),
             p,
