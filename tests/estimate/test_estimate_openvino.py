@@ -265,8 +265,51 @@ def _shared_bias_chunks(k: int) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def _guarded_query_pieces(k: int) -> onnx.ModelProto:
+    """An attention core cut into ``k`` query pieces, each ``MatMul -> Softmax -> IsNaN guard
+    (Equal(p, p) -> Where) -> MatMul``, the dynamo exporters' form: the guard stops the MHA
+    tokenizer, and the plugin makes each guard one Snippets ``Subgraph`` (``Equal + Where``)."""
+    f = TensorProto.FLOAT
+    zero = numpy_helper.from_array(np.array(0.0, np.float32), "zero")
+    parts = [f"q{i}" for i in range(k)]
+    nodes = [helper.make_node("Split", ["q"], parts, axis=2, num_outputs=k)]
+    for i, q in enumerate(parts):
+        nodes += [
+            helper.make_node("MatMul", [q, "kt"], [f"s{i}"]),
+            helper.make_node("Softmax", [f"s{i}"], [f"p{i}"], axis=-1),
+            helper.make_node("Equal", [f"p{i}", f"p{i}"], [f"e{i}"]),
+            helper.make_node("Where", [f"e{i}", f"p{i}", "zero"], [f"g{i}"]),
+            helper.make_node("MatMul", [f"g{i}", "v"], [f"o{i}"]),
+        ]
+    nodes.append(helper.make_node("Concat", [f"o{i}" for i in range(k)], ["y"], axis=2))
+    ins = [
+        helper.make_tensor_value_info("q", f, [1, 2, 32, 16]),
+        helper.make_tensor_value_info("kt", f, [1, 2, 16, 32]),
+        helper.make_tensor_value_info("v", f, [1, 2, 32, 16]),
+    ]
+    out = [helper.make_tensor_value_info("y", f, None)]
+    graph = helper.make_graph(nodes, "g", ins, out, [zero])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def test_each_softmax_guard_of_a_query_piece_is_a_subgraph() -> None:
+    """4 query pieces, each with its ``Equal -> Where`` guard: 4 Snippets nodes (runtime
+    graph: 4 ``Subgraph``, each ``equal,where``); main counted 0, as it left comparisons
+    and ``Where`` out of the Snippets ops."""
+    from memshrink.estimate.openvino import fused_away, subgraph_count
+
+    g = build_view(_guarded_query_pieces(4)).graph
+    assert subgraph_count(g, fused_away(g)) == 4
+
+
 @pytest.mark.parametrize(
-    "model", [_eltwise_chain(4), _shared_bias_chunks(3), _conv_chain(2, 8, 8, residual=True)]
+    "model",
+    [
+        _eltwise_chain(4),
+        _shared_bias_chunks(3),
+        _conv_chain(2, 8, 8, residual=True),
+        _guarded_query_pieces(4),
+    ],
 )
 def test_subgraph_nodes_match_the_plugins_runtime_graph(model: onnx.ModelProto) -> None:
     """``subgraph_count`` counts the Snippets nodes the real plugin makes (exact)."""

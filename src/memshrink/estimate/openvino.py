@@ -217,6 +217,24 @@ SIMPLE = frozenset(
     }
 )
 HEADS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
+# Element-wise ops Snippets also tokenizes into Subgraph nodes (``subgraph_count``), beyond the
+# ones fused into a Conv/FC: comparisons, logic and ``Where`` (``Select``). The exporters'
+# ``IsNaN -> Where`` guard after each Softmax is one ``Equal + Where`` Subgraph per attention
+# core (docs/estimate.md, "Session 12: the query split's Subgraphs").
+SNIPPETS_OPS = SIMPLE | frozenset(
+    {
+        "Equal",
+        "Greater",
+        "Less",
+        "GreaterOrEqual",
+        "LessOrEqual",
+        "And",
+        "Or",
+        "Xor",
+        "Not",
+        "Where",
+    }
+)
 # ... and a MatMulInteger by an int8 weight, also an FC primitive in the runtime graph (12 of
 # them compile +0.6 MiB over 12 float MatMuls, measured 2026-11-27)
 KERNEL_OPS = HEADS | {"MatMulInteger"}
@@ -684,7 +702,7 @@ def subgraph_count(g: GraphInfo, gone: set[str]) -> int:
             parent[key] = key
             member_out[node.outputs[0]] = key
             continue
-        if node.op_type not in SIMPLE:
+        if node.op_type not in SNIPPETS_OPS:
             continue
         acts = [
             i for i in node.inputs if i and i in g.tensors and g.tensors[i].kind == "activation"
