@@ -13,12 +13,15 @@ from __future__ import annotations
 import math
 import mmap
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from memshrink.errors import ExternalDataError, ModelLoadError
 from memshrink.protowire import LEN, VARINT, Truncated, iter_fields, read_varint
+
+_T = TypeVar("_T")
 
 # Field numbers (onnx.proto3)
 _MODEL_GRAPH, _MODEL_FUNCTIONS = 7, 25
@@ -94,6 +97,12 @@ def check_file(path: str | os.PathLike) -> int:
 def read_refs(path: str | os.PathLike) -> list[ExternalRef]:
     """The external-data references of every tensor in the file (initializers of every graph,
     tensor attributes, function bodies), read from the wire format."""
+    return _scan(path, lambda buf: list(_model(buf, 0, len(buf))))
+
+
+def _scan(path: str | os.PathLike, read: Callable[[memoryview], list[_T]]) -> list[_T]:
+    """``read`` over the file's bytes, memory-mapped (nothing copied); a broken, empty or
+    unreadable file is one ``ModelLoadError`` line."""
     try:
         with open(path, "rb") as f:
             if f.seek(0, 2) == 0:
@@ -101,7 +110,7 @@ def read_refs(path: str | os.PathLike) -> list[ExternalRef]:
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
                 buf = memoryview(mm)
                 try:
-                    return list(_model(buf, 0, len(buf)))
+                    return read(buf)
                 finally:
                     buf.release()
     except (Truncated, IndexError):
@@ -118,22 +127,7 @@ def initializer_locations(path: str | os.PathLike) -> list[tuple[str, str]]:
     .graph.initializer`` states, without parsing the model (a forest's 24 MiB of attribute
     lists parsed to ~+170 MiB RSS at each OpenVINO estimate). Raises what :func:`read_refs`
     raises on a broken file."""
-    try:
-        with open(path, "rb") as f:
-            if f.seek(0, 2) == 0:
-                raise ModelLoadError(f"{os.fspath(path)}: file is empty, not an ONNX model")
-            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-                buf = memoryview(mm)
-                try:
-                    return list(_initializer_locations(buf))
-                finally:
-                    buf.release()
-    except (Truncated, IndexError):
-        raise ModelLoadError(
-            f"{os.fspath(path)}: truncated or not an ONNX model (protobuf structure is broken)"
-        ) from None
-    except OSError as exc:
-        raise ModelLoadError(f"{os.fspath(path)}: cannot read: {exc.strerror or exc}") from exc
+    return _scan(path, lambda buf: list(_initializer_locations(buf)))
 
 
 def _initializer_locations(buf: memoryview) -> Iterator[tuple[str, str]]:

@@ -312,14 +312,7 @@ def _apply_cores(
         seen.add(key)
     total = RewriteStats(count, 0, 0, 0, 0, 0, specialized=spec)
     for r in found:
-        st = rewrite(graph, r, count, stagger)
-        total.nodes_before += st.nodes_before
-        total.nodes_after += st.nodes_after
-        total.flops_before += st.flops_before
-        total.flops_after += st.flops_after
-        total.shape_classes = max(total.shape_classes, st.shape_classes)
-        total.halo_rows.update(st.halo_rows)
-        total.outputs += st.outputs
+        total.add(rewrite(graph, r, count, stagger))
         if query_chunks:
             total.nodes_after += _query_pieces(model, shapes, r.label, count, query_chunks)
     return total
@@ -362,14 +355,7 @@ def _apply_queries(
         seen.add(key)
     total = RewriteStats(count, 0, 0, 0, 0, 0, specialized=spec)
     for r in found:
-        st = rewrite(graph, r, count, stagger)
-        total.nodes_before += st.nodes_before
-        total.nodes_after += st.nodes_after
-        total.flops_before += st.flops_before
-        total.flops_after += st.flops_after
-        total.shape_classes = max(total.shape_classes, st.shape_classes)
-        total.halo_rows.update(st.halo_rows)
-        total.outputs += st.outputs
+        total.add(rewrite(graph, r, count, stagger))
     return found[0], total
 
 

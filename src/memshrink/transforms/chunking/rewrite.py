@@ -38,6 +38,16 @@ class RewriteStats:
     entries: list[list[ir.Value]] = field(default_factory=list)  # per chunk: its sliced inputs
     copies: list[dict[str, ir.Value]] = field(default_factory=list)  # per chunk: name -> copy
 
+    def add(self, other: RewriteStats) -> None:
+        """Sum another region's rewrite into this total (several cores rewritten as one layout)."""
+        self.nodes_before += other.nodes_before
+        self.nodes_after += other.nodes_after
+        self.flops_before += other.flops_before
+        self.flops_after += other.flops_after
+        self.shape_classes = max(self.shape_classes, other.shape_classes)
+        self.halo_rows.update(other.halo_rows)
+        self.outputs += other.outputs
+
     @property
     def extra_flops(self) -> float:
         return (
