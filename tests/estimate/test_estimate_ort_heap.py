@@ -124,6 +124,8 @@ def test_arena_regions_in_freed_weight_holes_add_no_rss(tmp_path):
     default = _run_growth(path, "1,512,32,32", {})
     fixed = _run_growth(path, "1,512,32,32", {"MALLOC_MMAP_THRESHOLD_": "131072"})
     for stage in ("run_1", "steady_state"):
-        # atol 1 MiB: run bookkeeping outside the arena (``ort_run``)
-        assert abs(stages[stage] - default[stage]) <= 1 * MiB, (stage, stages, default)
+        # atol 1.5 MiB: run bookkeeping outside the arena (``ort_run``), which grew to 1.18 MiB
+        # on a machine at load 15 (session 12, twice); without the hole credit the prediction
+        # is ``fresh``, >= 4 MiB away, so the bound still tells the rule from its absence
+        assert abs(stages[stage] - default[stage]) <= 1.5 * MiB, (stage, stages, default)
     assert abs(fresh - fixed["steady_state"]) <= 1 * MiB, (fresh, fixed)
