@@ -97,6 +97,42 @@ def test_copies_merged_keeps_the_copies_region_whole_and_pins_the_rest_at_even_o
     assert not all(h.place(32 * MiB) == "hole" for h in partly)  # pinned in odd seeds
 
 
+def test_each_replayed_heap_is_reported_and_spans_the_band(tmp_path):
+    """``details.glibc_replays``: every replayed heap's stage peaks, the members of the band
+    (``glibc_band`` is their extremes) and of each mode's mean (the mode's stage peak). Four
+    embedded 256x256x3x3 Conv weights: one replay each for ``pinned`` and ``consolidated``,
+    ``PARTLY_SAMPLES`` for the seeded modes, four address classes; each mode's mean of its
+    replays is its stage figure (atol: the integer mean's floor, one byte per replay)."""
+    m = weight_chain("Conv", 4, (256, 256, 3, 3), [1, 256, 8, 8], [1, 256, 8, 8])
+    m.ir_version = 8
+    path = str(tmp_path / "convs.onnx")
+    onnx.save(m, path)
+    pred = estimate(path, backend="ort").prediction
+    reps, band = pred.details["glibc_replays"], pred.details["glibc_band"]
+    counts = {k: len(v) for k, v in reps.items()}
+    assert counts == {
+        "pinned": 1, "consolidated": 1, "partly_pinned": PARTLY_SAMPLES,
+        "copies_merged": PARTLY_SAMPLES, "address_classes": 4,
+    }  # fmt: skip
+    for st in pred.stages:
+        peaks = [r[st.name] for v in reps.values() for r in v]
+        assert (min(peaks), max(peaks)) == tuple(band[st.name])
+        for mode, v in reps.items():
+            mean = sum(r[st.name] for r in v) / len(v)
+            assert abs(mean - st.modes[mode]) <= len(v), (st.name, mode, mean, st.modes[mode])
+    # ORT + OpenVINO EP with a shapeless input compiles nothing: ORT CPU's prediction plus the
+    # EP's fixed cost, replays shifted with the band
+    del m.graph.input[0].type.tensor_type.shape.dim[:]
+    m.graph.input[0].type.tensor_type.ClearField("shape")
+    onnx.save(m, path)
+    ep = estimate(path, backend="ort-openvino", shapes={"x": [1, 256, 8, 8]}).prediction
+    shift = ep.stages[0].peak - pred.stages[0].peak
+    assert shift > 0 and ep.details["ovep_subgraphs"] == 0
+    assert ep.details["glibc_replays"] == {
+        k: [{s: p + shift for s, p in r.items()} for r in v] for k, v in reps.items()
+    }
+
+
 _CHILD = r"""
 import sys, onnxruntime as ort
 def anon():

@@ -158,6 +158,7 @@ def _ort_cpu(
             )
         )
     glibc_band: dict[str, tuple[int, int]] = {}
+    replays: dict[str, list[dict[str, int]]] = {}  # embedded: each replayed heap's stage peaks
     if view.embedded:
         # the arena's regions placed on each heap the glibc modes leave (``glibc_heap``)
         heap_acts = {m: [_arena_in_glibc_holes(sim, h) for h in hs] for m, hs in ww.heaps.items()}
@@ -197,9 +198,12 @@ def _ort_cpu(
         band: dict[str, list[int]] = {s.name: [] for s in stages}
         for m, pairs in ww.per_heap.items():
             for (kept, made), placed in zip(pairs, heap_acts[m], strict=True):
-                band[sc.name].append(fixed[sc.name] + made)
+                one = {sc.name: fixed[sc.name] + made}
                 for j, st in enumerate(stages[1:]):
-                    band[st.name].append(fixed[st.name] + kept + placed[j])
+                    one[st.name] = fixed[st.name] + kept + placed[j]
+                replays.setdefault(m, []).append(one)
+                for k, v in one.items():
+                    band[k].append(v)
         glibc_band = {k: (min(v), max(v)) for k, v in band.items()}
         assumptions.append(
             "stage peaks per glibc mode (embedded weights, at random per process): "
@@ -269,6 +273,8 @@ def _ort_cpu(
         }
     if glibc_band:  # stage -> (lowest, highest) peak over the replays
         details["glibc_band"] = glibc_band
+    if replays:  # mode -> each replayed heap's stage peaks (the band's members)
+        details["glibc_replays"] = replays
     return BackendPrediction(
         "ort", sched, order, stages, planners, stored, details, assumptions, graph=g
     )

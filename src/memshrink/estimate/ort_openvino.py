@@ -708,6 +708,11 @@ def _ort_cpu_only(
         details["glibc_band"] = {
             k: (lo + fixed, hi + fixed) for k, (lo, hi) in details["glibc_band"].items()
         }
+    if "glibc_replays" in details:
+        details["glibc_replays"] = {
+            m: [{k: v + fixed for k, v in r.items()} for r in rs]
+            for m, rs in details["glibc_replays"].items()
+        }
     return BackendPrediction(
         "ort-openvino",
         "ort_default",
