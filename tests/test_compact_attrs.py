@@ -318,3 +318,29 @@ def test_wire_list_in_slices_is_the_same_bytes(monkeypatch: pytest.MonkeyPatch) 
     assert compact_attrs.wire_list(compact) == whole
     bare = onnx.AttributeProto(name="a", type=attr.type).SerializeToString()
     assert attr.SerializeToString() == bare[:3] + whole + bare[3:]
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [0, 127, 128, -1, 2**40, 16384, -(2**63), 5] * 1000 + [300],
+        np.linspace(-3, 3, THRESHOLD, dtype=np.float32).tolist(),
+        ["BRANCH_LEQ", "LEAF", "é"] * 2000,
+    ],
+)
+def test_a_wire_list_counts_its_bytes_before_making_them(
+    values: list, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The save writes a list's fields when it gets to them (``WireList``); the length prefix
+    of every message around them needs their size first, counted without making them."""
+    if isinstance(values[0], str):
+        compact: object = tuple(values)
+    elif isinstance(values[0], float):
+        compact = CompactList(np.array(values, np.float32))
+    else:
+        compact = CompactList(compact_attrs._narrow(np.array(values, np.int64)))
+    monkeypatch.setattr(compact_attrs, "_WIRE_SLICE", 999)
+    lazy = compact_attrs.WireList(compact)
+    made = compact_attrs.wire_list(compact)
+    assert len(lazy) == len(made) and lazy.tobytes() == made
+    assert compact_attrs.piece_bytes(lazy) == made and compact_attrs.piece_bytes(b"ab") == b"ab"

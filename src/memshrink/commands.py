@@ -242,31 +242,30 @@ def _other_backends(
     runtime (OpenVINO compiles kernels per node: chunking ResNet-50 b16 measured 347 -> 452 MiB
     there). A user should hear that before deploying, with the flag that avoids it.
     """
-    from memshrink.estimate import estimate
+    from memshrink.estimate.api import SharedView
 
+    backends = [b for b in OTHER_BACKENDS if b != target]
+    # each file loaded and analysed once for all backends, one file at a time
+    bind = {"shapes": shapes or None, "dims": dims or None}
+    src_peaks = _peaks_each(SharedView(str(src), **bind), backends)
+    gc.collect()  # the input's view, before the output's is built
+    shared_dst = SharedView(str(dst), **bind)
+    dst_peaks = _peaks_each(shared_dst, backends)
     figures: dict[str, Any] = {}
     lines = []
-    for b in OTHER_BACKENDS:
-        if b == target:
-            continue
-        try:
-            before, after = (
-                max(estimate(str(p), backend=b, shapes=shapes or None, dims=dims or None)
-                    .stage_peaks().values())
-                for p in (src, dst)
-            )  # fmt: skip
-        except Exception as exc:  # noqa: BLE001 - a note, never a failure of optimize
-            figures[b] = {"error": f"{type(exc).__name__}: {exc}"}
-            continue
-        finally:
-            gc.collect()  # each estimate loaded both models: cyclic IR, freed only by the GC
+    for b in backends:
+        before, after = src_peaks[b], dst_peaks[b]
+        if isinstance(before, Exception) or isinstance(after, Exception):
+            failed = before if isinstance(before, Exception) else after
+            figures[b] = {"error": f"{type(failed).__name__}: {failed}"}
+            continue  # a note, never a failure of optimize
         figures[b] = {"before": before, "after": after}
         if after > before * (1 + rise) and after - before > min_bytes:
             lines.append(
                 f"note: predicted {b} peak rises {format_bytes(before)} -> "
                 f"{format_bytes(after)}; deploying there? re-run with --backend {b}"
             )
-            unmapped = _ov_unmapped(dst, b, shapes, dims)
+            unmapped = _ov_unmapped(shared_dst, b)
             if unmapped is not None and after - unmapped > min_bytes:
                 # the external data file's pages, which --backend does not change
                 figures[b]["after_enable_mmap_no"] = unmapped
@@ -279,20 +278,30 @@ def _other_backends(
     return "\n".join(lines) or None
 
 
-def _ov_unmapped(dst: Path, backend: str, shapes: dict, dims: dict) -> int | None:
-    """OpenVINO's predicted peak of ``dst`` with ``ENABLE_MMAP=NO``, or None (another
-    backend, or no prediction). Why: compile reads every external weight and the data file
-    stays mapped while any Constant points into it, so the pages of weights the plugin
-    copied or folded stay resident; read into memory, the folded originals are freed
+def _peaks_each(shared: Any, backends: list[str]) -> dict[str, Any]:
+    """Each backend's predicted process peak (highest stage) of a ``SharedView``, or the
+    exception its prediction raised."""
+    out: dict[str, Any] = {}
+    for b in backends:
+        try:
+            out[b] = max(shared.estimate(b).stage_peaks().values())
+        except Exception as exc:  # noqa: BLE001 - reported per backend by the caller
+            out[b] = exc
+    return out
+
+
+def _ov_unmapped(shared_dst: Any, backend: str) -> int | None:
+    """OpenVINO's predicted peak of the output (its ``SharedView``) with ``ENABLE_MMAP=NO``,
+    or None (another backend, or no prediction). Why: compile reads every external weight and
+    the data file stays mapped while any Constant points into it, so the pages of weights the
+    plugin copied or folded stay resident; read into memory, the folded originals are freed
     (EfficientFormer-L1 after ``safe``: 156 -> 136 MiB measured; docs/optimize.md)."""
-    from memshrink.estimate import estimate
     from memshrink.estimate.openvino import ENABLE_MMAP
 
     if backend != "openvino":
         return None
     try:
-        est = estimate(str(dst), backend=backend, shapes=shapes or None, dims=dims or None,
-                       session_options={ENABLE_MMAP: "NO"})  # fmt: skip
+        est = shared_dst.estimate(backend, session_options={ENABLE_MMAP: "NO"})
     except Exception:  # noqa: BLE001 - a note, never a failure of optimize
         return None
     return int(max(est.stage_peaks().values()))

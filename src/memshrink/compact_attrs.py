@@ -311,21 +311,21 @@ class _PathRewriter:
 
     def _field(
         self, kind: str, fnum: int, wtype: int, pstart: int, pend: int, entered: bool
-    ) -> list[bytes] | None:
+    ) -> list[Any] | None:
         """The bytes that replace one field ([] drops it), or None to keep or descend."""
         return None
 
     def message(self, start: int, end: int, kind: str) -> bytes | None:
         pieces = self.pieces(start, end, kind)
-        return None if pieces is None else b"".join(pieces)
+        return None if pieces is None else b"".join([piece_bytes(p) for p in pieces])
 
-    def pieces(self, start: int, end: int, kind: str) -> list[bytes | memoryview] | None:
+    def pieces(self, start: int, end: int, kind: str) -> list[Any] | None:
         """The rewritten message as pieces to concatenate (None: unchanged). Why pieces: a
         nested message's bytes joined at every level were a copy of the whole model per level
         (a forest's save: graph, node and model copies of 24 MiB at once)."""
         entered = self._enter(start, end, kind)
         children = self._CHILDREN[kind]
-        pieces: list[bytes | memoryview] = []
+        pieces: list[Any] = []
         changed = entered
         for fnum, wtype, fstart, pstart, pend in iter_fields(self.buf, start, end):
             replaced = self._field(kind, fnum, wtype, pstart, pend, entered)
@@ -369,7 +369,7 @@ class _Dropper(_PathRewriter):
 
     def _field(
         self, kind: str, fnum: int, wtype: int, pstart: int, pend: int, entered: bool
-    ) -> list[bytes] | None:
+    ) -> list[Any] | None:
         return [] if entered and fnum in _ATTR_LISTS else None
 
 
@@ -462,12 +462,62 @@ def wire_list(value: Any) -> bytes:
 _WIRE_SLICE = 1 << 16  # elements
 
 
+def _varint_sizes(v: np.ndarray) -> np.ndarray:
+    """Bytes of each varint of the int64 values ``v`` (viewed as uint64): 1 + one per
+    further 7 bits (10 for a negative value)."""
+    nb = np.ones(len(v), np.int64)
+    for k in range(1, 10):
+        nb += v >= np.uint64(1 << (7 * k))
+    return nb
+
+
+class WireList:
+    """A marked list's fields (:func:`wire_list`), made only when written: ``len()`` counts
+    them without making them.
+
+    Why: a save spliced every list's fields into pieces before writing the first byte (a
+    nested message's length prefix needs its children's sizes), so all of them were in
+    memory at once: the 24 MiB forest's save peaked at +54 MiB over what the process held.
+    With the sizes counted ahead, the writer makes one list's fields at a time."""
+
+    __slots__ = ("value", "_size")
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+        self._size: int | None = None
+
+    def __len__(self) -> int:
+        if self._size is None:
+            self._size = _wire_size(self.value)
+        return self._size
+
+    def tobytes(self) -> bytes:
+        return wire_list(self.value)
+
+
+def _wire_size(value: Any) -> int:
+    """``len(wire_list(value))`` without building it (strings: built, they are small)."""
+    if not isinstance(value, CompactList):
+        return len(wire_list(value))
+    arr = value.array
+    n = len(arr)
+    if arr.dtype == np.float32:
+        return 5 * n
+    return n + sum(
+        int(_varint_sizes(arr[i : i + _WIRE_SLICE].astype(np.int64).view(np.uint64)).sum())
+        for i in range(0, n, _WIRE_SLICE)
+    )
+
+
+def piece_bytes(piece: bytes | memoryview | WireList) -> bytes | memoryview:
+    """A piece of :func:`splice_pieces` as bytes (a :class:`WireList` made now)."""
+    return piece.tobytes() if isinstance(piece, WireList) else piece
+
+
 def _wire_ints(v: np.ndarray) -> bytes:
     """:func:`wire_list`'s fields of the int64 values ``v`` (viewed as uint64)."""
     n = len(v)
-    nb = np.ones(n, np.int64)  # bytes of each varint: 1 + one per further 7 bits
-    for k in range(1, 10):
-        nb += v >= np.uint64(1 << (7 * k))
+    nb = _varint_sizes(v)
     ends = np.cumsum(nb + 1)
     starts = ends - nb - 1
     out = np.empty(int(ends[-1]) if n else 0, np.uint8)
@@ -509,13 +559,14 @@ def splice(data: bytes, table: dict[bytes, tuple[Any, str]], strict: bool = True
     fields (:func:`wire_list`) where its marker was: the bytes protobuf writes for the model
     with the lists. ``strict``: every marker must be found (a save); the estimator's protos
     leave out functions, or a derived proto may hold some of the nodes only."""
-    return b"".join(splice_pieces(data, table, strict))
+    return b"".join([piece_bytes(p) for p in splice_pieces(data, table, strict)])
 
 
 def splice_pieces(
     data: bytes, table: dict[bytes, tuple[Any, str]], strict: bool = True
-) -> list[bytes | memoryview]:
-    """:func:`splice`'s bytes as pieces to write one after another (no joined copy)."""
+) -> list[Any]:
+    """:func:`splice`'s bytes as pieces to write one after another (no joined copy): bytes,
+    memoryviews of ``data`` and :class:`WireList` (:func:`piece_bytes` makes each)."""
     if not table:
         return [data]
     splicer = _Splicer(memoryview(data), table)
@@ -542,7 +593,7 @@ class _Splicer(_PathRewriter):
 
     def _field(
         self, kind: str, fnum: int, wtype: int, pstart: int, pend: int, entered: bool
-    ) -> list[bytes] | None:
+    ) -> list[Any] | None:
         if kind != "attribute" or fnum != _ATTR_DOC or wtype != LEN:
             return None
         hit = self.table.get(bytes(self.buf[pstart:pend]))
@@ -550,4 +601,4 @@ class _Splicer(_PathRewriter):
             return None
         self.spliced += 1
         doc = [_len_field(_ATTR_DOC, hit[1].encode())] if hit[1] else []
-        return [wire_list(hit[0]), *doc]
+        return [WireList(hit[0]), *doc]

@@ -375,7 +375,8 @@ def save_model(
                 if lists:
                     pieces = compact_attrs.splice_pieces(proto.SerializeToString(), lists)
                     del proto
-                    f.writelines(pieces)
+                    # a list's fields are made as they are written (``WireList``)
+                    f.writelines(compact_attrs.piece_bytes(p) for p in pieces)
                     del pieces
                 else:
                     onnx.save_model(proto, f)

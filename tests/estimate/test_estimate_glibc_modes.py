@@ -204,3 +204,28 @@ def test_default_processes_of_an_embedded_conv_chain_land_in_the_band(tmp_path):
         )
         got = int(out.stdout.split()[-1])
         assert modes["consolidated"] - 3 * MiB <= got <= modes["pinned"] + 3 * MiB, (modes, got)
+
+
+def test_the_last_modes_are_reused_for_the_same_blocks_only():
+    """A pass's trials repeat one model's creation blocks: the replays are kept for the last
+    blocks (equal content, not identity) and redone for others, with the same heaps as a
+    fresh replay."""
+    from memshrink.estimate.glibc_heap import _replay_modes
+
+    def blocks(n: int) -> CreationBlocks:
+        b = CreationBlocks()
+        for i in range(3):
+            b.alloc(f"c{i}", n * MiB, aligned=True, copy=True)
+        b.alloc("live", MiB)
+        b.free("c1")
+        return b
+
+    first = embedded_modes(blocks(2))
+    assert embedded_modes(blocks(2)) is first  # an equal, separately built CreationBlocks
+    other = embedded_modes(blocks(3))
+    assert other is not first
+    fresh = _replay_modes(blocks(3))
+    assert {m: [(h.resident, h.peak) for h in hs] for m, hs in other.items()} == {
+        m: [(h.resident, h.peak) for h in hs] for m, hs in fresh.items()
+    }
+    assert embedded_modes(blocks(2)) is not first  # only the last answer is kept

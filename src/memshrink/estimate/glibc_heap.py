@@ -363,11 +363,39 @@ def hole_shares(blocks: CreationBlocks, regions: list[int]) -> list[float]:
 MODES = ("pinned", "consolidated", "partly_pinned", "copies_merged", "address_classes")
 
 
+#: The last ``embedded_modes`` answer: (its blocks' key, the heaps).
+_LAST_MODES: list[tuple[tuple, dict[str, list[GlibcHeap]]]] = []
+
+
+def _blocks_key(blocks: CreationBlocks) -> tuple:
+    return (
+        blocks.threshold,
+        tuple(blocks.events),
+        frozenset(blocks.aligned),
+        frozenset(blocks.copies),
+        frozenset(blocks.written.items()),
+    )
+
+
 def embedded_modes(blocks: CreationBlocks) -> dict[str, list[GlibcHeap]]:
     """The heaps after an embedded model's session creation in each of its modes (module
     docstring): one replay for ``pinned`` and ``consolidated``, ``PARTLY_SAMPLES`` seeded
     replays for ``partly_pinned`` and ``copies_merged``, the four heap start classes for
-    ``address_classes`` (a stage's figure in those modes is the mean over them)."""
+    ``address_classes`` (a stage's figure in those modes is the mean over them).
+
+    The last answer is kept (callers only read the heaps; ``_arena_in_glibc_holes`` places
+    on a clone): a pass's trials of one model (``chunk``'s query layouts) rewrite its
+    activations, not its weights, so their creation blocks repeat, and the 22 replays were
+    17 of the chunk pass's 45 CPU-s on a 4-block ViT at 4096 tokens."""
+    key = _blocks_key(blocks)
+    if _LAST_MODES and _LAST_MODES[0][0] == key:
+        return _LAST_MODES[0][1]
+    out = _replay_modes(blocks)
+    _LAST_MODES[:] = [(key, out)]
+    return out
+
+
+def _replay_modes(blocks: CreationBlocks) -> dict[str, list[GlibcHeap]]:
     out = {mode: [replay(blocks, spares=mode)] for mode in MODES[:2]}
     for mode in MODES[2:4]:
         out[mode] = [replay(blocks, spares=mode, seed=s) for s in range(PARTLY_SAMPLES)]
