@@ -22,6 +22,8 @@ from memshrink.estimate.glibc_heap import GlibcHeap, hole_shares
 from memshrink.estimate.graph import GraphInfo, ModelView, node_count
 from memshrink.estimate.lifetimes import tensor_buffers
 from memshrink.estimate.openvino import OV_CALIBRATION
+from memshrink.estimate.ort_bodies import BodyWeights, flatten_bodies
+from memshrink.estimate.ort_generation import generation_loop
 from memshrink.estimate.ort_heap import CreationBlocks
 from memshrink.estimate.ort_optimized import optimize
 from memshrink.estimate.ort_pattern import pattern_band
@@ -62,6 +64,7 @@ def _ort_cpu(
 ) -> BackendPrediction:
     rules = ortsim.session_options_rules({k: str(v) for k, v in opts.items()})
     view = _ort_identity(view)
+    stored_view = view
     stored = split_weights(view.graph)  # as the file holds them (the parse buffer reads these)
     view, order, inline_notes = _ort_inline(view, order)
     lost = ort_symdims.ort_view(view.graph)
@@ -74,6 +77,11 @@ def _ort_cpu(
         )
     view, order, fp16_notes = _ort_fp16(view, order, str(rules["graph_optimization_level"]))
     w = split_weights(view.graph) if fp16_notes else stored
+    # weights read inside If / Loop / Scan / BeamSearch bodies (``ort_bodies``)
+    wg, bodies = flatten_bodies(view.graph, embedded=view.embedded)
+    if wg is not view.graph:
+        stored = split_weights(flatten_bodies(stored_view.graph, embedded=view.embedded)[0])
+        w = split_weights(wg)
     if fp16_notes and sched in ("ort_default", "ort_priority"):
         order = make_schedule(view.graph, sched)  # the Casts where ORT's own order puts them
     g, order, opt_notes = _ort_graph(view, order, sched, str(rules["graph_optimization_level"]))
@@ -108,7 +116,7 @@ def _ort_cpu(
         )
     c = {**CALIBRATION, "ort_session_transient": session_transient(view.graph, stored)}
     ww = ort_cpu_weights(
-        view.graph,  # weight rules and their calibration read the graph as written
+        wg,  # weight rules and their calibration read the graph as written
         w,
         embedded=view.embedded,
         calibration=c,
@@ -177,6 +185,9 @@ def _ort_cpu(
     # The outputs' numpy copies are not added: measured on GPT-2 (external data, 24.5 MiB of
     # logits) run 1 grew by the arena alone (+39.4 MiB, arena 38.4): the copies land in heap
     # that session creation freed.
+    # BeamSearch / GreedySearch: the decoder's step loop in the arena (``ort_generation``)
+    gen = generation_loop(view.graph, view.model_path, opts)
+    assumptions += gen.notes
     stages = [sc]
     for name, act in (("run_1", acts[0]), ("steady_state", acts[1])):
         st = Stage(
@@ -184,8 +195,13 @@ def _ort_cpu(
             weights_anon=retained_anon,
             weights_file=run_file,
             activations=act,
-            overhead=int(ovh + c["ort_run"]),
+            overhead=int(ovh + c["ort_run"] + gen.touched),
         )
+        if gen.touched:
+            st.notes.append(
+                f"generation step loop: {gen.touched / MiB:.1f} MiB of arena pages "
+                f"({gen.steps} decoder steps), counted in the overhead"
+            )
         stages.append(st)
     if view.embedded:
         fixed = {s.name: s.peak - s.weights_anon - s.activations for s in stages}
@@ -267,11 +283,40 @@ def _ort_cpu(
             }
             for m, (r, c) in ww.modes.items()
         }
+    if bodies.embedded or bodies.external_packed:
+        glibc_band = _add_body_weights(
+            stages, glibc_band, bodies, retained_anon + bodies.extra_anon, assumptions
+        )
     if glibc_band:  # stage -> (lowest, highest) peak over the replays
         details["glibc_band"] = glibc_band
     return BackendPrediction(
         "ort", sched, order, stages, planners, stored, details, assumptions, graph=g
     )
+
+
+def _add_body_weights(
+    stages: list[Stage],
+    band: dict[str, tuple[int, int]],
+    bodies: BodyWeights,
+    retained: int,
+    assumptions: list[str],
+) -> dict[str, tuple[int, int]]:
+    """A body's own initializers beyond a main-graph weight's cost (``ort_bodies``): embedded,
+    two more anon copies; external and prepacked, the mapped pages stay resident."""
+    anon, file = bodies.extra_anon, bodies.external_packed
+    for st in stages:
+        st.weights_anon += anon
+        st.weights_file += file
+        st.modes = {m: v + anon + file for m, v in st.modes.items()}
+    # the packing's transient counted those mapped sources already (they never go)
+    sc = stages[0]
+    sc.weights_anon = max(retained, sc.weights_anon - file)
+    assumptions.append(
+        f"weights declared inside bodies (If / Loop / Scan / BeamSearch decoder): "
+        f"{bodies.embedded / MiB:.2f} MiB embedded cost {anon / MiB:.2f} MiB more anon (the "
+        f"subgraph's copies), {file / MiB:.2f} MiB external prepacked stay mapped"
+    )
+    return {k: (lo + anon + file, hi + anon + file) for k, (lo, hi) in band.items()}
 
 
 def _int_range(value: Any) -> tuple[int, int] | None:
