@@ -18,10 +18,11 @@ from typing import Any
 from memshrink.estimate import ort as ortsim
 from memshrink.estimate import ort_fp16, ort_identity, ort_inline, ort_ml, ort_symdims
 from memshrink.estimate.gather_pages import gather_pages
-from memshrink.estimate.glibc_heap import GlibcHeap, hole_shares
+from memshrink.estimate.glibc_heap import CLASSES, GlibcHeap, hole_shares
 from memshrink.estimate.graph import GraphInfo, ModelView, node_count
 from memshrink.estimate.lifetimes import tensor_buffers
 from memshrink.estimate.openvino import OV_CALIBRATION
+from memshrink.estimate.ort_arena_off import arena_off_runs
 from memshrink.estimate.ort_bodies import BodyWeights, flatten_bodies
 from memshrink.estimate.ort_generation import generation_loop
 from memshrink.estimate.ort_heap import CreationBlocks
@@ -125,6 +126,28 @@ def _ort_cpu(
         ort_graph=g if g is not view.graph else None,
     )
     assumptions += ww.assumptions
+    if not rules["enable_cpu_mem_arena"]:
+        # every tensor its own malloc: the runs replayed on the heap creation left (``ort_arena_off``)
+        heaps = ww.rotation_heaps or ww.heaps.get(ww.mode, [])
+        if heaps:
+            pairs = [
+                arena_off_runs(plan, len(order), _classed(h, k), hold_outputs=hold)
+                for h in heaps
+                for k in range(CLASSES)
+            ]
+            sim = dataclasses.replace(
+                sim,
+                run_1=sum(a for a, _ in pairs) // len(pairs),
+                steady_state=sum(b for _, b in pairs) // len(pairs),
+            )
+            lo, hi = min(b for _, b in pairs), max(b for _, b in pairs)
+            assumptions.append(
+                "arena off: the runs' tensors replayed through glibc's heap as session creation "
+                "left it (dynamic mmap threshold, aligned blocks' spares): a tensor mmapped in "
+                "run 1 comes from the heap top in later runs and its hole is not reused; "
+                f"steady state {lo / MiB:.1f}-{hi / MiB:.1f} MiB of heap by the heap start's "
+                "address class (a per-process coin), predicted: their mean"
+            )
     # ai.onnx.ml forests: the kernels' parsed trees (attributes, not initializers; ort_ml.py)
     trees = ort_ml.tree_ensemble_bytes(view.graph)
     if trees:
@@ -317,6 +340,15 @@ def _add_body_weights(
         f"subgraph's copies), {file / MiB:.2f} MiB external prepacked stay mapped"
     )
     return {k: (lo + anon + file, hi + anon + file) for k, (lo, hi) in band.items()}
+
+
+def _classed(heap: GlibcHeap, k: int) -> GlibcHeap:
+    """A copy of ``heap`` whose aligned blocks keep the trailing spare their address gives, for
+    heap start class ``k`` (``glibc_heap.trailing_spare``: the runs' blocks are carved one after
+    another from the top, so a process's class decides which of them pin)."""
+    h = heap.clone()
+    h.base = 16 * k
+    return h
 
 
 def _int_range(value: Any) -> tuple[int, int] | None:
