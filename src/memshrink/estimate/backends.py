@@ -18,7 +18,7 @@ from typing import Any
 from memshrink.estimate import ort as ortsim
 from memshrink.estimate import ort_fp16, ort_identity, ort_inline, ort_ml, ort_symdims
 from memshrink.estimate.gather_pages import gather_pages
-from memshrink.estimate.glibc_heap import CLASSES, GlibcHeap, hole_shares
+from memshrink.estimate.glibc_heap import CLASSES, GlibcHeap, hole_shares, request2size
 from memshrink.estimate.graph import GraphInfo, ModelView, node_count
 from memshrink.estimate.lifetimes import tensor_buffers
 from memshrink.estimate.openvino import OV_CALIBRATION
@@ -372,9 +372,22 @@ def _arena_in_glibc_holes(sim: ortsim.OrtRunModel, heap: GlibcHeap) -> tuple[int
     """``_arena_after_holes`` on a heap ``glibc_heap`` replayed (embedded weights' modes); the
     heap is copied, not changed."""
     if not sim.regions:
-        return sim.run_1, sim.steady_state
-    h = heap.clone()
-    return _credit(sim, [h.place(r) == "hole" for r in sim.regions])
+        run_1, steady = sim.run_1, sim.steady_state
+    else:
+        h = heap.clone()
+        run_1, steady = _credit(sim, [h.place(r) == "hole" for r in sim.regions])
+    if sim.heap_largest and _heap_hole_fits(heap, sim.heap_largest):
+        # kernels' own mallocs (GatherND's offsets, ScatterElements' index copy) below the
+        # threshold session creation lifted are served from a freed weight copy's hole: no RSS
+        run_1 -= max(0, sim.run_1 - sum(sim.touched_run_1))
+        steady -= max(0, sim.steady_state - sum(sim.touched))
+    return max(0, run_1), max(0, steady)
+
+
+def _heap_hole_fits(heap: GlibcHeap, n: int) -> bool:
+    """Whether glibc would serve ``malloc(n)`` from a free chunk below the top of ``heap``."""
+    need = request2size(n)
+    return need < heap.threshold and heap.holes > 0 and heap.largest_hole >= need
 
 
 def _credit(sim: ortsim.OrtRunModel, in_hole: Sequence[float]) -> tuple[int, int]:
