@@ -1,7 +1,7 @@
 """ORT CPU with the arena off: the runs replayed through glibc's heap (``ort_arena_off``).
 
 Measured (``memshrink profile --session-option enable_cpu_mem_arena=0``, 3 processes each,
-identical; docs/estimate.md, "Session 13: the arena off"), run 1 / run 3 MiB over the
+identical; docs/estimate.md, "Session 13: weights inside bodies", "The arena off"), run 1 / run 3 MiB over the
 process baseline: LSTM S 400 x B 64 x I 64 x H 128 73.1 / 86.0 (main predicted 74.5 / 74.5,
 now 74.4 / 83.7); H 64: 41.4 / 66.7 (42.5 / 42.4 -> 42.5 / 61.2); S 200 x B 32 x H 256:
 43.8 / 50.3 (44.8 / 44.8 -> 44.6 / 63.4: that process's address class kept the gate buffer's

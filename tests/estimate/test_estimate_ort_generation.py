@@ -4,7 +4,7 @@
 The model is built here: a com.microsoft GreedySearch / BeamSearch over a tiny GPT-style body
 (``present_i = Concat(past_i, kv(ids))`` on the past axis, ``logits = emb(ids) @ Wout``).
 Measured on it (fresh processes, batch 2, prompt 6; docs/estimate.md, "Session 13:
-BeamSearch / GreedySearch"): run 1 over an empty process, 1 beam max_length 32 / 128: 10.9 /
+weights inside bodies"): run 1 over an empty process, 1 beam max_length 32 / 128: 10.9 /
 11.7 MiB (predicted 11.4 / 12.1); 4 beams: 12.2 / 15.6 (12.2 / 15.1); without the loop every
 run was predicted at the session + 1.0 MiB.
 """

@@ -10,7 +10,7 @@ it is carved from the top again. Each run after the first then leaves one more c
 tensor resident.
 
 Traced (``docs/bench/malloc_trace.c`` on an LSTM, S 400 x B 64 x H 128; docs/estimate.md,
-"Session 13: the arena off"): every run's 13.1 MB ``Y`` is carved above the last one
+"Session 13: weights inside bodies", "The arena off"): every run's 13.1 MB ``Y`` is carved above the last one
 (``5591d567fd80``, ``…62ffe00``, ``…6f7fe80``) while the 52 MB gate buffer (over 32 MiB) is
 mmapped and returned each run; run 1 / 2 / 3 peaks +62.6 / +75.3 / +87.8 MiB over the session.
 The kernel takes its output before its temporaries (S 200 x B 32 x H 256, traced under

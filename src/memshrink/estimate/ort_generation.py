@@ -19,8 +19,8 @@ the graph cannot say them; the estimator-only session option ``memshrink.generat
 (``max_length=32,num_beams=4``) gives them, as ``memshrink verify``'s ``--int-range`` feeds.
 Without it the loop is not modelled and the assumptions say so.
 
-Measured (docs/estimate.md, "Session 13: BeamSearch / GreedySearch"): a 2-layer GPT-2 decoder
-(4 heads x 16, vocabulary 500), batch 2, prompt 6, max_length 8..128, 1 / 4 / 8 beams: run 1's
+Measured (docs/estimate.md, "Session 13: weights inside bodies", the step loop): a 2-layer
+GPT-2 decoder (4 heads x 16, vocabulary 500), batch 2, prompt 6, max_length 8..128, 1 / 4 / 8 beams: run 1's
 anon growth 0.14..11.0 MiB, this replay 0.6-0.8x of it (ORT extends its arena earlier than the
 replay: ml 128, one beam, a 111,616-byte request takes a 2 MiB region at step ~103).
 """
