@@ -56,7 +56,7 @@ def reestimate(folder: Path, backends: list[str], only: list[str]) -> dict[str, 
             {
                 i["name"]: tuple(i["range"])
                 for i in rep["inputs"]
-                if i.get("range") and i["name"] == "input_ids"
+                if i.get("range") and i["name"] in ("input_ids", "max_length", "num_beams")
             },
         )
         paths = {k: Path(v) for k, v in rep["models"].items()}

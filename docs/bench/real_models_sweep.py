@@ -344,6 +344,11 @@ def estimate_errors(
     if "input_ids" in case.int_ranges:
         lo, hi = case.int_ranges["input_ids"]
         opts = ["--session-option", f"memshrink.int_range={lo},{hi}"]
+    if "max_length" in case.int_ranges:  # BeamSearch / GreedySearch: the values verify fed
+        gen = f"max_length={case.int_ranges['max_length'][0]}"
+        if "num_beams" in case.int_ranges:
+            gen += f",num_beams={case.int_ranges['num_beams'][0]}"
+        opts += ["--session-option", f"memshrink.generation={gen}"]
     for (label, backend), stages in sorted(measured.items()):
         if backend not in EST_STAGES or label not in paths or not stages:
             continue

@@ -18,10 +18,13 @@ from typing import Any
 from memshrink.estimate import ort as ortsim
 from memshrink.estimate import ort_fp16, ort_identity, ort_inline, ort_ml, ort_symdims
 from memshrink.estimate.gather_pages import gather_pages
-from memshrink.estimate.glibc_heap import GlibcHeap, hole_shares
+from memshrink.estimate.glibc_heap import CLASSES, GlibcHeap, hole_shares, request2size
 from memshrink.estimate.graph import GraphInfo, ModelView, node_count
 from memshrink.estimate.lifetimes import tensor_buffers
 from memshrink.estimate.openvino import OV_CALIBRATION
+from memshrink.estimate.ort_arena_off import arena_off_runs
+from memshrink.estimate.ort_bodies import BodyWeights, flatten_bodies
+from memshrink.estimate.ort_generation import generation_loop
 from memshrink.estimate.ort_heap import CreationBlocks
 from memshrink.estimate.ort_optimized import optimize
 from memshrink.estimate.ort_pattern import pattern_band
@@ -62,6 +65,7 @@ def _ort_cpu(
 ) -> BackendPrediction:
     rules = ortsim.session_options_rules({k: str(v) for k, v in opts.items()})
     view = _ort_identity(view)
+    stored_view = view
     stored = split_weights(view.graph)  # as the file holds them (the parse buffer reads these)
     view, order, inline_notes = _ort_inline(view, order)
     lost = ort_symdims.ort_view(view.graph)
@@ -74,6 +78,11 @@ def _ort_cpu(
         )
     view, order, fp16_notes = _ort_fp16(view, order, str(rules["graph_optimization_level"]))
     w = split_weights(view.graph) if fp16_notes else stored
+    # weights read inside If / Loop / Scan / BeamSearch bodies (``ort_bodies``)
+    wg, bodies = flatten_bodies(view.graph, embedded=view.embedded)
+    if wg is not view.graph:
+        stored = split_weights(flatten_bodies(stored_view.graph, embedded=view.embedded)[0])
+        w = split_weights(wg)
     if fp16_notes and sched in ("ort_default", "ort_priority"):
         order = make_schedule(view.graph, sched)  # the Casts where ORT's own order puts them
     g, order, opt_notes = _ort_graph(view, order, sched, str(rules["graph_optimization_level"]))
@@ -108,7 +117,7 @@ def _ort_cpu(
         )
     c = {**CALIBRATION, "ort_session_transient": session_transient(view.graph, stored)}
     ww = ort_cpu_weights(
-        view.graph,  # weight rules and their calibration read the graph as written
+        wg,  # weight rules and their calibration read the graph as written
         w,
         embedded=view.embedded,
         calibration=c,
@@ -117,6 +126,28 @@ def _ort_cpu(
         ort_graph=g if g is not view.graph else None,
     )
     assumptions += ww.assumptions
+    if not rules["enable_cpu_mem_arena"]:
+        # every tensor its own malloc: the runs replayed on the heap creation left (``ort_arena_off``)
+        heaps = ww.rotation_heaps or ww.heaps.get(ww.mode, [])
+        if heaps:
+            pairs = [
+                arena_off_runs(plan, len(order), _classed(h, k), hold_outputs=hold)
+                for h in heaps
+                for k in range(CLASSES)
+            ]
+            sim = dataclasses.replace(
+                sim,
+                run_1=sum(a for a, _ in pairs) // len(pairs),
+                steady_state=sum(b for _, b in pairs) // len(pairs),
+            )
+            lo, hi = min(b for _, b in pairs), max(b for _, b in pairs)
+            assumptions.append(
+                "arena off: the runs' tensors replayed through glibc's heap as session creation "
+                "left it (dynamic mmap threshold, aligned blocks' spares): a tensor mmapped in "
+                "run 1 comes from the heap top in later runs and its hole is not reused; "
+                f"steady state {lo / MiB:.1f}-{hi / MiB:.1f} MiB of heap by the heap start's "
+                "address class (a per-process coin), predicted: their mean"
+            )
     # ai.onnx.ml forests: the kernels' parsed trees (attributes, not initializers; ort_ml.py)
     trees = ort_ml.tree_ensemble_bytes(view.graph)
     if trees:
@@ -178,6 +209,9 @@ def _ort_cpu(
     # The outputs' numpy copies are not added: measured on GPT-2 (external data, 24.5 MiB of
     # logits) run 1 grew by the arena alone (+39.4 MiB, arena 38.4): the copies land in heap
     # that session creation freed.
+    # BeamSearch / GreedySearch: the decoder's step loop in the arena (``ort_generation``)
+    gen = generation_loop(view.graph, view.model_path, opts)
+    assumptions += gen.notes
     stages = [sc]
     for name, act in (("run_1", acts[0]), ("steady_state", acts[1])):
         st = Stage(
@@ -185,8 +219,13 @@ def _ort_cpu(
             weights_anon=retained_anon,
             weights_file=run_file,
             activations=act,
-            overhead=int(ovh + c["ort_run"]),
+            overhead=int(ovh + c["ort_run"] + gen.touched),
         )
+        if gen.touched:
+            st.notes.append(
+                f"generation step loop: {gen.touched / MiB:.1f} MiB of arena pages "
+                f"({gen.steps} decoder steps), counted in the overhead"
+            )
         stages.append(st)
     if view.embedded:
         fixed = {s.name: s.peak - s.weights_anon - s.activations for s in stages}
@@ -271,6 +310,10 @@ def _ort_cpu(
             }
             for m, (r, c) in ww.modes.items()
         }
+    if bodies.embedded or bodies.external_packed:
+        glibc_band = _add_body_weights(
+            stages, glibc_band, bodies, retained_anon + bodies.extra_anon, assumptions
+        )
     if glibc_band:  # stage -> (lowest, highest) peak over the replays
         details["glibc_band"] = glibc_band
     if replays:  # mode -> each replayed heap's stage peaks (the band's members)
@@ -278,6 +321,40 @@ def _ort_cpu(
     return BackendPrediction(
         "ort", sched, order, stages, planners, stored, details, assumptions, graph=g
     )
+
+
+def _add_body_weights(
+    stages: list[Stage],
+    band: dict[str, tuple[int, int]],
+    bodies: BodyWeights,
+    retained: int,
+    assumptions: list[str],
+) -> dict[str, tuple[int, int]]:
+    """A body's own initializers beyond a main-graph weight's cost (``ort_bodies``): embedded,
+    two more anon copies; external and prepacked, the mapped pages stay resident."""
+    anon, file = bodies.extra_anon, bodies.external_packed
+    for st in stages:
+        st.weights_anon += anon
+        st.weights_file += file
+        st.modes = {m: v + anon + file for m, v in st.modes.items()}
+    # the packing's transient counted those mapped sources already (they never go)
+    sc = stages[0]
+    sc.weights_anon = max(retained, sc.weights_anon - file)
+    assumptions.append(
+        f"weights declared inside bodies (If / Loop / Scan / BeamSearch decoder): "
+        f"{bodies.embedded / MiB:.2f} MiB embedded cost {anon / MiB:.2f} MiB more anon (the "
+        f"subgraph's copies), {file / MiB:.2f} MiB external prepacked stay mapped"
+    )
+    return {k: (lo + anon + file, hi + anon + file) for k, (lo, hi) in band.items()}
+
+
+def _classed(heap: GlibcHeap, k: int) -> GlibcHeap:
+    """A copy of ``heap`` whose aligned blocks keep the trailing spare their address gives, for
+    heap start class ``k`` (``glibc_heap.trailing_spare``: the runs' blocks are carved one after
+    another from the top, so a process's class decides which of them pin)."""
+    h = heap.clone()
+    h.base = 16 * k
+    return h
 
 
 def _int_range(value: Any) -> tuple[int, int] | None:
@@ -301,9 +378,22 @@ def _arena_in_glibc_holes(sim: ortsim.OrtRunModel, heap: GlibcHeap) -> tuple[int
     """``_arena_after_holes`` on a heap ``glibc_heap`` replayed (embedded weights' modes); the
     heap is copied, not changed."""
     if not sim.regions:
-        return sim.run_1, sim.steady_state
-    h = heap.clone()
-    return _credit(sim, [h.place(r) == "hole" for r in sim.regions])
+        run_1, steady = sim.run_1, sim.steady_state
+    else:
+        h = heap.clone()
+        run_1, steady = _credit(sim, [h.place(r) == "hole" for r in sim.regions])
+    if sim.heap_largest and _heap_hole_fits(heap, sim.heap_largest):
+        # kernels' own mallocs (GatherND's offsets, ScatterElements' index copy) below the
+        # threshold session creation lifted are served from a freed weight copy's hole: no RSS
+        run_1 -= max(0, sim.run_1 - sum(sim.touched_run_1))
+        steady -= max(0, sim.steady_state - sum(sim.touched))
+    return max(0, run_1), max(0, steady)
+
+
+def _heap_hole_fits(heap: GlibcHeap, n: int) -> bool:
+    """Whether glibc would serve ``malloc(n)`` from a free chunk below the top of ``heap``."""
+    need = request2size(n)
+    return need < heap.threshold and heap.holes > 0 and heap.largest_hole >= need
 
 
 def _credit(sim: ortsim.OrtRunModel, in_hole: Sequence[float]) -> tuple[int, int]:

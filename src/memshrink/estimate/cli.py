@@ -58,7 +58,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "memshrink.hold_outputs=0 (the caller drops each run's outputs before the next run; "
         "default: held, as verify does), memshrink.int_range=LO,HI (token ids' range; default: "
         "uniform over the embedding table), memshrink.cuda_weight_orders=N (CUDA: random weight "
-        "orders replayed for the per-stage GPU range; default 8, 0 = none)",
+        "orders replayed for the per-stage GPU range; default 8, 0 = none), "
+        "memshrink.generation=max_length=N,num_beams=K (ORT CPU: BeamSearch / GreedySearch's "
+        "step loop, whose length is an input's value)",
     )
     p.add_argument(
         "--schedule", choices=["file", "ort_default", "ort_priority", "openvino"], default=None

@@ -277,6 +277,10 @@ class GlibcHeap:
     def holes(self) -> int:
         return sum(size for size, _ in self._by_size)
 
+    @property
+    def largest_hole(self) -> int:
+        return self._by_size[-1][0] if self._by_size else 0
+
 
 SPARES = ("rotate", "pinned", "consolidated", "partly_pinned", "copies_merged", "classes")
 CLASSES = 4  # heap start offsets mod 64 a process can have (16-byte chunk alignment)

@@ -1086,6 +1086,17 @@ def build_view(
         init_info[name] = (nb, ext)
         weight_bytes += nb
         ext_bytes += nb if ext else 0
+    # bodies' own initializers (a BeamSearch decoder's weights): stored size and location
+    # for the runtimes' body-weight rules (``ort_bodies``); the totals stay the main graph's
+    body_bytes = body_ext = 0
+    for sg in irm.graphs():
+        if sg is g:
+            continue
+        for name, v in sg.initializers.items():
+            t = v.const_value
+            nb, ext = int(t.nbytes) if t is not None else 0, _is_external(t)
+            init_info.setdefault(name, (nb, ext))
+            body_bytes, body_ext = body_bytes + nb, body_ext + (nb if ext else 0)
     graph = _build_graph(sym_proto.graph, sym_types, conc_types, init_info, set())
     graph.opset = int(irm.opset_imports.get("", irm.opset_imports.get("ai.onnx", 0)) or 0)
     decl_values = [dv for dv in _declared_values(irm.graph) if dv.name and dv.shape is not None]
@@ -1109,9 +1120,8 @@ def build_view(
     _mark_zero_biases(graph, g)
     _mark_small_ints(graph, g)
     if embedded is None:
-        embedded = (
-            _file_embeds_weights(path, weight_bytes) if path else ext_bytes < weight_bytes / 2
-        )
+        every, every_ext = weight_bytes + body_bytes, ext_bytes + body_ext  # bodies' too
+        embedded = _file_embeds_weights(path, every) if path else every_ext < every / 2
     return ModelView(
         graph=graph,
         bindings={k: tuple(v) for k, v in bound.items()},

@@ -492,6 +492,7 @@ class OrtRunModel:
     regions: list[int] = field(default_factory=list)  # arena region sizes, extension order
     touched_run_1: list[int] = field(default_factory=list)  # per region: bytes written, run 1
     touched: list[int] = field(default_factory=list)  # per region: bytes written, steady state
+    heap_largest: int = 0  # the largest kernel malloc outside the arena (``Buffer.heap``)
 
 
 def simulate(
@@ -634,6 +635,7 @@ def simulate(
         list(arena_.regions),
         touched_1,
         touched,
+        max((b.size for b in bufs if b.heap), default=0),
     )
 
 
