@@ -1074,10 +1074,10 @@ def weight_gathers(g: GraphInfo) -> set[str]:
     that comes from a Constant in f32 (``EnforceInferencePrecision``), and these nodes write
     their data's precision, so the output stays f32 and a Reorder converts it for the
     low-precision reader: f32 bytes, then a half-size copy. Measured 2026-11-27 (bf16 host,
-    infer 1 over compile): ``Gather`` of a [1000, 256] table by [8, 2048] -> MatMul +57 MiB
-    (f32 16 + copy 8 + output 16 + pack), with an Add first +73; ``GatherND`` of [4, 192, 64]
-    by [256, 2, 1] -> batched MatMul +38 MiB (24 + 12; f32 hint: +26) — 8 / 16 / 24 MiB
-    under when every edge was taken at half (docs/estimate.md, "Session 13")."""
+    run 1): ``GatherND`` of [4, 192, 64] by [256, 2, 1] / [512, 2, 1] -> batched MatMul 76 /
+    113 MiB, 53.8 / 66.8 predicted with every edge at half, 77.7 / 114.6 with this rule;
+    ``Gather`` of a [1000, 256] table by [8, 2048] -> Add -> MatMul 130, 115.3 -> 123.3
+    (docs/estimate.md, "Session 13")."""
     out: set[str] = set()
     for node in g.nodes:
         if node.op_type not in GATHERS or node.index in g.folded or len(node.inputs) < 2:
