@@ -23,7 +23,12 @@ reverse Scan over axis 1, IR 3 / opset 8, external data over many files at offse
 block-wise DequantizeLinear, Optional ops. Session 12: an Optimum-style merged decoder (If on
 ``use_cache_branch``), ORT BeamSearch / GreedySearch, an SD-style U-Net, a YOLO-style detector
 with TopK + NonMaxSuppression, torchvision R3D-18 / R(2+1)D-18, HF EnCodec, GNN scatter /
-gather message passing, a model over 2 GiB, inputs with unnamed / ``-1`` dims.
+gather message passing, a model over 2 GiB, inputs with unnamed / ``-1`` dims. Session 13:
+Mixtral's MoE (``batched_mm`` experts: TopK routing, GatherND of expert weights), Qwen2-MoE's
+eager experts (NonZero token lists, index_add), SDPA at opset 23 (the exporter's own
+``Attention``), NonZero + torch.cond unrolled, torchvision RAFT-small (correlation volume,
+GridSample), Qwen2 with sliding-window attention, DeepLabV3-ResNet-50 (dilated, ``8*h8`` dims),
+Deformable DETR (multi-scale GridSample), Mamba-2's chunked SSD, a Llama cast to bf16.
 """
 
 from __future__ import annotations
