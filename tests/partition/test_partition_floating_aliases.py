@@ -73,8 +73,7 @@ def test_weight_aliases_float_into_the_parts_that_read_them(tmp_path: Path) -> N
     assert ops.count("Identity") == 1 and ops.count("Cast") == 1 and ops.count("Transpose") == 1
     assert {"W0", "W0h"} <= {t.name for t in last.graph.initializer}
     feeds = {"x": np.random.default_rng(1).standard_normal((3, H)).astype(np.float32)}
-    for backend in ("cpu", "openvino"):
-        ref = run_original(src, feeds, backend)
-        opts = backend_options(backend)
-        with PartitionedSession(tmp_path / "parts", backend, "streamed", session_options=opts) as s:
-            assert_close(ref, s.run(None, feeds), atol=1e-5)  # atol 1e-5, rtol 0
+    ref = run_original(src, feeds, "openvino")  # the runtime that lost the output by name
+    opts = backend_options("openvino")
+    with PartitionedSession(tmp_path / "parts", "openvino", "streamed", session_options=opts) as s:
+        assert_close(ref, s.run(None, feeds), atol=1e-5)  # atol 1e-5, rtol 0 (f32 hint)
