@@ -120,3 +120,24 @@ def test_an_input_without_a_shape_is_unknown_rank_not_a_scalar(tmp_path) -> None
         make_feeds(read_model_io(path), path)
     feeds, _ = make_feeds(read_model_io(path), path, shapes={"x": (2, 3)})
     assert feeds["x"].shape == (2, 3)
+
+
+def test_exporter_expression_dims_bind_through_their_symbols() -> None:
+    """torch's dynamo exporter names a dim declared ``8 * Dim("h8")`` ``8*h8`` (DeepLabV3 in the
+    session-13 sweep; Mamba-2's ``16*chunks``; ``s0 + s1`` for seq + past): binding the symbol
+    binds the expression, and binding the text still works (the error names the text)."""
+    inputs = [("image", ["batch", 3, "8*h8", "8*w8"]), ("ids", ["b", "s0 + s1", "2*s0 - 1"])]
+    got = bind_input_shapes(inputs, dims={"batch": 1, "h8": 32, "w8": 40, "b": 2, "s0": 5, "s1": 7})
+    assert got == {"image": (1, 3, 256, 320), "ids": (2, 12, 9)}
+    by_text = bind_input_shapes(
+        inputs[:1], dims={"batch": 1, "8*h8": 256, "8*w8": 320, "h8": 1}
+    )  # the text wins over the symbol
+    assert by_text == {"image": (1, 3, 256, 320)}
+    with pytest.raises(
+        UnboundDimensionError,
+        match=r"image\[2\] \('8\*h8'\).*here: --dim batch=SIZE --dim 8\*h8=SIZE --dim 8\*w8=SIZE,",
+    ):
+        bind_input_shapes(inputs[:1])
+    # names that only look like arithmetic stay names: no value from half-bound parts
+    with pytest.raises(UnboundDimensionError, match=r"'seq-len'"):
+        bind_input_shapes([("x", ["seq-len"])], dims={"seq": 4})

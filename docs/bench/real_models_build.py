@@ -23,7 +23,12 @@ reverse Scan over axis 1, IR 3 / opset 8, external data over many files at offse
 block-wise DequantizeLinear, Optional ops. Session 12: an Optimum-style merged decoder (If on
 ``use_cache_branch``), ORT BeamSearch / GreedySearch, an SD-style U-Net, a YOLO-style detector
 with TopK + NonMaxSuppression, torchvision R3D-18 / R(2+1)D-18, HF EnCodec, GNN scatter /
-gather message passing, a model over 2 GiB, inputs with unnamed / ``-1`` dims.
+gather message passing, a model over 2 GiB, inputs with unnamed / ``-1`` dims. Session 13:
+Mixtral's MoE (``batched_mm`` experts: TopK routing, GatherND of expert weights), Qwen2-MoE's
+eager experts (NonZero token lists, index_add), SDPA at opset 23 (the exporter's own
+``Attention``), NonZero + torch.cond unrolled, torchvision RAFT-small (correlation volume,
+GridSample), Qwen2 with sliding-window attention, DeepLabV3-ResNet-50 (dilated, ``8*h8`` dims),
+Deformable DETR (multi-scale GridSample), Mamba-2's chunked SSD, a Llama cast to bf16.
 """
 
 from __future__ import annotations
@@ -4293,6 +4298,403 @@ def ort_beamsearch(d: Path) -> Case:
 def ort_greedysearch(d: Path) -> Case:
     """com.microsoft ``GreedySearch`` (32 tokens) with the same GPT-2 decoder subgraph."""
     return _ort_generation(d, "ort-greedysearch-gpt2", 1)
+
+
+# ------------------------------------------------------------------------------- session 13
+
+
+def _lm_logits(lm: Any, with_mask: bool) -> Any:
+    """Wraps a causal LM: (input_ids[, attention_mask]) -> logits."""
+    import torch
+
+    class W(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = lm
+
+        def forward(self, ids: Any, mask: Any = None) -> Any:
+            return self.m(input_ids=ids, attention_mask=mask).logits
+
+    return W().eval()
+
+
+@builder("hf-mixtral-moe-batched-dynamo")
+def hf_mixtral(d: Path) -> Case:
+    """Mixtral's sparse MoE (4 experts, top-2 ``TopK`` routing, softmax over the chosen two)
+    with transformers' ``batched_mm`` experts: each token gathers its experts' 3-D weights
+    (``GatherND`` of [tokens, 2, 192, 64]) and multiplies them batched; dynamo, dynamic batch
+    and sequence. (The default ``grouped_mm`` does not export: no ONNX rule for
+    ``transformers::grouped_mm_fallback``.)"""
+    import torch
+    import transformers
+
+    cfg = transformers.MixtralConfig(
+        vocab_size=300,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        max_position_embeddings=256,
+        use_cache=False,
+        experts_implementation="batched_mm",
+    )
+    _seed()
+    m = _lm_logits(transformers.MixtralForCausalLM(cfg).eval(), False)
+    b = torch.export.Dim("batch", min=1, max=64)
+    s = torch.export.Dim("seq", min=2, max=256)
+    p = d / "mixtral_moe.onnx"
+    _dynamo(m, (_tok(300, 2, 8),), p, ["input_ids"], ["logits"], ({0: b, 1: s},))
+    return Case(
+        "hf-mixtral-moe-batched-dynamo",
+        p,
+        dims={"batch": 2, "seq": 128},
+        int_ranges={"input_ids": (0, 300)},
+    )
+
+
+@builder("hf-qwen2moe-eager-legacy")
+def hf_qwen2moe(d: Path) -> Case:
+    """Qwen2-MoE (4 routed experts top-2 plus a sigmoid-gated shared expert) with the eager
+    experts loop, legacy: per expert ``NonZero`` (``torch.where`` of its routing mask) picks
+    the tokens, ``Gather`` / ``index_add_`` (ScatterElements add) put them back: data-dependent
+    shapes in every layer. The loop over the experts the traced batch hit is unrolled."""
+    import torch
+    import transformers
+
+    cfg = transformers.Qwen2MoeConfig(
+        vocab_size=300,
+        hidden_size=64,
+        intermediate_size=96,
+        moe_intermediate_size=48,
+        shared_expert_intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_experts=4,
+        num_experts_per_tok=2,
+        max_position_embeddings=256,
+        use_cache=False,
+        experts_implementation="eager",
+    )
+    _seed()
+    m = _lm_logits(transformers.Qwen2MoeForCausalLM(cfg).eval(), True)
+    names = ["input_ids", "attention_mask"]
+    axes = {n: {0: "batch", 1: "seq"} for n in names}
+    p = d / "qwen2moe.onnx"
+    _legacy(m, (_tok(300, 2, 8), torch.ones(2, 8, dtype=torch.long)), p, names, ["logits"], axes)
+    return Case(
+        "hf-qwen2moe-eager-legacy",
+        p,
+        dims={"batch": 2, "seq": 96},
+        int_ranges={"input_ids": (0, 300), "attention_mask": (1, 2)},
+    )
+
+
+@builder("dynamo-sdpa-opset23-attention")
+def dynamo_sdpa23(d: Path) -> Case:
+    """torch's ``scaled_dot_product_attention`` exported at opset 23: the exporter writes the
+    standard ``Attention`` op itself (causal, 4 heads), inside a pre-norm encoder of 2 blocks
+    with a padding mask as a boolean ``attn_mask`` in the second block; dynamic batch and
+    sequence (bound to 512: [2, 4, 512, 512] scores)."""
+    import torch
+    from torch import nn
+
+    class Block(nn.Module):
+        def __init__(self, causal: bool) -> None:
+            super().__init__()
+            self.n1, self.n2 = nn.LayerNorm(64), nn.LayerNorm(64)
+            self.qkv, self.o = nn.Linear(64, 192), nn.Linear(64, 64)
+            self.ff = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 64))
+            self.causal = causal
+
+        def forward(self, x: Any, keep: Any) -> Any:
+            b, s, _ = x.shape
+            q, k, v = self.qkv(self.n1(x)).view(b, s, 3, 4, 16).permute(2, 0, 3, 1, 4)
+            if self.causal:
+                a = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            else:
+                # [B, 1, S, S]: ONNX Runtime 1.32's Attention-23 refuses a mask broadcast over
+                # the query rows ("inconsistent q_sequence_length"), which the spec allows
+                mask = keep[:, None, None, :].expand(b, 1, s, s)
+                a = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            x = x + self.o(a.transpose(1, 2).reshape(b, s, 64))
+            return x + self.ff(self.n2(x))
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.blocks = nn.ModuleList([Block(True), Block(False)])
+
+        def forward(self, x: Any, keep: Any) -> Any:
+            for blk in self.blocks:
+                x = blk(x, keep)
+            return x
+
+    _seed()
+    b = torch.export.Dim("batch", min=1, max=64)
+    s = torch.export.Dim("seq", min=2, max=1024)
+    p = d / "sdpa_opset23.onnx"
+    args = (torch.randn(2, 8, 64), torch.ones(2, 8, dtype=torch.bool))
+    _dynamo(Net(), args, p, ["x", "keep"], ["y"], ({0: b, 1: s}, {0: b, 1: s}), opset=23)
+    return Case("dynamo-sdpa-opset23-attention", p, dims={"batch": 2, "seq": 512})
+
+
+@builder("dynamo-nonzero-cond-unrolled")
+def dynamo_nonzero(d: Path) -> Case:
+    """torch.export with data-dependent shapes: three unrolled steps, each a ``torch.cond``
+    (If) and a boolean-mask row selection ``h[h.sum(-1) > 0]`` (``NonZero`` → a row count
+    only the data knows), averaged back in; dynamic batch."""
+    import torch
+    from torch import nn
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = nn.ModuleList(nn.Linear(64, 64) for _ in range(3))
+            self.b = nn.Linear(64, 64)
+
+        def forward(self, x: Any) -> Any:
+            h = x
+            for la in self.a:
+
+                def yes(h: Any, la: Any = la) -> Any:
+                    return torch.relu(la(h))
+
+                def no(h: Any) -> Any:
+                    return torch.tanh(self.b(h)) * 0.5
+
+                h = torch.cond(h.mean() > 0, yes, no, (h,)) + h
+                h = h + h[h.sum(-1) > 0].mean(0)
+            return h
+
+    _seed()
+    b = torch.export.Dim("batch", min=2, max=4096)
+    p = d / "nonzero_cond.onnx"
+    _dynamo(Net(), (torch.randn(4, 64),), p, ["x"], ["y"], ({0: b},))
+    return Case("dynamo-nonzero-cond-unrolled", p, dims={"batch": 2048})
+
+
+@builder("tv-raft-small-legacy")
+def tv_raft(d: Path) -> Case:
+    """torchvision's RAFT-small optical flow: two feature encoders, an all-pairs correlation
+    volume ([H/8·W/8]² MatMul) and its 4-level pyramid, 4 recurrent refinement steps (unrolled)
+    that each sample the pyramid with ``GridSample``, convex upsampling; dynamic batch, H, W."""
+    tv = _torchvision()
+    import torch
+
+    _seed()
+    raft = tv.models.optical_flow.raft_small(weights=None)
+
+    class W(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = raft
+
+        def forward(self, a: Any, b: Any) -> Any:
+            return self.m(a, b, num_flow_updates=4)[-1]
+
+    p = d / "raft_small.onnx"
+    axes = {n: {0: "batch", 2: "height", 3: "width"} for n in ("image1", "image2")}
+    args = (torch.randn(1, 3, 128, 128), torch.randn(1, 3, 128, 128))
+    _legacy(W(), args, p, ["image1", "image2"], ["flow"], axes, opset=17)
+    return Case("tv-raft-small-legacy", p, dims={"batch": 2, "height": 192, "width": 256})
+
+
+@builder("hf-qwen2-sliding-window-dynamo")
+def hf_qwen2_swa(d: Path) -> Case:
+    """Qwen2 with sliding-window attention (window 16) in its first layer and full causal
+    attention in the second: two masks built from the positions (the window's ``Sub`` /
+    ``Greater`` beside the causal one), combined with the padding mask; dynamo, dynamic batch
+    and sequence, bound past the window (seq 256)."""
+    import torch
+    import transformers
+
+    cfg = transformers.Qwen2Config(
+        vocab_size=300,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        use_cache=False,
+        use_sliding_window=True,
+        sliding_window=16,
+        max_window_layers=1,
+        layer_types=["sliding_attention", "full_attention"],
+    )
+    _seed()
+    m = _lm_logits(transformers.Qwen2ForCausalLM(cfg).eval(), True)
+    b = torch.export.Dim("batch", min=1, max=64)
+    s = torch.export.Dim("seq", min=2, max=512)
+    p = d / "qwen2_swa.onnx"
+    args = (_tok(300, 2, 24), torch.ones(2, 24, dtype=torch.long))
+    names = ["input_ids", "attention_mask"]
+    _dynamo(m, args, p, names, ["logits"], ({0: b, 1: s}, {0: b, 1: s}))
+    return Case(
+        "hf-qwen2-sliding-window-dynamo",
+        p,
+        dims={"batch": 2, "seq": 256},
+        int_ranges={"input_ids": (0, 300), "attention_mask": (1, 2)},
+    )
+
+
+@builder("tv-deeplabv3-resnet50-dynamo")
+def tv_deeplab(d: Path) -> Case:
+    """torchvision's DeepLabV3 with a ResNet-50 backbone at output stride 8 (dilations 2 and 4
+    in the last two stages, ASPP at 12 / 24 / 36, global-pool branch, bilinear upsampling to
+    the input; 42 M parameters, 159 MB embedded); dynamo with H and W declared multiples of 8,
+    so the file's dims are the exporter's expressions ``8*h8`` / ``8*w8``."""
+    tv = _torchvision()
+    import torch
+
+    _seed()
+    net = tv.models.segmentation.deeplabv3_resnet50(
+        weights=None, weights_backbone=None, num_classes=21, aux_loss=False
+    )
+
+    class W(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = net
+
+        def forward(self, x: Any) -> Any:
+            return self.m(x)["out"]
+
+    b = torch.export.Dim("batch", min=1, max=16)
+    h8 = torch.export.Dim("h8", min=8, max=128)
+    w8 = torch.export.Dim("w8", min=8, max=128)
+    p = d / "deeplabv3.onnx"
+    args = (torch.randn(1, 3, 128, 128),)
+    _dynamo(W(), args, p, ["image"], ["out"], ({0: b, 2: 8 * h8, 3: 8 * w8},))
+    return Case("tv-deeplabv3-resnet50-dynamo", p, dims={"batch": 1, "8*h8": 256, "8*w8": 320})
+
+
+@builder("hf-deformable-detr-legacy")
+def hf_deformable_detr(d: Path) -> Case:
+    """Deformable DETR (transformers ResNet backbone, 4 feature levels): multi-scale
+    deformable attention samples each level with ``GridSample`` at learned offsets (2 points,
+    4 heads), encoder and 2 decoder layers with iterative box refinement off; legacy, dynamic
+    batch, H and W (the level shapes, valid ratios and reference points come from ``Shape``)."""
+    import torch
+    import transformers
+
+    bb = transformers.ResNetConfig(
+        num_channels=3,
+        embedding_size=16,
+        hidden_sizes=[16, 32, 64, 64],
+        depths=[1, 1, 1, 1],
+        out_features=["stage2", "stage3", "stage4"],
+    )
+    cfg = transformers.DeformableDetrConfig(
+        use_timm_backbone=False,
+        use_pretrained_backbone=False,
+        backbone_config=bb,
+        d_model=64,
+        encoder_layers=1,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=128,
+        decoder_ffn_dim=128,
+        num_queries=50,
+        num_feature_levels=4,
+        encoder_n_points=2,
+        decoder_n_points=2,
+        num_labels=10,
+    )
+    _seed()
+    det = transformers.DeformableDetrForObjectDetection(cfg).eval()
+
+    class W(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = det
+
+        def forward(self, x: Any) -> Any:
+            o = self.m(pixel_values=x)
+            return o.logits, o.pred_boxes
+
+    p = d / "deformable_detr.onnx"
+    axes = {"pixel_values": {0: "batch", 2: "height", 3: "width"}}
+    outs = ["logits", "pred_boxes"]
+    _legacy(W(), (torch.randn(1, 3, 128, 128),), p, ["pixel_values"], outs, axes, opset=17)
+    return Case("hf-deformable-detr-legacy", p, dims={"batch": 2, "height": 256, "width": 320})
+
+
+@builder("hf-mamba2-ssd-dynamo")
+def hf_mamba2(d: Path) -> Case:
+    """Mamba-2's state-space duality (SSD) in its chunked PyTorch form: the sequence cut into
+    chunks of 16, a segment-sum mask (``CumSum``, ``Trilu``, ``Exp``), intra-chunk ``Einsum``s
+    and the inter-chunk state recurrence as a matrix product; dynamo with the length a
+    multiple of the chunk (the file's dim is ``16*chunks``), dynamic batch."""
+    import torch
+    import transformers
+
+    cfg = transformers.Mamba2Config(
+        vocab_size=300,
+        hidden_size=64,
+        state_size=16,
+        num_hidden_layers=2,
+        expand=2,
+        conv_kernel=4,
+        num_heads=8,
+        head_dim=16,
+        n_groups=1,
+        chunk_size=16,
+        use_cache=False,
+    )
+    _seed()
+    m = _lm_logits(transformers.Mamba2ForCausalLM(cfg).eval(), False)
+    b = torch.export.Dim("batch", min=1, max=64)
+    chunks = torch.export.Dim("chunks", min=1, max=64)
+    p = d / "mamba2.onnx"
+    _dynamo(m, (_tok(300, 2, 32),), p, ["input_ids"], ["logits"], ({0: b, 1: 16 * chunks},))
+    return Case(
+        "hf-mamba2-ssd-dynamo",
+        p,
+        dims={"batch": 2, "16*chunks": 256},
+        int_ranges={"input_ids": (0, 300)},
+    )
+
+
+@builder("hf-llama-bf16-dynamo")
+def hf_llama_bf16(d: Path) -> Case:
+    """A Llama (GQA 4/2, rotary) cast to ``torch.bfloat16`` before the dynamo export, as LLM
+    checkpoints ship: bfloat16 initializers, activations and logits (the rotary tables and
+    norms' variance are computed in f32 between Casts). ONNX Runtime's CPU provider has no
+    bf16 kernels for MatMul / Add / Mul / Softmax (1.32), so only OpenVINO can run it."""
+    import torch
+    import transformers
+
+    cfg = transformers.LlamaConfig(
+        vocab_size=300,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        use_cache=False,
+    )
+    _seed()
+    lm = transformers.LlamaForCausalLM(cfg).eval().to(torch.bfloat16)
+    m = _lm_logits(lm, True)
+    b = torch.export.Dim("batch", min=1, max=64)
+    s = torch.export.Dim("seq", min=2, max=512)
+    p = d / "llama_bf16.onnx"
+    args = (_tok(300, 2, 8), torch.ones(2, 8, dtype=torch.long))
+    names = ["input_ids", "attention_mask"]
+    _dynamo(m, args, p, names, ["logits"], ({0: b, 1: s}, {0: b, 1: s}))
+    return Case(
+        "hf-llama-bf16-dynamo",
+        p,
+        dims={"batch": 2, "seq": 256},
+        int_ranges={"input_ids": (0, 300), "attention_mask": (1, 2)},
+    )
 
 
 def build_all(folder: Path, only: list[str] | None = None) -> tuple[list[Case], dict[str, str]]:

@@ -3,7 +3,10 @@
 Both the estimator and the verifier need concrete input shapes. A symbolic dimension is
 bound by an explicit ``--shape`` for that input, by a ``--dim name=value`` binding of the
 symbol, or by the model's sidecar (``MODEL.onnx.json``, written by the ``models/`` suite);
-anything left unbound is an error naming it — never a silent 1.
+anything left unbound is an error naming it — never a silent 1. A dim the torch dynamo
+exporter writes as an expression of its symbols (``8*h8`` for a ``Dim`` declared a multiple
+of 8, ``16*chunks``, ``s0 + s1``) is bound by binding its symbols (``--dim h8=32``), or by
+its own text (``--dim 8*h8=256``).
 
 Sidecar format (JSON)::
 
@@ -14,6 +17,7 @@ Sidecar format (JSON)::
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -112,6 +116,59 @@ def parse_dim_args(args: Iterable[str] | None) -> dict[str, int]:
     return out
 
 
+_DIM_OPS = {
+    ast.Add: lambda a, b: a + b,
+    ast.Sub: lambda a, b: a - b,
+    ast.Mult: lambda a, b: a * b,
+    ast.FloorDiv: lambda a, b: a // b,
+}
+
+
+def _dim_expression(text: str) -> ast.expr | None:
+    """The parsed expression of a dim written as arithmetic on symbols (``8*h8``), or None:
+    a plain name, or text that is not integer ``+ - * //`` over names and constants."""
+    try:
+        tree = ast.parse(text.strip(), mode="eval").body
+    except SyntaxError:
+        return None
+    if isinstance(tree, ast.Name):
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.BinOp) and type(node.op) in _DIM_OPS:
+            continue
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            continue
+        if isinstance(node, (ast.Name, ast.Load, *(_DIM_OPS))):
+            continue
+        return None
+    return tree
+
+
+def dim_symbols(text: str) -> list[str]:
+    """The symbols an expression dim reads (``8*h8`` -> ``['h8']``); [] for a plain name."""
+    tree = _dim_expression(text)
+    if tree is None:
+        return []
+    return list(dict.fromkeys(n.id for n in ast.walk(tree) if isinstance(n, ast.Name)))
+
+
+def dim_value(text: str, dims: Mapping[str, int]) -> int | None:
+    """The value of an expression dim whose symbols are all bound; None otherwise."""
+    tree = _dim_expression(text)
+    if tree is None or any(s not in dims for s in dim_symbols(text)):
+        return None
+
+    def ev(node: ast.expr) -> int:
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return node.value
+        if isinstance(node, ast.Name):
+            return int(dims[node.id])
+        assert isinstance(node, ast.BinOp)
+        return int(_DIM_OPS[type(node.op)](ev(node.left), ev(node.right)))
+
+    return ev(tree)
+
+
 def bind_input_shapes(
     inputs: Sequence[tuple[str, Sequence[Dim] | None]],
     shapes: Mapping[str, Sequence[int]] | None = None,
@@ -175,7 +232,7 @@ def bind_input_shapes(
         side = sidecar.input(name) if sidecar else None
         # Explicit --dim bindings of every symbol of this input beat the sidecar.
         covered = any(isinstance(d, str) for d in declared) and all(
-            not isinstance(d, str) or d in dims for d in declared
+            not isinstance(d, str) or d in dims or dim_value(d, dims) is not None for d in declared
         )
         if side is not None and len(side.shape) == len(declared) and not covered:
             resolved[name] = side.shape
@@ -186,6 +243,8 @@ def bind_input_shapes(
                 out.append(d)
             elif isinstance(d, str) and d in dims:
                 out.append(dims[d])
+            elif isinstance(d, str) and (v := dim_value(d, dims)) is not None:
+                out.append(v)
             else:
                 label = (
                     " (unnamed)"
@@ -196,7 +255,7 @@ def bind_input_shapes(
                 )
                 missing.append(f"{name}[{i}]{label}")
                 if isinstance(d, str) and d and d not in symbols:
-                    symbols.append(d)
+                    symbols.append(d)  # an expression's own text binds it too
                 out.append(-1)
         resolved[name] = tuple(out)
     if missing:

@@ -23,6 +23,7 @@ from memshrink.estimate.graph import GraphInfo, ModelView, node_count
 from memshrink.estimate.lifetimes import tensor_buffers
 from memshrink.estimate.openvino import OV_CALIBRATION
 from memshrink.estimate.ort_arena_off import arena_off_runs
+from memshrink.estimate.ort_bf16 import bf16_unsupported
 from memshrink.estimate.ort_bodies import BodyWeights, flatten_bodies
 from memshrink.estimate.ort_generation import generation_loop
 from memshrink.estimate.ort_heap import CreationBlocks
@@ -280,6 +281,9 @@ def _ort_cpu(
         "plan": plan,
         "ort_weights": {"nchwc_block": ww.nchwc_block, **ww.classes},
     }
+    missing = bf16_unsupported(view.graph)
+    if missing:  # no session at all: say so above the numbers (``ort_bf16``)
+        details["ort_cpu_refuses"] = missing
     if ww.per_rotation:
         # external weights: each rotation's heap is one a process can have (the arena's
         # regions placed on it); the prediction is their mean, the band their extremes

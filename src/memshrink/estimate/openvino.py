@@ -995,11 +995,19 @@ def ov_buffers(
     if half:
         tail = precision_tail(g)
         back = ov_slices.f32_concat_inputs(g, tail)  # converted to f32 per core for a Concat
-        for b in bufs:
+        gathered = weight_gathers(g)
+        for b in list(bufs):
             floats = [g.tensors[t].elem_type == FLOAT for t in b.tensors if t in g.tensors]
             in_tail = any(t in tail or t in back for t in b.tensors)
-            if b.size and not b.is_output and floats and all(floats) and not in_tail:
-                b.size //= 2
+            if not b.size or b.is_output or not floats or not all(floats) or in_tail:
+                continue
+            if b.tensors[0] in gathered:
+                # kept f32 up to a Reorder into the low precision right after it
+                copy = Buffer(len(bufs), b.size // 2, b.start, b.end, [b.tensors[0] + "/lowp"])
+                bufs.append(copy)
+                b.end = b.start
+                continue
+            b.size //= 2
     for b in bufs:  # the plugin runs int64 as i32 (its ConvertPrecision i64 -> i32)
         ints = [g.tensors[t].elem_type == INT64 for t in b.tensors if t in g.tensors]
         if b.size and not b.is_output and ints and all(ints):
@@ -1055,6 +1063,31 @@ def precision_tail(g: GraphInfo) -> set[str]:
         tail.update(o for o in node.outputs if o)
         stack.extend(i for i in node.inputs if i in g.tensors and g.tensors[i].kind == "activation")
     return tail
+
+
+GATHERS = frozenset({"Gather", "GatherND", "GatherElements"})
+
+
+def weight_gathers(g: GraphInfo) -> set[str]:
+    """Float outputs of Gather / GatherND / GatherElements whose data is a weight and whose
+    indices are computed. Under a bf16 / f16 inference precision the plugin keeps an input
+    that comes from a Constant in f32 (``EnforceInferencePrecision``), and these nodes write
+    their data's precision, so the output stays f32 and a Reorder converts it for the
+    low-precision reader: f32 bytes, then a half-size copy. Measured 2026-11-27 (bf16 host,
+    run 1): ``GatherND`` of [4, 192, 64] by [256, 2, 1] / [512, 2, 1] -> batched MatMul 76 /
+    113 MiB, 53.8 / 66.8 predicted with every edge at half, 77.7 / 114.6 with this rule;
+    ``Gather`` of a [1000, 256] table by [8, 2048] -> Add -> MatMul 130, 115.3 -> 123.3
+    (docs/estimate.md, "Session 13")."""
+    out: set[str] = set()
+    for node in g.nodes:
+        if node.op_type not in GATHERS or node.index in g.folded or len(node.inputs) < 2:
+            continue
+        data, idx = (g.tensors.get(node.inputs[0]), g.tensors.get(node.inputs[1]))
+        if data is None or idx is None or data.kind != "initializer" or idx.kind == "initializer":
+            continue
+        if data.elem_type == FLOAT:
+            out.update(o for o in node.outputs if o)
+    return out
 
 
 # Ops that write their output in their input's layout (channels-last / blocked after a Conv).

@@ -17,6 +17,13 @@ them; docs/estimate.md, "Session 11: kernel temporaries steer the arena").
   size (float); the fp16 kernels take two halves per element.
 * ``LSTM`` / ``GRU`` / ``RNN`` / ``DynamicQuantizeLSTM``: the whole sequence's gate buffers
   (``ort_rnn``).
+* ``Attention`` (opset 23/24, ``llm/attention.cc``, ``ApplyAttention``): the whole score
+  matrix ``B x Nq x S x T`` in the input's type, then, while it is filled, a float copy of
+  the mask: the mask's element count when it is bool (0/1 -> 0/-inf) or when ``is_causal``
+  overlays it, ``S x T`` for ``is_causal`` without a mask (not for one query over a past).
+  Measured 2026-11-27 (one Attention of [2, 4, 1024, 16], verifier child): run 1 +44 MiB
+  without a mask (32 MiB of scores), +49 causal (+4), +53 with a bool [2, 1, 1024, 1024]
+  mask (+8); predicted 12 without the rule (docs/estimate.md, "Session 13").
 
 ``cpu_heap_scratch``: temporaries a kernel mallocs itself (glibc, not the arena), so they add
 to the peak of their step and leave nothing in the arena:
@@ -51,6 +58,7 @@ MAX_THREADS = 16  # MLAS_MAXIMUM_THREAD_COUNT
 STRIDE_N_ALIGN = 16  # MLAS_SGEMM_STRIDEN_THREAD_ALIGN
 FLOAT = 1
 FLOAT16 = 10
+BOOL = 9
 
 
 @functools.cache
@@ -162,7 +170,39 @@ def cpu_kernel_scratch(g: GraphInfo, node: NodeInfo, threads: int | None = None)
     if node.op_type in ("BiasGelu", "FastGelu") and node.domain == MS_DOMAIN:
         size = bias_gelu_bytes(g, node)
         return [size] if size else []
+    if node.op_type == "Attention" and std:
+        return [b for b in attention_bytes(g, node) if b]
     return recurrent_scratch(g, node)
+
+
+def attention_bytes(g: GraphInfo, node: NodeInfo) -> tuple[int, int]:
+    """(score matrix bytes, mask copy bytes) of the standard ``Attention`` op on ORT CPU;
+    (0, 0) where a shape is unknown."""
+
+    def shape(i: int) -> tuple[int, ...] | None:
+        t = g.tensors.get(node.inputs[i]) if len(node.inputs) > i and node.inputs[i] else None
+        return tuple(t.shape) if t is not None and t.shape else None
+
+    q, k = shape(0), shape(1)
+    qt = g.tensors.get(node.inputs[0]) if node.inputs else None
+    if q is None or k is None or qt is None or len(q) != len(k) or len(q) not in (3, 4):
+        return 0, 0
+    item = 2 if qt.elem_type == FLOAT16 else 4
+    if len(q) == 4:
+        batch, heads, s_q, s_kv = q[0], q[1], q[2], k[2]
+    else:
+        batch, heads, s_q, s_kv = q[0], int(node.attrs.get("q_num_heads", 0)), q[1], k[1]
+    past = shape(4)
+    s_past = (past[2] if len(past) == 4 else past[1]) if past else 0
+    total = s_past + s_kv
+    probs = batch * heads * s_q * total * item
+    causal = int(node.attrs.get("is_causal", 0)) == 1 and not (s_q == 1 and s_past > 0)
+    mask, mt = shape(3), (g.tensors.get(node.inputs[3]) if len(node.inputs) > 3 else None)
+    if mask is not None and mt is not None:
+        copy = math.prod(mask) * item if (mt.elem_type == BOOL or causal) else 0
+    else:
+        copy = s_q * total * item if causal else 0
+    return probs, copy
 
 
 def cpu_heap_scratch(g: GraphInfo, node: NodeInfo) -> list[int]:

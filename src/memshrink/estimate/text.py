@@ -79,6 +79,15 @@ def format_estimate(est: Estimate, verbose: bool = False) -> str:
         rows.append(_partial_line(est))
     if est.view.graph.bounded:
         rows.append(_bounded_line(est.view.graph.bounded))
+    refused = p.details.get("ort_cpu_refuses")
+    if refused:
+        rows.append(
+            "REFUSED: ONNX Runtime's CPU provider has no bfloat16 kernel for "
+            + ", ".join(f"{op} ({n})" for op, n in sorted(refused.items()))
+            + ": creating the session fails (on the ORT OpenVINO EP too, whose fallback nodes "
+            "run there); the figures below are for a session that cannot be made. OpenVINO "
+            "runs bf16: --backend openvino"
+        )
     host = p.details.get("host") if p.backend == "cuda" else None
     rows.append(
         "peak memory per stage over an empty process (runtime imported, no model); weights anon = "

@@ -8,7 +8,12 @@ small activations are live. A part is a contiguous range of the top-level node o
 with subgraphs (If/Loop/Scan) always stays whole inside one part.
 
 ``Constant`` nodes are *floating*: they are not cut points' business — each part that reads a
-Constant gets its own copy of the node (its tensor is still stored once on disk).
+Constant gets its own copy of the node (its tensor is still stored once on disk). So are the
+data-movement nodes (``FLOATING_OPS``) that read only weights and floating values, such as the
+``Identity(weight)`` aliases torch's legacy exporter writes for equal weights: crossing a cut
+as a part output, such a value is a constant OpenVINO folds, and the compiled part then has no
+output by that name (Qwen2-MoE streamed in 4 parts: "OpenVINO model has no output named
+'m.model.norm.weight'", where the original runs; session 13).
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ class GraphFacts:
     reads: list[set[ir.Value]]  # top-scope values each node reads (subgraphs included)
     tensors: list[dict[int, int]]  # id(tensor) -> bytes of every weight each node uses
     value_bytes: dict[ir.Value, int | None]
+    index: dict[int, int] = field(default_factory=dict)  # id(node) -> its position
 
 
 @dataclass
@@ -76,11 +82,30 @@ class PartitionPlan:
         }
 
 
-def _is_floating(node: ir.Node, graph_outputs: set[ir.Value]) -> bool:
-    return (
-        node.op_type == "Constant"
-        and node.domain in ("", "ai.onnx")
-        and not any(o in graph_outputs for o in node.outputs)
+#: Deterministic, weight-only data movement a part may recompute from its own copy of the
+#: weight (no inputs of the graph, no subgraphs): floating like a Constant.
+FLOATING_OPS = frozenset(
+    {"Identity", "Cast", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten"}
+)
+
+
+def _is_floating(
+    node: ir.Node,
+    graph_outputs: set[ir.Value],
+    graph_inputs: set[ir.Value] | frozenset[ir.Value] = frozenset(),
+    floated: set[ir.Value] | frozenset[ir.Value] = frozenset(),
+) -> bool:
+    """A Constant, or a ``FLOATING_OPS`` node whose every input is a weight (not one fed as a
+    graph input) or the output of a floating node (``floated``); never a graph output."""
+    if node.domain not in ("", "ai.onnx") or any(o in graph_outputs for o in node.outputs):
+        return False
+    if node.op_type == "Constant":
+        return True
+    if node.op_type not in FLOATING_OPS or not any(v is not None for v in node.inputs):
+        return False
+    return all(
+        v is None or v in floated or (v.is_initializer() and v not in graph_inputs)
+        for v in node.inputs
     )
 
 
@@ -133,7 +158,13 @@ def graph_facts(model: ir.Model, sizes: Mapping[str, int | None]) -> GraphFacts:
     top: set[ir.Value] = set(graph.inputs) | set(graph.initializers.values())
     for n in nodes:
         top.update(n.outputs)
-    floating = [_is_floating(n, outputs) for n in nodes]
+    floating: list[bool] = []
+    floated: set[ir.Value] = set()
+    fed = set(graph.inputs)
+    for n in nodes:  # in graph order: a floating node's floating inputs come first
+        floating.append(_is_floating(n, outputs, fed, floated))
+        if floating[-1]:
+            floated.update(n.outputs)
     reads: list[set[ir.Value]] = []
     tensors: list[dict[int, int]] = []
     for n in nodes:
@@ -151,7 +182,8 @@ def graph_facts(model: ir.Model, sizes: Mapping[str, int | None]) -> GraphFacts:
             value_bytes[v] = sizes.get(v.name or "") if v.name else None
             if value_bytes[v] is None:
                 value_bytes[v] = _static_bytes(v)
-    return GraphFacts(nodes, floating, reads, tensors, value_bytes)
+    index = {id(n): i for i, n in enumerate(nodes)}
+    return GraphFacts(nodes, floating, reads, tensors, value_bytes, index)
 
 
 def _static_bytes(v: ir.Value) -> int | None:
@@ -203,6 +235,23 @@ def activation_sizes(
         return {}, notes
 
 
+def _floating_tensors(facts: GraphFacts, v: ir.Value) -> dict[int, int]:
+    """The weights behind a floating value: a Constant's own tensor, or what a floating
+    data-movement node reads (transitively): they count where the value is read."""
+    out: dict[int, int] = {}
+    todo = [v]
+    while todo:
+        p = todo.pop().producer()
+        if p is None:
+            continue
+        i = facts.index.get(id(p))
+        if i is None or not facts.floating[i]:
+            continue
+        out.update(facts.tensors[i] if p.op_type != "Constant" else _node_tensors(p))
+        todo.extend(facts.reads[i])
+    return out
+
+
 def _crossing(facts: GraphFacts) -> tuple[np.ndarray, np.ndarray]:
     """Cost of cutting before node b (index b of the result): crossing bytes and count."""
     n = len(facts.nodes)
@@ -241,12 +290,10 @@ def _weights_by_first_use(facts: GraphFacts) -> np.ndarray:
                 seen.add(tid)
                 per_node[i] += nb
         for v in facts.reads[i]:
-            p = v.producer()
-            if p is not None and p.op_type == "Constant":
-                for tid, nb in _node_tensors(p).items():
-                    if tid not in seen:
-                        seen.add(tid)
-                        per_node[i] += nb
+            for tid, nb in _floating_tensors(facts, v).items():
+                if tid not in seen:
+                    seen.add(tid)
+                    per_node[i] += nb
     prefix = np.zeros(len(facts.nodes) + 1, dtype=np.float64)
     np.cumsum(per_node, out=prefix[1:])
     return prefix
@@ -285,9 +332,7 @@ def _part_weights(facts: GraphFacts, bounds: list[int]) -> list[int]:
                 continue
             tensors.update(facts.tensors[i])
             for v in facts.reads[i]:
-                p = v.producer()
-                if p is not None and p.op_type == "Constant":
-                    tensors.update(_node_tensors(p))
+                tensors.update(_floating_tensors(facts, v))
         out.append(sum(tensors.values()))
     return out
 

@@ -107,8 +107,14 @@ def _parts_of(plan: PartitionPlan, facts: GraphFacts) -> list[_Part]:
         reads: set[ir.Value] = set()
         for i in own:
             reads.update(facts.reads[i])
-        consts = sorted({const_of[v] for v in reads if v in const_of})
-        indices = sorted(set(own) | set(consts))
+        consts: set[int] = set()
+        todo = [const_of[v] for v in reads if v in const_of]
+        while todo:  # a floating node's floating inputs come along (Identity of a Cast ...)
+            i = todo.pop()
+            if i not in consts:
+                consts.add(i)
+                todo.extend(const_of[v] for v in facts.reads[i] if v in const_of)
+        indices = sorted(set(own) | consts)
         produced = {v for i in indices for v in facts.nodes[i].outputs}
         for i in consts:
             reads.update(facts.reads[i])

@@ -563,6 +563,16 @@ class ChunkPass(Pass):
             base, est = context.analysis("chunk.estimate", lambda: _predict(model, context))
         except Exception as exc:  # noqa: BLE001 - no estimate, no decision
             return PassResult(False, {"reason": f"estimator failed: {exc}"})
+        refused = est.prediction.details.get("ort_cpu_refuses")
+        if refused and not (context.deploy_only and context.backend != "ort"):
+            # every layout is ranked by ORT CPU's prediction: for a session that cannot be
+            # made there is nothing to gain, only OpenVINO's per-chunk kernels to pay (a bf16
+            # Llama: compile 44 -> 55 MiB measured after a batch x4 split, docs/chunk.md)
+            return PassResult(
+                False,
+                {"reason": "ONNX Runtime CPU cannot run this model (no bfloat16 kernel for "
+                 f"{', '.join(sorted(refused))}): no layout to rank by its prediction"},
+            )  # fmt: skip
         shapes = _shapes(est)
         if o.activation_budget and base <= o.activation_budget:
             return PassResult(

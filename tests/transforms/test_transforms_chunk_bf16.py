@@ -1,0 +1,52 @@
+"""``chunk`` leaves a model ONNX Runtime CPU cannot run (bfloat16 compute) whole: every layout
+is ranked by ORT CPU's prediction, and for a session that cannot be made there is nothing to
+gain (session-13 sweep: a Llama in bf16, ``all`` split its batch x4 and OpenVINO, the one
+runtime that runs it, compiled 44 -> 55 MiB)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+from onnx import TensorProto, helper
+
+from memshrink.manager import PassContext
+from memshrink.transforms.chunk import ChunkPass
+
+
+def ffn(dtype: int) -> onnx.ModelProto:
+    """x [8, 256, 64] -> MatMul [64, 1024] -> Relu -> MatMul [1024, 64] -> Add x: 8 MiB
+    (bf16) of hidden activations along a batch axis chunk can split."""
+    ones = np.full(64 * 1024, 0.01, np.float32).tolist()
+    w1 = helper.make_tensor("w1", dtype, [64, 1024], ones)
+    w2 = helper.make_tensor("w2", dtype, [1024, 64], ones)
+    g = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w1"], ["a"]),
+            helper.make_node("Relu", ["a"], ["r"]),
+            helper.make_node("MatMul", ["r", "w2"], ["o"]),
+            helper.make_node("Add", ["o", "x"], ["y"]),
+        ],
+        "ffn",
+        [helper.make_tensor_value_info("x", dtype, [8, 256, 64])],
+        [helper.make_tensor_value_info("y", dtype, [8, 256, 64])],
+        [w1, w2],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    m.ir_version = 10
+    return onnx.shape_inference.infer_shapes(m)
+
+
+def test_a_bf16_model_is_left_whole_with_the_reason() -> None:
+    model = ir.from_proto(ffn(TensorProto.BFLOAT16))
+    before = [n.op_type for n in model.graph]
+    res = ChunkPass().run(model, PassContext())
+    assert not res.modified
+    assert (
+        "cannot run this model (no bfloat16 kernel for Add, MatMul, Relu)" in (res.stats["reason"])
+    )
+    assert [n.op_type for n in model.graph] == before
+
+
+def test_the_same_model_in_f32_is_still_chunked() -> None:
+    assert ChunkPass().run(ir.from_proto(ffn(TensorProto.FLOAT)), PassContext()).modified
