@@ -415,16 +415,22 @@ def test_scaled_counts_give_each_core_the_pieces_its_scores_need(tmp_path: Path)
             np.testing.assert_allclose(a, b, atol=1e-6, rtol=1e-6)
 
 
-def test_pass_offers_uneven_scaled_and_heads_candidates_at_batch_1(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("seq", "max_chunks", "heads"), [(50, 4, False), (3, 4, True)])
+def test_pass_offers_uneven_pieces_and_heads_only_where_rows_are_few(
+    tmp_path: Path, seq: int, max_chunks: int, heads: bool
+) -> None:
     src = tmp_path / "odd.onnx"
-    onnx.save_model(attention(seq=50), src)
+    onnx.save_model(attention(seq=seq), src)
     p = ChunkPass()
     p.options.modes = "batch"
-    p.options.max_chunks = 4
+    p.options.max_chunks = max_chunks
+    p.options.min_gain = 0.0
     res = p.run(load(src), PassContext(backend="ort", deploy_only=True))
     cands = res.stats["candidates"]
     qs = [c for c in cands if c.get("queries") and not c.get("heads") and "refused" not in c]
-    assert {c["chunks"] for c in qs} == {2, 4}  # 50 rows: 2 divides, 4 a shorter last piece
+    # 50 rows: 2 divides, 4 a shorter last piece; 3 rows: 2 (2 + 1 rows) and 3
+    assert {c["chunks"] for c in qs} == ({2, 4} if seq == 50 else {2, 3})
+    # heads only where the rows cannot give max_chunks pieces (3 < 4), not at 50 >= 4
     hs = [c for c in cands if c.get("heads") and "refused" not in c]
-    assert [c["chunks"] for c in hs] == [H]
+    assert [c["chunks"] for c in hs] == ([H] if heads else [])
     assert all("predicted_activations" in c for c in qs + hs)

@@ -895,8 +895,13 @@ class ChunkPass(Pass):
                     for scaled in (False, True):
                         self._try(model, context, shapes, candidates, seen, "queries", count,
                                   stagger, 0, 0, 0, queries=True, scaled=scaled)  # fmt: skip
-            # ... and along their heads (batch 1: no batch region for ``weightless.heads``)
-            nheads = 0 if batched else _query_rows(model, shapes, along="heads")
+            # ... and along their heads (batch 1: no batch region for ``weightless.heads``),
+            # only where the query rows cannot give max_chunks pieces (a decoder step, a short
+            # query over long keys): a heads piece holds as many scores as a query piece but
+            # slices Q, Kᵀ and V, and was predicted higher at every count on ViT-B/16 @224,
+            # CLIP B/16 @384 and a Whisper decoder (docs/chunk.md, "Uneven pieces")
+            few = not rows or largest < o.max_chunks
+            nheads = 0 if batched or not few else _query_rows(model, shapes, along="heads")
             for count in chunk_counts("batch", nheads, o.max_chunks, 1) if nheads else []:
                 self._try(model, context, shapes, candidates, seen, "queries", count, 0, 0, 0,
                           0, heads=True, queries=True)  # fmt: skip
