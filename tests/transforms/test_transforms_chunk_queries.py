@@ -434,3 +434,18 @@ def test_pass_offers_uneven_pieces_and_heads_only_where_rows_are_few(
     hs = [c for c in cands if c.get("heads") and "refused" not in c]
     assert [c["chunks"] for c in hs] == ([H] if heads else [])
     assert all("predicted_activations" in c for c in qs + hs)
+
+
+def test_a_scaled_layout_that_cuts_the_same_cores_alike_is_not_tried_twice(tmp_path: Path) -> None:
+    from memshrink.transforms.chunk import Duplicate
+
+    src = tmp_path / "two.onnx"
+    onnx.save_model(two_cores(64, 8), src)  # scores 64² and 8²: the small core 1/64
+    model = load(src)
+    _, est = _predict(model, PassContext())
+    seen: set[tuple] = set()
+    _, st = apply(model, _shapes(est), "queries", 4, 2, queries=True, seen=seen)
+    assert st.pieces == [4]  # the small core is under 1/QUERY_SHARE: whole
+    # scaled: ceil(4 × 1/64) = 1 piece for the small core, so the same rewrite
+    with pytest.raises(Duplicate):
+        apply(load(src), _shapes(est), "queries", 4, 2, queries=True, seen=seen, scaled=True)

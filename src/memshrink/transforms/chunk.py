@@ -380,7 +380,10 @@ def _apply_queries(
         raise Refuse(f"heads {sorted({cores.query_rows(r) for r in found})} not all "
                      f"divisible by {count}")  # fmt: skip
     if seen is not None:
-        key = (along, stagger, tuple((len(r.nodes), k) for r, k in zip(found, counts, strict=True)))
+        # the cores cut and their counts: a scaled layout that cuts the same cores alike is the
+        # uniform one (SAM: its windows get 1 piece either way)
+        cut = tuple((r.label, k) for r, k in zip(found, counts, strict=True) if k >= 2)
+        key = (along, stagger, cut)
         if key in seen:
             raise Duplicate(str(key))
         seen.add(key)
