@@ -323,3 +323,129 @@ def test_by_default_no_query_split_is_tried_where_a_batch_axis_exists(tmp_path: 
     p.options.guard_backends = p.options.prefer_backends = ""
     res = p.run(load(src), PassContext())
     assert not [c for c in res.stats["candidates"] if c.get("queries") or c.get("query_chunks")]
+
+
+@pytest.mark.parametrize("mask", ["padding", "causal"])
+def test_a_count_that_does_not_divide_the_rows_gives_a_shorter_last_piece(
+    tmp_path: Path, mask: str
+) -> None:
+    # 50 query rows in 4 pieces: ceil(50 / 4) = 13 rows each, the last 11 (ViT's 197 tokens
+    # have no divisor at all); the first three share one shape, so they reuse one buffer set
+    src, model, shapes = _loaded(tmp_path, seq=50, mask=mask)
+    _, st = apply(model, shapes, "queries", 4, 2, queries=True)
+    check_model(model)
+    assert st.pieces == [4]
+    rows = sorted(
+        n.outputs[0].shape[1]
+        for n in model.graph
+        if n.op_type == "Slice" and n.inputs[0].name == "q"
+    )
+    assert rows == [11, 13, 13, 13]
+    assert sum(n.op_type == "Softmax" for n in model.graph) == 4
+    out = tmp_path / "q4.onnx"
+    save_model(model, out)
+    feeds = _feeds(seq=50, mask=mask)
+    np.testing.assert_allclose(run_ort(out, feeds)[0], run_ort(src, feeds)[0], atol=1e-6, rtol=1e-6)
+
+
+def test_piece_edges_refuse_an_empty_last_piece(tmp_path: Path) -> None:
+    _, model, shapes = _loaded(tmp_path, seq=10)
+    (r,) = weightless.query_regions(model.graph, shapes, 18, "q")
+    assert weightless.piece_edges(r, 5) is None  # divides: equal pieces
+    assert weightless.piece_edges(r, 4) == [0, 3, 6, 9, 10]
+    with pytest.raises(rules.Refuse, match="no rows"):
+        weightless.piece_edges(r, 8)  # ceil(10 / 8) = 2 rows: 7 pieces cover 14 > 10
+
+
+def test_query_counts_are_divisors_and_powers_of_two() -> None:
+    from memshrink.transforms.chunk import query_counts
+
+    assert query_counts(197, 197, 16) == [2, 4, 8, 16]
+    assert query_counts(64, 4096, 16) == [2, 4, 8, 16]
+    assert query_counts(1500, 1500, 16) == [2, 3, 4, 5, 6, 8, 10, 12, 15, 16]
+    assert query_counts(5, 5, 16) == [2, 4, 5]
+
+
+def test_heads_at_batch_1_slice_kt_and_v_per_head_and_match(tmp_path: Path) -> None:
+    src, model, shapes = _loaded(tmp_path, seq=64)
+    _, st = apply(model, shapes, "queries", H, 2, queries=True, heads=True)
+    check_model(model)
+    assert st.pieces == [H]
+    assert sum(n.op_type == "Softmax" for n in model.graph) == H
+    # Q, Kᵀ and V sliced once per head (the heads axis); the padding mask read whole
+    for name in ("qt", "kt", "vt"):
+        assert sum(n.op_type == "Slice" and n.inputs[0].name == name for n in model.graph) == H
+    assert not any(n.op_type == "Slice" and n.inputs[0].name == "mask" for n in model.graph)
+    out = tmp_path / "h.onnx"
+    save_model(model, out)
+    feeds = _feeds(seq=64)
+    np.testing.assert_allclose(run_ort(out, feeds)[0], run_ort(src, feeds)[0], atol=1e-6, rtol=1e-6)
+
+
+def two_cores(big: int = 64, small: int = 32) -> onnx.ModelProto:
+    """Two independent attention layers (inputs ``a_x`` [1, big, E], ``b_x`` [1, small, E]),
+    outputs summed per layer: scores big² and small² (1/4 of the big one's at 64 / 32)."""
+    parts = [onnx.compose.add_prefix(attention(seq=s, mask="none"), p)
+             for p, s in (("a_", big), ("b_", small))]  # fmt: skip
+    g = helper.make_graph(
+        [n for m in parts for n in m.graph.node], "two",
+        [i for m in parts for i in m.graph.input], [o for m in parts for o in m.graph.output],
+        [t for m in parts for t in m.graph.initializer],
+    )  # fmt: skip
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    m.ir_version = 9
+    return onnx.shape_inference.infer_shapes(m)
+
+
+def test_scaled_counts_give_each_core_the_pieces_its_scores_need(tmp_path: Path) -> None:
+    src = tmp_path / "two.onnx"
+    onnx.save_model(two_cores(), src)
+    feeds = {"a_x": _feeds(64, "none")["x"], "b_x": _feeds(32, "none")["x"]}
+    ref = run_ort(src, feeds)
+    for scaled, pieces in ((False, [8, 8]), (True, [8, 2])):
+        model = load(src)
+        _, est = _predict(model, PassContext())
+        _, st = apply(model, _shapes(est), "queries", 8, 2, queries=True, scaled=scaled)
+        # big: 64² scores in 8 pieces of 512 rows² ... small (1/4): ceil(8 / 4) = 2 pieces
+        assert st.pieces == pieces
+        assert sum(n.op_type == "Softmax" for n in model.graph) == sum(pieces)
+        out = tmp_path / f"two{scaled}.onnx"
+        save_model(model, out)
+        for a, b in zip(run_ort(out, feeds), ref, strict=True):
+            np.testing.assert_allclose(a, b, atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize(("seq", "max_chunks", "heads"), [(50, 4, False), (3, 4, True)])
+def test_pass_offers_uneven_pieces_and_heads_only_where_rows_are_few(
+    tmp_path: Path, seq: int, max_chunks: int, heads: bool
+) -> None:
+    src = tmp_path / "odd.onnx"
+    onnx.save_model(attention(seq=seq), src)
+    p = ChunkPass()
+    p.options.modes = "batch"
+    p.options.max_chunks = max_chunks
+    p.options.min_gain = 0.0
+    res = p.run(load(src), PassContext(backend="ort", deploy_only=True))
+    cands = res.stats["candidates"]
+    qs = [c for c in cands if c.get("queries") and not c.get("heads") and "refused" not in c]
+    # 50 rows: 2 divides, 4 a shorter last piece; 3 rows: 2 (2 + 1 rows) and 3
+    assert {c["chunks"] for c in qs} == ({2, 4} if seq == 50 else {2, 3})
+    # heads only where the rows cannot give max_chunks pieces (3 < 4), not at 50 >= 4
+    hs = [c for c in cands if c.get("heads") and "refused" not in c]
+    assert [c["chunks"] for c in hs] == ([H] if heads else [])
+    assert all("predicted_activations" in c for c in qs + hs)
+
+
+def test_a_scaled_layout_that_cuts_the_same_cores_alike_is_not_tried_twice(tmp_path: Path) -> None:
+    from memshrink.transforms.chunk import Duplicate
+
+    src = tmp_path / "two.onnx"
+    onnx.save_model(two_cores(64, 8), src)  # scores 64² and 8²: the small core 1/64
+    model = load(src)
+    _, est = _predict(model, PassContext())
+    seen: set[tuple] = set()
+    _, st = apply(model, _shapes(est), "queries", 4, 2, queries=True, seen=seen)
+    assert st.pieces == [4]  # the small core is under 1/QUERY_SHARE: whole
+    # scaled: ceil(4 × 1/64) = 1 piece for the small core, so the same rewrite
+    with pytest.raises(Duplicate):
+        apply(load(src), _shapes(est), "queries", 4, 2, queries=True, seen=seen, scaled=True)

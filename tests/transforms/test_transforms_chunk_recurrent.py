@@ -129,3 +129,61 @@ def test_bidirectional_lstm_and_reverse_gru_split_along_the_batch(tmp_path: Path
     want, got = run_ort(src, _feeds()), run_ort(dst, _feeds())
     for a, b in zip(want, got, strict=True):  # chunk states atol 1e-4; measured exactly equal
         np.testing.assert_allclose(b, a, atol=1e-5, rtol=1e-5)
+
+
+def seq_first() -> onnx.ModelProto:
+    """torch ``LSTM(batch_first=False)`` as exported: X ``[T, B, IN]`` and ``h0`` / ``c0``
+    ``[1, B, H]`` graph inputs read by an LSTM in ONNX's default layout 0, its Y squeezed to
+    ``[T, B, H]`` and projected (a MatMul after: the batch on axis 1 throughout)."""
+    n = helper.make_node
+    nodes = [
+        n("LSTM", ["x", "W", "R", "B", "", "h0", "c0"], ["Y", "Yh", "Yc"], hidden_size=H),
+        n("Squeeze", ["Y", "ax1"], ["ys"]),
+        n("MatMul", ["ys", "P"], ["y"]),
+    ]  # fmt: skip
+    inits = [
+        _w("W", 1, 4 * H, IN), _w("R", 1, 4 * H, H), _w("B", 1, 8 * H), _w("P", H, 3),
+        numpy_helper.from_array(np.array([1], np.int64), "ax1"),
+    ]  # fmt: skip
+    info = helper.make_tensor_value_info
+    g = helper.make_graph(
+        nodes, "seqfirst",
+        [info("x", TensorProto.FLOAT, [T, B, IN]), info("h0", TensorProto.FLOAT, [1, B, H]),
+         info("c0", TensorProto.FLOAT, [1, B, H])],
+        [info("y", TensorProto.FLOAT, [T, B, 3]), info("Yh", TensorProto.FLOAT, [1, B, H]),
+         info("Yc", TensorProto.FLOAT, [1, B, H])],
+        inits,
+    )  # fmt: skip
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_seq_first_inputs_are_entered_at_their_batch_axis(tmp_path: Path) -> None:
+    from memshrink.transforms.chunk import batch_axis
+
+    m = ir.from_proto(seq_first())
+    assert [batch_axis(v) for v in m.graph.inputs] == [0, 0, 0]  # RECURRENT_OK unset
+    token = rules.RECURRENT_OK.set(True)
+    try:
+        assert [batch_axis(v) for v in m.graph.inputs] == [1, 1, 1]
+    finally:
+        rules.RECURRENT_OK.reset(token)
+    src, dst = tmp_path / "sf.onnx", tmp_path / "out.onnx"
+    onnx.save(seq_first(), src)
+    model, report = _chunk(src, PassContext(backend="ort", deploy_only=True))
+    stats = report.passes[0].stats
+    assert report.passes[0].modified, stats
+    k = stats["chunks"]
+    assert k >= 2 and B % k == 0 and set(stats["region_outputs"]) == {"y", "Yh", "Yc"}
+    assert [x.op_type for x in model.graph].count("LSTM") == k
+    # X sliced on axis 1 (the batch), not 0 (the sequence): every piece keeps all T steps
+    xs = [x for x in model.graph if x.op_type == "Slice" and x.inputs[0].name == "x"]
+    assert len(xs) == k and all(x.outputs[0].shape[0] == T for x in xs)
+    memshrink.save(model, dst)
+    rng = np.random.default_rng(4)
+    feeds = {"x": rng.standard_normal((T, B, IN)).astype(np.float32),
+             "h0": rng.standard_normal((1, B, H)).astype(np.float32),
+             "c0": rng.standard_normal((1, B, H)).astype(np.float32)}  # fmt: skip
+    for a, b in zip(run_ort(src, feeds), run_ort(dst, feeds), strict=True):
+        np.testing.assert_allclose(b, a, atol=1e-5, rtol=1e-5)

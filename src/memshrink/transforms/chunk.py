@@ -137,17 +137,37 @@ def entries_for(
     out: dict[ir.Value, int] = {}
     g = model.graph
     if mode == "batch":
-        cands = [(v, shapes.get(v.name or "")) for v in g.inputs if v.name not in g.initializers]
-        sizes = [s[0] for _, s in cands if s and len(s) >= 1 and s[0] >= 2]
+        cands = [(v, batch_axis(v), shapes.get(v.name or ""))
+                 for v in g.inputs if v.name not in g.initializers]  # fmt: skip
+        sizes = [s[a] for _, a, s in cands if s and len(s) > a and s[a] >= 2]
         if not sizes:
             return {}
         n = max(set(sizes), key=sizes.count)
-        return {v: 0 for v, s in cands if s and len(s) >= 1 and s[0] == n}
+        return {v: a for v, a, s in cands if s and len(s) > a and s[a] == n}
     for v in g.inputs:
         s = shapes.get(v.name or "")
         if v.name not in g.initializers and s and len(s) == 4 and s[axis] >= 2:
             out[v] = axis
     return out
+
+
+def batch_axis(v: ir.Value) -> int:
+    """The batch axis of graph input ``v``: 1 where every reader is a recurrent op that takes it
+    as X, ``initial_h`` or ``initial_c`` in ONNX's default layout 0 (``[seq, batch, in]``,
+    ``[dirs, batch, hidden]``: a torch ``LSTM(batch_first=False)`` export) and recurrent ops
+    may be split (``rules.RECURRENT_OK``, ``optimize --backend ort``); else 0.
+
+    Why: batch mode entered every input at axis 0, which for a seq-first input is the
+    sequence: the region stopped at the LSTM, which runs its recurrence along that axis."""
+    uses = list(v.uses())
+    if not uses or not rules.RECURRENT_OK.get():
+        return 0
+    for u in uses:
+        n = u.node
+        seq_first = n.op_type in rules.RECURRENT and not n.attributes.get_int("layout", 0)
+        if not seq_first or u.idx not in (0, 5, 6):
+            return 0
+    return 1
 
 
 def _largest(region: Region) -> int:
@@ -194,6 +214,7 @@ def apply(
     heads: bool = False,
     queries: bool = False,
     query_chunks: int = 0,
+    scaled: bool = False,
 ) -> tuple[Region, RewriteStats]:
     """Find the region of ``mode`` in ``model`` and rewrite it in ``count`` chunks (in place).
 
@@ -212,14 +233,16 @@ def apply(
     batch region's weight-free cores (attention: Q, K, V outputs to the output projection's
     input), one rewrite per core, so no weight gets a second reader (``chunking.weightless``).
     ``queries`` cuts those cores along their query rows instead, Kᵀ and V read whole by every
-    piece (``weightless.queries``; no batch axis needed). ``query_chunks`` > 0 (with
-    ``heads``) then cuts every heads piece along its query rows into that many pieces.
+    piece (``weightless.queries``; no batch axis needed); with ``heads`` along their heads
+    instead (batch 1: no batch region needed), with ``scaled`` each core its own count
+    (``weightless.piece_counts``). ``query_chunks`` > 0 (with ``heads``, not ``queries``) then
+    cuts every heads piece along its query rows into that many pieces.
     """
     spec = specialize(model, shapes)
     if queries:
         if end or cut or trim or overlap or distinct or cone or inner:
             raise Refuse("a query split is a split of the attention cores only")
-        return _apply_queries(model, shapes, count, stagger, seen, spec)
+        return _apply_queries(model, shapes, count, stagger, seen, spec, scaled, heads)
     if cone:
         end_v = next((y for n in model.graph for y in n.outputs if y.name == cone), None)
         if end_v is None or mode != "spatial" or overlap or trim:
@@ -337,25 +360,43 @@ def _query_pieces(model: ir.Model, shapes: dict[str, tuple[int, ...] | None], la
 
 def _apply_queries(
     model: ir.Model, shapes: dict[str, tuple[int, ...] | None], count: int, stagger: int,
-    seen: set[tuple] | None, spec: dict[str, int],
+    seen: set[tuple] | None, spec: dict[str, int], scaled: bool = False, heads: bool = False,
 ) -> tuple[Region, RewriteStats]:  # fmt: skip
     """Rewrite the query stretch of every core with large scores (``weightless.query_regions``)
-    in ``count`` pieces; their stats summed, the first region returned (for its stops)."""
+    in ``count`` pieces; their stats summed, the first region returned (for its stops).
+
+    ``scaled``: each core its own count (``weightless.piece_counts``), every core considered.
+    A count that does not divide a core's rows gives it a shorter last piece
+    (``weightless.piece_edges``). ``heads``: the cores cut along their heads instead
+    (``weightless.heads_of``; equal pieces only)."""
     graph = model.graph
-    found = cores.query_regions(graph, shapes, _opset(model), f"q{count}")
+    along = "heads" if heads else "queries"
+    share = 0 if scaled else cores.QUERY_SHARE
+    found = cores.query_regions(graph, shapes, _opset(model), f"q{count}", share, along)
     if not found:
-        raise Refuse("no attention core can be cut along its query rows")
-    rows = [cores.query_rows(r) for r in found]
-    if any(e % count for e in rows):
-        raise Refuse(f"query rows {sorted(set(rows))} not all divisible by {count}")
+        raise Refuse(f"no attention core can be cut along its {along}")
+    counts = cores.piece_counts(found, count, scaled)
+    if heads and any(cores.query_rows(r) % k for r, k in zip(found, counts, strict=True)):
+        raise Refuse(f"heads {sorted({cores.query_rows(r) for r in found})} not all "
+                     f"divisible by {count}")  # fmt: skip
     if seen is not None:
-        key = ("queries", count, stagger, tuple(len(r.nodes) for r in found))
+        # the cores cut and their counts: a scaled layout that cuts the same cores alike is the
+        # uniform one (SAM: its windows get 1 piece either way)
+        cut = tuple((r.label, k) for r, k in zip(found, counts, strict=True) if k >= 2)
+        key = (along, stagger, cut)
         if key in seen:
             raise Duplicate(str(key))
         seen.add(key)
     total = RewriteStats(count, 0, 0, 0, 0, 0, specialized=spec)
-    for r in found:
-        total.add(rewrite(graph, r, count, stagger))
+    pieces: list[int] = []
+    for r, k in zip(found, counts, strict=True):
+        if k < 2:
+            continue
+        total.add(rewrite(graph, r, k, stagger, edges=cores.piece_edges(r, k)))
+        pieces.append(k)
+    if not pieces:
+        raise Refuse(f"no attention core is cut at {count}")
+    total.pieces = pieces
     return found[0], total
 
 
@@ -367,7 +408,7 @@ def _trial(model: ir.Model, shapes: dict[str, tuple[int, ...] | None], c: dict[s
           c.get("cut", 0), end=c.get("end", ""), overlap=c.get("overlap", False),
           inner=_inner(c), cone=c.get("cone", ""), weightless=c.get("weightless", False),
           heads=c.get("heads", False), queries=c.get("queries", False),
-          query_chunks=c.get("query_chunks", 0))  # fmt: skip
+          query_chunks=c.get("query_chunks", 0), scaled=c.get("scaled", False))  # fmt: skip
     return trial
 
 
@@ -415,14 +456,35 @@ def _cone_ends(
     ]
 
 
-def _query_rows(model: ir.Model, shapes: dict[str, tuple[int, ...] | None]) -> int:
-    """The query rows every large-scores core can be cut along evenly (their gcd), or 0 when
-    no core can be cut along its query rows (``weightless.query_regions``)."""
+def _query_rows(model: ir.Model, shapes: dict[str, tuple[int, ...] | None],
+                along: str = "queries") -> int:  # fmt: skip
+    """The query rows (``along="heads"``: the heads) every large-scores core can be cut along
+    evenly (their gcd), or 0 when no core can be cut so (``weightless.query_regions``)."""
+    trial = clone_with_meta(model)
+    specialize(trial, shapes)
+    found = cores.query_regions(trial.graph, shapes, _opset(trial), "q", along=along)
+    rows = [cores.query_rows(r) for r in found]
+    return math.gcd(*rows) if rows else 0
+
+
+def _query_largest_rows(model: ir.Model, shapes: dict[str, tuple[int, ...] | None]) -> int:
+    """The output rows of the core with the largest scores (0: none can be cut): the most
+    pieces a query split can have."""
     trial = clone_with_meta(model)
     specialize(trial, shapes)
     found = cores.query_regions(trial.graph, shapes, _opset(trial), "q")
-    rows = [cores.query_rows(r) for r in found]
-    return math.gcd(*rows) if rows else 0
+    if not found:
+        return 0
+    return cores.out_rows(max(found, key=cores.scores_elems))
+
+
+def query_counts(rows: int, largest: int, max_chunks: int) -> list[int]:
+    """Query-split counts tried: the divisors of ``rows`` (equal pieces) and the powers of two
+    (a shorter last piece where they do not divide: ViT's 197 tokens), up to ``max_chunks``
+    and the largest core's rows."""
+    top = min(max_chunks, largest)
+    even = {k for k in range(2, top + 1) if rows and rows % k == 0}
+    return sorted(even | {2**i for i in range(1, top.bit_length()) if 2**i <= top})
 
 
 def _weightless_layouts(
@@ -667,6 +729,7 @@ class ChunkPass(Pass):
         heads: bool = False,
         queries: bool = False,
         query_chunks: int = 0,
+        scaled: bool = False,
     ) -> None:
         """Rewrite one candidate layout on a clone and predict it; appended to ``candidates``
         (with ``refused`` when it cannot apply or costs over ``max_extra_flops``)."""
@@ -681,6 +744,7 @@ class ChunkPass(Pass):
             + (" along the heads" if heads else "")
             + (", attention cores along the query rows" if queries else "")
             + (f", each heads piece in {query_chunks} query pieces" if query_chunks else "")
+            + (", each core its own count" if scaled else "")
             + ")"
         )
         cand: dict[str, Any] = {
@@ -701,12 +765,14 @@ class ChunkPass(Pass):
             cand["queries"] = True
         if query_chunks:
             cand["query_chunks"] = query_chunks
+        if scaled:
+            cand["scaled"] = True
         trial = clone_with_meta(model)
         try:
             region, st = apply(
                 trial, shapes, mode, count, o.spatial_axis, stagger, trim, distinct, cut,
                 seen, end=end, overlap=bool(end), inner=inner, cone=cone, weightless=weightless,
-                heads=heads, queries=queries, query_chunks=query_chunks,
+                heads=heads, queries=queries, query_chunks=query_chunks, scaled=scaled,
             )  # fmt: skip
             cand.update(
                 extra_flops=round(st.extra_flops, 4),
@@ -716,6 +782,8 @@ class ChunkPass(Pass):
             )
             if st.edges:
                 cand["edges"] = st.edges
+            if st.pieces:
+                cand["pieces"] = st.pieces
             if st.extra_flops > o.max_extra_flops:  # refused: no estimate needed
                 cand["refused"] = (
                     f"extra compute {st.extra_flops:.0%} over max_extra_flops "
@@ -832,10 +900,24 @@ class ChunkPass(Pass):
                 candidates.append(
                     {"mode": "queries", "queries": True, "refused": "no query-row split"}
                 )
-            for count in chunk_counts("batch", rows, o.max_chunks, 1) if rows else []:
+            largest = _query_largest_rows(model, shapes) if rows else 0
+            # each count once for the large cores alike, once for every core its own count
+            # (``weightless.piece_counts``; a duplicate where the cores are all alike)
+            for count in query_counts(rows, largest, o.max_chunks) if rows else []:
                 for stagger in STAGGERS["queries"]:
-                    self._try(model, context, shapes, candidates, seen, "queries", count,
-                              stagger, 0, 0, 0, queries=True)  # fmt: skip
+                    for scaled in (False, True):
+                        self._try(model, context, shapes, candidates, seen, "queries", count,
+                                  stagger, 0, 0, 0, queries=True, scaled=scaled)  # fmt: skip
+            # ... and along their heads (batch 1: no batch region for ``weightless.heads``),
+            # only where the query rows cannot give max_chunks pieces (a decoder step, a short
+            # query over long keys): a heads piece holds as many scores as a query piece but
+            # slices Q, Kᵀ and V, and was predicted higher at every count on ViT-B/16 @224,
+            # CLIP B/16 @384 and a Whisper decoder (docs/chunk.md, "Uneven pieces")
+            few = not rows or largest < o.max_chunks
+            nheads = 0 if batched or not few else _query_rows(model, shapes, along="heads")
+            for count in chunk_counts("batch", nheads, o.max_chunks, 1) if nheads else []:
+                self._try(model, context, shapes, candidates, seen, "queries", count, 0, 0, 0,
+                          0, heads=True, queries=True)  # fmt: skip
         stats: dict[str, Any] = {"predicted_activations_before": base, "candidates": candidates}
         ok = [c for c in candidates if "refused" not in c]
         if not ok:
@@ -878,6 +960,7 @@ class ChunkPass(Pass):
             overlap=pick.get("overlap", False), inner=_inner(pick), cone=pick.get("cone", ""),
             weightless=pick.get("weightless", False), heads=pick.get("heads", False),
             queries=pick.get("queries", False), query_chunks=pick.get("query_chunks", 0),
+            scaled=pick.get("scaled", False),
         )  # fmt: skip
         stats.update(
             mode=pick["mode"],
@@ -911,4 +994,8 @@ class ChunkPass(Pass):
             stats["queries"] = True
         if pick.get("query_chunks"):
             stats["query_chunks"] = pick["query_chunks"]
+        if pick.get("scaled"):
+            stats["scaled"] = True
+        if st.pieces:
+            stats["pieces"] = st.pieces
         return stats, True, pick["predicted_activations"]

@@ -37,6 +37,7 @@ class RewriteStats:
     reblocked: list[str] = field(default_factory=list)  # outputs re-blocked (``reblock``)
     entries: list[list[ir.Value]] = field(default_factory=list)  # per chunk: its sliced inputs
     copies: list[dict[str, ir.Value]] = field(default_factory=list)  # per chunk: name -> copy
+    pieces: list[int] = field(default_factory=list)  # per query/heads core cut: its count
 
     def add(self, other: RewriteStats) -> None:
         """Sum another region's rewrite into this total (several cores rewritten as one layout)."""

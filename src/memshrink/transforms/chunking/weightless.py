@@ -159,7 +159,18 @@ def heads(core: Region, graph: ir.Graph, shapes: Mapping[str, Shape | None], ops
     and read the mask whole where it broadcasts), kept inside ``core`` and required to leave
     one value, so it stays convex; the Reshape/Transpose of Q, K, V and of the output,
     where the heads are not an axis, run whole between the projections."""
-    mm = _activation_matmul(core, graph)
+    return heads_of(core.nodes, graph, shapes, opset, label)
+
+
+def heads_of(nodes: list[ir.Node], graph: ir.Graph, shapes: Mapping[str, Shape | None],
+             opset: int, label: str) -> Region:  # fmt: skip
+    """``heads`` for a core given as its nodes (``graph_cores``: no batch region needed).
+
+    Why at batch 1: where the queries are few but heads × keys is large (a decoder's
+    cross-attention over 1500 encoder frames) the query rows leave little to cut; the heads
+    are as independent there as at any batch."""
+    mm = next((n for n in nodes if n.op_type == "MatMul"
+               and not any(_constant(x, graph) for x in n.inputs)), None)  # fmt: skip
     if mm is None:
         raise Refuse("the core has no MatMul between activations")
     shape = shapes.get(mm.outputs[0].name or "")
@@ -167,13 +178,13 @@ def heads(core: Region, graph: ir.Graph, shapes: Mapping[str, Shape | None], ops
         raise Refuse("the core's MatMul has no inner batch axis")
     entries = {x: 1 for x in mm.inputs if x is not None}
     grown = discover(graph, shapes, opset, entries, label, min_extent=2)
-    inside = set(core.nodes)
-    nodes = [n for n in grown.nodes if n in inside]
-    if mm not in nodes:
+    inside = set(nodes)
+    keep = [n for n in grown.nodes if n in inside]
+    if mm not in keep:
         raise Refuse(f"{mm.name} cannot be chunked along axis 1")
-    r = _close(label, nodes, grown.axes, grown.in_axes, grown.out_axis, grown.facts, {})
+    r = _close(label, keep, grown.axes, grown.in_axes, grown.out_axis, grown.facts, {})
     if len(r.outputs) != 1:
-        raise Refuse(f"the heads stretch of {core.label} leaves {len(r.outputs)} values")
+        raise Refuse(f"the heads stretch of {label} leaves {len(r.outputs)} values")
     return r
 
 
@@ -293,19 +304,67 @@ def scores_elems(r: Region) -> int:
 
 
 def query_regions(graph: ir.Graph, shapes: Mapping[str, Shape | None], opset: int,
-                  label: str) -> list[Region]:  # fmt: skip
-    """The query regions of the graph's cores whose scores are at least 1/QUERY_SHARE of the
-    largest one's (file order); cores that cannot be split are left whole."""
+                  label: str, share: int = QUERY_SHARE, along: str = "queries",
+                  ) -> list[Region]:  # fmt: skip
+    """The query regions (``along="heads"``: heads regions, ``heads_of``) of the graph's cores
+    whose scores are at least 1/``share`` of the largest one's (file order; ``share`` 0: all);
+    cores that cannot be split are left whole."""
+    cut = queries if along == "queries" else heads_of
     found: list[Region] = []
     for i, nodes in enumerate(graph_cores(graph)):
         try:
-            found.append(queries(nodes, graph, shapes, opset, f"{label}q{i}"))
+            found.append(cut(nodes, graph, shapes, opset, f"{label}{along[0]}{i}"))
         except Refuse:
             continue
+    if not found or not share:
+        return found
+    top = max(scores_elems(r) for r in found)
+    return [r for r in found if scores_elems(r) * share >= top]
+
+
+def piece_counts(found: list[Region], count: int, scaled: bool) -> list[int]:
+    """How many pieces each query region gets when the largest scores are cut in ``count``.
+
+    ``scaled=False``: ``count`` for every core whose scores hold at least 1/QUERY_SHARE of the
+    largest's, the others whole (1). ``scaled=True``: each core the fewest pieces whose scores
+    are no larger than a piece of the largest core's, ``ceil(count × scores / top)``, capped
+    by its rows. Why: the peak is the largest piece; cutting a smaller core (Swin's windows
+    beside a global layer, a decoder's self-attention beside its cross-attention) finer than
+    that lowers no peak and costs per-piece nodes (OpenVINO compiles a kernel per piece), and
+    a core under the 1/QUERY_SHARE line may still hold the peak once the largest is cut."""
     if not found:
         return []
     top = max(scores_elems(r) for r in found)
-    return [r for r in found if scores_elems(r) * QUERY_SHARE >= top]
+    if not scaled:
+        return [count if scores_elems(r) * QUERY_SHARE >= top else 1 for r in found]
+    return [max(1, min(count, out_rows(r), -(-count * scores_elems(r) // top))) for r in found]
+
+
+def out_rows(r: Region) -> int:
+    """The chunk-axis extent of a region's (single) output: the rows its pieces deliver."""
+    v = r.outputs[0]
+    p = v.producer()
+    assert p is not None and v.index() is not None
+    s = r.facts[p].out_shapes[v.index()]  # type: ignore[index]
+    return s[r.axes[v]] if s is not None else 0
+
+
+def piece_edges(r: Region, count: int) -> list[int] | None:
+    """Edges of ``count`` pieces of a region's output rows: ``None`` (equal pieces) when
+    ``count`` divides every sliced input's rows, else ``ceil(rows / count)`` rows a piece and
+    a shorter last one (ViT-B/16's 197 tokens ×4: 50, 50, 50, 47).
+
+    Why the short piece last: ONNX Runtime's planner hands a freed buffer only to a tensor of
+    the same shape, so the first ``count - 1`` pieces reuse each other's buffers; the smaller
+    last piece fits in what they freed. Near-equal pieces (49, 49, 49, 50) would end on a
+    larger one that fits nowhere. ``Refuse`` when the last piece would be empty."""
+    if query_rows(r) % count == 0:
+        return None
+    n = out_rows(r)
+    step = -(-n // count)
+    if step * (count - 1) >= n:
+        raise Refuse(f"{count} pieces of {step} rows leave no rows of {n} for the last one")
+    return [min(k * step, n) for k in range(count + 1)]
 
 
 def query_rows(r: Region) -> int:
