@@ -22,7 +22,7 @@ from memshrink.transforms.chunking.channels import split_channels
 N, S, H, F = 2, 64, 32, 128  # batch, seq, width, hidden width
 
 
-def _mlp(gelu: str = "tanh", batch: int | str = N) -> onnx.ModelProto:
+def _mlp(gelu: str = "tanh", batch: int | str = "batch", seq: int | str = "seq") -> onnx.ModelProto:
     """LayerNorm -> MatMul + bias -> GELU (``tanh``: the TorchScript exporter's 8 ops with
     ``x * x * x``; ``erf``: ``x * 0.5 * (1 + erf(x / sqrt 2))``; ``swish``: x * Sigmoid(x))
     -> MatMul + bias -> residual Add."""
@@ -72,7 +72,7 @@ def _mlp(gelu: str = "tanh", batch: int | str = N) -> onnx.ModelProto:
         helper.make_node("Add", ["b2", "r0"], ["r"]),
         helper.make_node("Add", ["x", "r"], ["y"]),
     ]
-    dims = [batch, "seq", H]
+    dims = [batch, seq, H]
     g = helper.make_graph(
         nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, dims)], inits,
@@ -183,3 +183,13 @@ def test_channel_split_keeps_symbolic_dims(tmp_path) -> None:
     assert [str(d) for d in vals["a__ch0"].shape] == ["batch", "seq", str(F // 2)]
     assert vals["g__ch1"].shape is None  # undeclared in the original: left to the runtime
     assert vals["r0__ch0"].shape is None
+
+
+def test_channel_split_of_a_static_model_declares_the_bound_shapes() -> None:
+    """Static inputs: the pieces declare their bound shapes, as before session 13."""
+    proto = _mlp(batch=N, seq=S)
+    model = ir.serde.deserialize_model(proto)
+    split_channels(model.graph, _shapes(proto), 2)
+    vals = {v.name: v for n in model.graph for v in n.outputs}
+    assert list(vals["g__ch1"].shape) == [N, S, F // 2]
+    assert list(vals["r0__ch0"].shape) == [N, S, H]

@@ -929,9 +929,16 @@ def mha_dynamic_count(g: GraphInfo) -> int:
 
 
 def ov_buffers(
-    g: GraphInfo, order: Sequence[int], dynamic: bool = True, precision: str = "f32"
+    g: GraphInfo,
+    order: Sequence[int],
+    dynamic: bool = True,
+    precision: str = "f32",
+    gelu: bool = True,
 ) -> list[Buffer]:
     """Activation buffers after the plugin's fusions.
+
+    ``gelu``: plan a decomposed GELU as one op (``ov_gelu``); the ORT OpenVINO EP's
+    partitioned workspaces keep the op-by-op plan their factors were fitted on.
 
     A fused edge shares one buffer with the fused node's output (alive from the producer's
     step); a residual sum written in place shares the overwritten input's buffer; attention
@@ -999,7 +1006,7 @@ def ov_buffers(
                 and pos.get(consumer) == last
             ):
                 over_input[f.other] = f.into  # the sum goes over the input's reordered copy
-    gels = ov_gelu.gelus(g)
+    gels = ov_gelu.gelus(g) if gelu else []
     for gl in gels:  # one Gelu op; on an FC's output, that FC's post-op
         be = owner.get(gl.output)
         if be is None:
