@@ -44,7 +44,15 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from memshrink.estimate import ov_kinds, ov_layout, ov_read, ov_read_pages, ov_slices
+from memshrink.estimate import (
+    ov_eltwise,
+    ov_gelu,
+    ov_kinds,
+    ov_layout,
+    ov_read,
+    ov_read_pages,
+    ov_slices,
+)
 from memshrink.estimate.disjoint import find_root
 from memshrink.estimate.graph import GraphInfo, ModelView, NodeInfo, TensorInfo
 from memshrink.estimate.host import normalize_precision, ov_default_precision
@@ -921,9 +929,16 @@ def mha_dynamic_count(g: GraphInfo) -> int:
 
 
 def ov_buffers(
-    g: GraphInfo, order: Sequence[int], dynamic: bool = True, precision: str = "f32"
+    g: GraphInfo,
+    order: Sequence[int],
+    dynamic: bool = True,
+    precision: str = "f32",
+    gelu: bool = True,
 ) -> list[Buffer]:
     """Activation buffers after the plugin's fusions.
+
+    ``gelu``: plan a decomposed GELU as one op (``ov_gelu``); the ORT OpenVINO EP's
+    partitioned workspaces keep the op-by-op plan their factors were fitted on.
 
     A fused edge shares one buffer with the fused node's output (alive from the producer's
     step); a residual sum written in place shares the overwritten input's buffer; attention
@@ -991,11 +1006,39 @@ def ov_buffers(
                 and pos.get(consumer) == last
             ):
                 over_input[f.other] = f.into  # the sum goes over the input's reordered copy
+    gels = ov_gelu.gelus(g) if gelu else []
+    for gl in gels:  # one Gelu op; on an FC's output, that FC's post-op
+        be = owner.get(gl.output)
+        if be is None:
+            continue
+        inner = set(gl.inner)
+        for name in gl.inner:
+            bt = owner.get(name)
+            if bt is not None and bt is not be and set(bt.tensors) <= inner:
+                bt.size = 0
+        bx = owner.get(gl.x)
+        made = [g.tensors[n].producer for n in bx.tensors if n in g.tensors] if bx else []
+        if (
+            bx is not None
+            and bx is not be
+            and not bx.is_output
+            and any(p is not None and g.nodes[p].op_type in HEADS for p in made)
+        ):
+            merge(be, bx, max(be.size, bx.size))
+    # a chain of element-wise ops on activations is one Eltwise node: its inputs live until
+    # its last member runs (a channel split's partial sums, ``ov_eltwise``)
+    in_gelu = {
+        g.tensors[t].producer for gl in gels for t in [*gl.inner, gl.output] if t in g.tensors
+    }
+    chains = ov_eltwise.fused_eltwise(g, {p for p in in_gelu if p is not None})
+    chain_read = ov_eltwise.extend_lifetimes(g, chains, owner, pos)
     half = precision != "f32"
     if half:
         tail = precision_tail(g)
         back = ov_slices.f32_concat_inputs(g, tail)  # converted to f32 per core for a Concat
         gathered = weight_gathers(g)
+        # ... and an f32 fused Eltwise reads its inputs' f32 copies (a Reorder after each)
+        back |= {t for c in chains if c.output in tail for t in c.inputs if t in chain_read}
         for b in list(bufs):
             floats = [g.tensors[t].elem_type == FLOAT for t in b.tensors if t in g.tensors]
             in_tail = any(t in tail or t in back for t in b.tensors)

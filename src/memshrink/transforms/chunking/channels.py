@@ -27,7 +27,6 @@ import numpy as np
 import onnx_ir as ir
 
 from memshrink.transforms.chunking.rewrite import META_KEY, _Namer
-from memshrink.transforms.chunking.rewrite import _with_extent as _with
 from memshrink.transforms.weight_io import read_slice
 
 Shape = tuple[int, ...]
@@ -436,6 +435,29 @@ class _Consts:
         return out
 
 
+def _declared(
+    v: ir.Value, bound: Shape | None, axis: int | None = None, n: int = 0
+) -> ir.Shape | None:
+    """The shape a slice of ``v`` declares: the bound shape ``bound`` (given when the model's
+    inputs are static, as before), else ``v``'s own declared shape (symbolic dims kept) with
+    the channel extent ``n`` on ``axis``, or none where ``v`` declares none.
+
+    Why not the bound shape: in a model whose inputs stay symbolic, pieces declared
+    ``[8, 256, 512]`` beside ``[batch, seq, 256]`` tensors made the runtimes plan them apart.
+    TorchScript 4-block MLPs split x4 (b8x256): ORT CPU run 3 89 -> 87 MiB, the ORT OpenVINO
+    EP 129 -> 113 (its session 97 -> 85), OpenVINO 97 -> 102 with the shapes left symbolic
+    (docs/estimate.md, "Session 13: split transformer MLPs")."""
+    src = bound if bound is not None else v.shape
+    if src is None:
+        return None
+    dims = list(src)
+    if axis is not None:
+        if not -len(dims) <= axis < len(dims):
+            return None
+        dims[axis] = n
+    return ir.Shape(dims)
+
+
 def split_block(
     graph: ir.Graph,
     block: Block,
@@ -444,9 +466,11 @@ def split_block(
     name: _Namer,
     consts: _Consts,
     order: str = SERIAL,
+    bound: bool = True,
 ) -> int:
     """Rewrite ``block`` as ``count`` channel slices whose reduce results are summed; returns
-    the number of nodes written. ``order`` is the file order of the new nodes: ``SERIAL``
+    the number of nodes written. ``bound``: the new values declare the bound ``shapes`` (a
+    model with static inputs), else what the originals declare (``_declared``). ``order`` is the file order of the new nodes: ``SERIAL``
     writes the slices one after another, each followed by the Add that accumulates it;
     ``REVERSED`` writes the last slice first and the Adds after all slices. Why both: ORT's
     DEFAULT order is a reverse DFS that runs the highest-index producer of a join first, so
@@ -504,7 +528,7 @@ def split_block(
             known[h] = _out_type(ex, known)  # type: ignore[assignment]
         hk = ir.Value(
             name=name(f"{h.name}__ch{k}"),
-            shape=ir.Shape(list(_with(hs, block.axes[h], hi - lo))),
+            shape=_declared(h, hs if bound else None, block.axes[h], hi - lo),
             type=_type_of(h, known),
         )
         add_node(ex.op_type, ins, [hk], ex, k, attrs_of(ex))
@@ -524,7 +548,7 @@ def split_block(
                 known[y] = _out_type(node, known)  # type: ignore[assignment]
             yk = ir.Value(
                 name=name(f"{y.name}__ch{k}"),
-                shape=ir.Shape(list(_with(ys, block.axes[y], hi - lo))),
+                shape=_declared(y, ys if bound else None, block.axes[y], hi - lo),
                 type=_type_of(y, known),
             )
             repl = {"group": hi - lo} if node.op_type == "Conv" else {}
@@ -544,7 +568,9 @@ def split_block(
         if k == 0 and len(rd.inputs) > 2 and rd.inputs[2] is not None:
             ins.append(consts.whole(rd.inputs[2]))
         part = ir.Value(
-            name=name(f"{red_out.name}__ch{k}"), shape=ir.Shape(list(red_shape)), type=red_type
+            name=name(f"{red_out.name}__ch{k}"),
+            shape=_declared(red_out, red_shape if bound else None),
+            type=red_type,
         )
         add_node(rd.op_type, ins, [part], rd, k, attrs_of(rd))
         parts.append(new[first:])
@@ -553,7 +579,7 @@ def split_block(
         else:
             s = ir.Value(
                 name=name(f"{red_out.name}__sum{k}"),
-                shape=ir.Shape(list(red_shape)),
+                shape=_declared(red_out, red_shape if bound else None),
                 type=red_type,
             )
             add_node("Add", [acc, part], [s], None, k)
@@ -605,12 +631,18 @@ def split_channels(
     channel slices (blocks narrower than ``count * min_slice`` channels are left whole), the
     new nodes written in ``order`` (``split_block``)."""
     st = SplitStats()
+    bound = not any(
+        not isinstance(d, int)
+        for v in graph.inputs
+        if v.name not in graph.initializers and v.shape is not None
+        for d in v.shape
+    )
     name = _Namer(graph)
     consts = _Consts(graph, name)
     for block in find_blocks(graph, shapes):
         if block.hidden_bytes < min_bytes or block.channels < count * min_slice:
             continue
-        st.nodes_added += split_block(graph, block, count, shapes, name, consts, order)
+        st.nodes_added += split_block(graph, block, count, shapes, name, consts, order, bound)
         st.blocks += 1
         st.hidden_channels.append(block.channels)
         st.labels.append(block.label)
