@@ -1286,6 +1286,10 @@ def predict(
     syncs = sync_steps(g, positions(order)) if dynamic else []
     planners["ov_nonoverlapping_sets"] = nonoverlapping_sets(bufs, syncs)
     act = planners["ov_nonoverlapping_sets" if dynamic else "ov_memory_solver"]
+    # The same plan without the graph outputs' own edges, for the ORT OpenVINO EP, which counts
+    # its outputs itself (ORT's tensor, and OpenVINO's under dynamic dims: ``ep_output_copies``)
+    inner = [b for b in bufs if not b.is_output]
+    act_inner = nonoverlapping_sets(inner, syncs) if dynamic else greedy_by_size(inner)[0]
     # Weights stored in the .onnx are not structure (an embedded file's tensors can read as
     # external to onnx-ir, which maps them: go by how the file stores them).
     inside = view.weight_bytes if view.embedded else view.weight_bytes - view.external_weight_bytes
@@ -1481,6 +1485,7 @@ def predict(
         "mha_wide": n_mha_wide,
         "lib_pages": lib,
         "freed_after_compile": freed,
+        "activations_without_outputs": act_inner,
     }
     stages = [rd, cm, first, run]
     return BackendPrediction(
