@@ -84,6 +84,17 @@ def test_run_stages_keep_the_inputs_under_32_mib_and_count_each_output_once() ->
     assert p.stages[1].activations == pytest.approx(x + 2 * y, rel=0, abs=1)
 
 
+def test_dynamic_outputs_are_the_eps_two_copies_not_three() -> None:
+    """Known answers, MiB. Conv 3 -> 64 with dynamic h = w bound to 256 (16 MiB output):
+    native's plan is 32.75 (the output edge, the blocked output, the input's reorder); the EP
+    takes it without the output edge (16.75) and adds OpenVINO's output and ORT's copy (2 x
+    16): 48.75 at run 1 (measured at 512^2: +197 MiB over session creation = 3 x 64 + 5)."""
+    p = estimate(_conv(3, "h", 64), backend="ort-openvino", dims={"h": 256}).prediction
+    assert p.planners["ov_nonoverlapping_sets"] == (32 + 0.75) * MiB
+    assert p.details["activations_without_outputs"] == (16 + 0.75) * MiB
+    assert p.stages[1].activations == pytest.approx(48.75 * MiB, rel=0, abs=1)
+
+
 @pytest.mark.parametrize(
     ("c", "hw", "cout"),
     [(64, 256, 3), (3, 512, 64), (128, 300, 3)],
