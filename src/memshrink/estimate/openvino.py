@@ -1112,6 +1112,18 @@ def nonoverlapping_sets(bufs: Sequence[Buffer], syncs: Sequence[int] = ()) -> in
     to its largest box. Returns the sum of the groups' largest boxes. A box that spans a sync
     step (``syncs``, sorted: ``ov_order.sync_steps``) first ends at the next sync step at or
     after its end, or never (``memory_control.cpp``)."""
+    return sum(sizes[-1] for sizes in set_blocks(bufs, syncs))
+
+
+def outgrown_sizes(bufs: Sequence[Buffer], syncs: Sequence[int] = ()) -> list[int]:
+    """The sizes each block of the dynamic plan (``nonoverlapping_sets``) had before it grew
+    to its largest box during the first infer (each growth is a new allocation)."""
+    return [s for sizes in set_blocks(bufs, syncs) for s in sizes[:-1]]
+
+
+def set_blocks(bufs: Sequence[Buffer], syncs: Sequence[int] = ()) -> list[list[int]]:
+    """``nonoverlapping_sets``' groups, each as the sizes its block grows through (the last
+    one its largest box)."""
     never = 1 << 62
     boxes = []
     for b in bufs:
@@ -1122,15 +1134,17 @@ def nonoverlapping_sets(bufs: Sequence[Buffer], syncs: Sequence[int] = ()) -> in
         if lo != up:
             end = syncs[up] if up < len(syncs) else never
         boxes.append((b.start, end, b.size))
-    groups: list[list[int]] = []  # [last end, largest size]
+    groups: list[tuple[list[int], list[int]]] = []  # ([last end], sizes grown through)
     for start, end, size in sorted(boxes):
-        for grp in groups:
-            if grp[0] < start:
-                grp[0], grp[1] = end, max(grp[1], size)
+        for last, sizes in groups:
+            if last[0] < start:
+                last[0] = end
+                if size > sizes[-1]:
+                    sizes.append(size)
                 break
         else:
-            groups.append([end, size])
-    return sum(size for _, size in groups)
+            groups.append(([end], [size]))
+    return [sizes for _, sizes in groups]
 
 
 def is_dynamic(view: ModelView, opts: Mapping[str, Any] | None = None) -> bool:
@@ -1290,6 +1304,7 @@ def predict(
     # its outputs itself (ORT's tensor, and OpenVINO's under dynamic dims: ``ep_output_copies``)
     inner = [b for b in bufs if not b.is_output]
     act_inner = nonoverlapping_sets(inner, syncs) if dynamic else greedy_by_size(inner)[0]
+    outgrown = outgrown_sizes(inner, syncs) if dynamic else []
     # Weights stored in the .onnx are not structure (an embedded file's tensors can read as
     # external to onnx-ir, which maps them: go by how the file stores them).
     inside = view.weight_bytes if view.embedded else view.weight_bytes - view.external_weight_bytes
@@ -1486,6 +1501,7 @@ def predict(
         "lib_pages": lib,
         "freed_after_compile": freed,
         "activations_without_outputs": act_inner,
+        "outgrown_block_sizes": outgrown,
     }
     stages = [rd, cm, first, run]
     return BackendPrediction(
