@@ -1115,15 +1115,22 @@ def nonoverlapping_sets(bufs: Sequence[Buffer], syncs: Sequence[int] = ()) -> in
     return sum(sizes[-1] for sizes in set_blocks(bufs, syncs))
 
 
-def outgrown_sizes(bufs: Sequence[Buffer], syncs: Sequence[int] = ()) -> list[int]:
-    """The sizes each block of the dynamic plan (``nonoverlapping_sets``) had before it grew
-    to its largest box during the first infer (each growth is a new allocation)."""
-    return [s for sizes in set_blocks(bufs, syncs) for s in sizes[:-1]]
+def block_events(bufs: Sequence[Buffer], syncs: Sequence[int] = ()) -> list[tuple[int, int]]:
+    """The first infer's allocations of the dynamic plan (``nonoverlapping_sets``), in order:
+    (bytes allocated, bytes freed) for each new block (freed 0) and each growth of a block to
+    a larger box (the block is allocated anew and its old size freed)."""
+    return _plan(bufs, syncs)[1]
 
 
 def set_blocks(bufs: Sequence[Buffer], syncs: Sequence[int] = ()) -> list[list[int]]:
     """``nonoverlapping_sets``' groups, each as the sizes its block grows through (the last
     one its largest box)."""
+    return _plan(bufs, syncs)[0]
+
+
+def _plan(
+    bufs: Sequence[Buffer], syncs: Sequence[int]
+) -> tuple[list[list[int]], list[tuple[int, int]]]:
     never = 1 << 62
     boxes = []
     for b in bufs:
@@ -1135,16 +1142,19 @@ def set_blocks(bufs: Sequence[Buffer], syncs: Sequence[int] = ()) -> list[list[i
             end = syncs[up] if up < len(syncs) else never
         boxes.append((b.start, end, b.size))
     groups: list[tuple[list[int], list[int]]] = []  # ([last end], sizes grown through)
+    events: list[tuple[int, int]] = []
     for start, end, size in sorted(boxes):
         for last, sizes in groups:
             if last[0] < start:
                 last[0] = end
                 if size > sizes[-1]:
+                    events.append((size, sizes[-1]))
                     sizes.append(size)
                 break
         else:
             groups.append(([end], [size]))
-    return [sizes for _, sizes in groups]
+            events.append((size, 0))
+    return [sizes for _, sizes in groups], events
 
 
 def is_dynamic(view: ModelView, opts: Mapping[str, Any] | None = None) -> bool:
@@ -1304,7 +1314,7 @@ def predict(
     # its outputs itself (ORT's tensor, and OpenVINO's under dynamic dims: ``ep_output_copies``)
     inner = [b for b in bufs if not b.is_output]
     act_inner = nonoverlapping_sets(inner, syncs) if dynamic else greedy_by_size(inner)[0]
-    outgrown = outgrown_sizes(inner, syncs) if dynamic else []
+    events = block_events(inner, syncs) if dynamic else []
     # Weights stored in the .onnx are not structure (an embedded file's tensors can read as
     # external to onnx-ir, which maps them: go by how the file stores them).
     inside = view.weight_bytes if view.embedded else view.weight_bytes - view.external_weight_bytes
@@ -1501,7 +1511,7 @@ def predict(
         "lib_pages": lib,
         "freed_after_compile": freed,
         "activations_without_outputs": act_inner,
-        "outgrown_block_sizes": outgrown,
+        "workspace_block_events": events,
     }
     stages = [rd, cm, first, run]
     return BackendPrediction(
