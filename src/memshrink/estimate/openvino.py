@@ -1188,6 +1188,25 @@ def nonoverlapping_sets(bufs: Sequence[Buffer], syncs: Sequence[int] = ()) -> in
     to its largest box. Returns the sum of the groups' largest boxes. A box that spans a sync
     step (``syncs``, sorted: ``ov_order.sync_steps``) first ends at the next sync step at or
     after its end, or never (``memory_control.cpp``)."""
+    return sum(sizes[-1] for sizes in set_blocks(bufs, syncs))
+
+
+def block_events(bufs: Sequence[Buffer], syncs: Sequence[int] = ()) -> list[tuple[int, int]]:
+    """The first infer's allocations of the dynamic plan (``nonoverlapping_sets``), in order:
+    (bytes allocated, bytes freed) for each new block (freed 0) and each growth of a block to
+    a larger box (the block is allocated anew and its old size freed)."""
+    return _plan(bufs, syncs)[1]
+
+
+def set_blocks(bufs: Sequence[Buffer], syncs: Sequence[int] = ()) -> list[list[int]]:
+    """``nonoverlapping_sets``' groups, each as the sizes its block grows through (the last
+    one its largest box)."""
+    return _plan(bufs, syncs)[0]
+
+
+def _plan(
+    bufs: Sequence[Buffer], syncs: Sequence[int]
+) -> tuple[list[list[int]], list[tuple[int, int]]]:
     never = 1 << 62
     boxes = []
     for b in bufs:
@@ -1198,15 +1217,20 @@ def nonoverlapping_sets(bufs: Sequence[Buffer], syncs: Sequence[int] = ()) -> in
         if lo != up:
             end = syncs[up] if up < len(syncs) else never
         boxes.append((b.start, end, b.size))
-    groups: list[list[int]] = []  # [last end, largest size]
+    groups: list[tuple[list[int], list[int]]] = []  # ([last end], sizes grown through)
+    events: list[tuple[int, int]] = []
     for start, end, size in sorted(boxes):
-        for grp in groups:
-            if grp[0] < start:
-                grp[0], grp[1] = end, max(grp[1], size)
+        for last, sizes in groups:
+            if last[0] < start:
+                last[0] = end
+                if size > sizes[-1]:
+                    events.append((size, sizes[-1]))
+                    sizes.append(size)
                 break
         else:
-            groups.append([end, size])
-    return sum(size for _, size in groups)
+            groups.append(([end], [size]))
+            events.append((size, 0))
+    return [sizes for _, sizes in groups], events
 
 
 def is_dynamic(view: ModelView, opts: Mapping[str, Any] | None = None) -> bool:
@@ -1362,6 +1386,11 @@ def predict(
     syncs = sync_steps(g, positions(order)) if dynamic else []
     planners["ov_nonoverlapping_sets"] = nonoverlapping_sets(bufs, syncs)
     act = planners["ov_nonoverlapping_sets" if dynamic else "ov_memory_solver"]
+    # The same plan without the graph outputs' own edges, for the ORT OpenVINO EP, which counts
+    # its outputs itself (ORT's tensor, and OpenVINO's under dynamic dims: ``ep_output_copies``)
+    inner = [b for b in bufs if not b.is_output]
+    act_inner = nonoverlapping_sets(inner, syncs) if dynamic else greedy_by_size(inner)[0]
+    events = block_events(inner, syncs) if dynamic else []
     # Weights stored in the .onnx are not structure (an embedded file's tensors can read as
     # external to onnx-ir, which maps them: go by how the file stores them).
     inside = view.weight_bytes if view.embedded else view.weight_bytes - view.external_weight_bytes
@@ -1557,6 +1586,8 @@ def predict(
         "mha_wide": n_mha_wide,
         "lib_pages": lib,
         "freed_after_compile": freed,
+        "activations_without_outputs": act_inner,
+        "workspace_block_events": events,
     }
     stages = [rd, cm, first, run]
     return BackendPrediction(
