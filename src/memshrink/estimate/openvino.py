@@ -1023,12 +1023,10 @@ def ov_buffers(
         bufs.append(Buffer(len(bufs), size, step, step, [name + "/before_reorder"]))
     for node in g.nodes:  # a recurrent node's low-precision sequences and LSTM cell states
         size = ov_rnn.rnn_scratch(g, node, half)
-        step = pos.get(node.index)
-        if size and step is not None:
+        at = pos.get(node.index)
+        if size and at is not None:
             bufs.append(
-                Buffer(
-                    len(bufs), size, step, step, [f"{node.name}/rnn"], node.index, transient=True
-                )
+                Buffer(len(bufs), size, at, at, [f"{node.name}/rnn"], node.index, transient=True)
             )
     for name in g.inputs:  # NCHW inputs of a Conv are reordered to the blocked/NHWC layout
         t = g.tensors[name]

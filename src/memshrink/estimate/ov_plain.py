@@ -15,9 +15,10 @@ MiB each (compile / infer 3) beyond the Subgraphs and MatMuls already charged.
 
 from __future__ import annotations
 
-from memshrink.estimate.graph import GraphInfo
+from memshrink.estimate.graph import GraphInfo, NodeInfo
 
-PLAIN_OPS = frozenset({"Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Softmax"})
+VIEW_OPS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten"})
+PLAIN_OPS = VIEW_OPS | {"Transpose", "Softmax"}
 
 
 def _activation(g: GraphInfo, name: str) -> bool:
@@ -25,12 +26,34 @@ def _activation(g: GraphInfo, name: str) -> bool:
     return t is not None and t.kind != "initializer" and not t.folded
 
 
+def _swaps_last_two(node: NodeInfo) -> bool:
+    perm = [int(p) for p in node.attrs.get("perm", [])]
+    return len(perm) >= 2 and perm == [*range(len(perm) - 2), len(perm) - 1, len(perm) - 2]
+
+
+def _into_matmul(g: GraphInfo, node: NodeInfo) -> bool:
+    """A Transpose of the last two dims read only by MatMuls: folded into them (their
+    ``transpose_a`` / ``transpose_b``)."""
+    t = g.tensors.get(node.outputs[0])
+    if t is None or t.is_output or not t.consumers or not _swaps_last_two(node):
+        return False
+    return all(g.nodes[c].op_type == "MatMul" for c in t.consumers)
+
+
+def _after_view(g: GraphInfo, node: NodeInfo) -> bool:
+    """A view of a view: the plugin merges consecutive reshapes into one node."""
+    t = g.tensors.get(node.inputs[0])
+    p = g.nodes[t.producer] if t is not None and t.producer is not None else None
+    return p is not None and p.op_type in VIEW_OPS and len(set(t.consumers)) == 1
+
+
 def plain_nodes(g: GraphInfo, inner: set[str], folded_kt: set[str]) -> int:
     """Runtime nodes of kinds ``PLAIN_OPS`` and activation x activation MatMuls of ``g``.
 
     Left out: nodes the runtime folds (constant inputs, shape arithmetic), nodes inside a
     tokenized MHA block (``inner``: its scores MatMul, Softmax and the MatMul reading them are
-    one MHA Subgraph) and the Kᵀ Transposes that block folds (``folded_kt``).
+    one MHA Subgraph), the Kᵀ Transposes that block folds (``folded_kt``), last-two-dims
+    Transposes a MatMul reads (folded into it) and a view of a view (merged).
     """
     n = 0
     for node in g.nodes:
@@ -45,6 +68,10 @@ def plain_nodes(g: GraphInfo, inner: set[str], folded_kt: set[str]) -> int:
                 continue
         elif op in PLAIN_OPS:
             if not _activation(g, node.inputs[0]) or out in inner or out in folded_kt:
+                continue
+            if op == "Transpose" and _into_matmul(g, node):
+                continue
+            if op in VIEW_OPS and _after_view(g, node):
                 continue
         else:
             continue
