@@ -43,8 +43,9 @@ def _into_matmul(g: GraphInfo, node: NodeInfo) -> bool:
 def _after_view(g: GraphInfo, node: NodeInfo) -> bool:
     """A view of a view: the plugin merges consecutive reshapes into one node."""
     t = g.tensors.get(node.inputs[0])
-    p = g.nodes[t.producer] if t is not None and t.producer is not None else None
-    return p is not None and p.op_type in VIEW_OPS and len(set(t.consumers)) == 1
+    if t is None or t.producer is None:
+        return False
+    return g.nodes[t.producer].op_type in VIEW_OPS and len(set(t.consumers)) == 1
 
 
 def plain_nodes(g: GraphInfo, inner: set[str], folded_kt: set[str]) -> int:
