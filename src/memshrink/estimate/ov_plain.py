@@ -17,13 +17,18 @@ from __future__ import annotations
 
 from memshrink.estimate.graph import GraphInfo, NodeInfo
 
+# float32, float16, double, bfloat16 (ONNX TensorProto elem types)
+FLOATS = frozenset({1, 10, 11, 16})
+
 VIEW_OPS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten"})
 PLAIN_OPS = VIEW_OPS | {"Transpose", "Softmax"}
 
 
 def _activation(g: GraphInfo, name: str) -> bool:
+    """A floating-point activation: integer tensors are shape arithmetic, which the plugin
+    folds under static shapes (MobileViT: 117 Unsqueezes of shape values, no runtime node)."""
     t = g.tensors.get(name) if name else None
-    return t is not None and t.kind != "initializer" and not t.folded
+    return t is not None and t.kind != "initializer" and not t.folded and t.elem_type in FLOATS
 
 
 def _swaps_last_two(node: NodeInfo) -> bool:
