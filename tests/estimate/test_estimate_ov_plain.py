@@ -1,5 +1,6 @@
 """OpenVINO: Transpose / Reshape / Softmax / activation MatMul nodes cost compile anon of their
-own (session 13, ``ov_per_plain_node``; docs/estimate.md, "Session 13: plain runtime nodes").
+own (session 13, ``ov_per_plain_node``, opt-in ``memshrink.ov_plain_nodes``; docs/estimate.md,
+"Session 13: plain runtime nodes").
 
 Known answers: counts on hand-built graphs, and the charge's slope over query pieces.
 """
@@ -16,7 +17,12 @@ from onnx import TensorProto, helper, numpy_helper
 
 from memshrink.estimate import estimate
 from memshrink.estimate.graph import build_view
-from memshrink.estimate.openvino import OV_CALIBRATION, mha_folded_transposes, mha_internal
+from memshrink.estimate.openvino import (
+    OV_CALIBRATION,
+    PLAIN_NODES,
+    mha_folded_transposes,
+    mha_internal,
+)
 from memshrink.estimate.ov_plain import plain_nodes
 
 MiB = 1 << 20
@@ -113,14 +119,16 @@ def test_each_query_piece_adds_its_seven_plain_nodes(tmp_path: Path) -> None:
 
 
 def test_the_charge_grows_by_the_plain_nodes_of_each_piece(tmp_path: Path) -> None:
-    """Compile anon grows by ``ov_per_plain_node`` (0.02 MiB) for each of the 7 x 7 more nodes
-    of 8 pieces against 1, on top of the Subgraph each piece's guard adds."""
+    """With ``memshrink.ov_plain_nodes=1``, compile anon grows by ``ov_per_plain_node``
+    (0.02 MiB) for each of the 7 x 7 more nodes of 8 pieces against 1, on top of the Subgraph
+    each piece's guard adds; without it nothing is charged."""
     per = OV_CALIBRATION["ov_per_plain_node"]
     assert per == pytest.approx(0.02 * MiB, rel=0, abs=1)
-    e = {}
+    e, off = {}, {}
     for k in (1, 8):
         p = _save(_pieces(k), tmp_path / f"k{k}.onnx")
-        e[k] = estimate(p, backend="openvino")
+        e[k] = estimate(p, backend="openvino", session_options={PLAIN_NODES: "1"})
+        off[k] = estimate(p, backend="openvino")
     d = {k: v.prediction.details for k, v in e.items()}
     assert d[8]["plain_nodes"] - d[1]["plain_nodes"] == 49
     sub = (d[8]["subgraphs"] - d[1]["subgraphs"]) * OV_CALIBRATION["ov_per_subgraph"]
@@ -128,3 +136,8 @@ def test_the_charge_grows_by_the_plain_nodes_of_each_piece(tmp_path: Path) -> No
     grow = e[8].stage_peaks()["compile_model"] - e[1].stage_peaks()["compile_model"]
     lib = d[8]["lib_pages"] - d[1]["lib_pages"]
     assert grow - read - lib - sub == pytest.approx(49 * per, rel=0, abs=2048)
+    # opt-in: by default the nodes are counted, not charged
+    for k in (1, 8):
+        on, base = e[k].stage_peaks(), off[k].stage_peaks()
+        charged = d[k]["plain_nodes"] * per
+        assert on["compile_model"] - base["compile_model"] == pytest.approx(charged, abs=1, rel=0)
