@@ -49,8 +49,10 @@ from memshrink.estimate import (
     ov_gelu,
     ov_kinds,
     ov_layout,
+    ov_plain,
     ov_read,
     ov_read_pages,
+    ov_rnn,
     ov_slices,
 )
 from memshrink.estimate.disjoint import find_root
@@ -145,6 +147,12 @@ OV_CALIBRATION: dict[str, float] = {
     # Element-wise / Transpose nodes cost ~0.0125 each (inside ``ov_compile_anon``'s fit).
     # Mamba's unrolled scan holds 128 (docs/estimate.md, "Session 10: Gather nodes").
     "ov_per_gather": 0.026 * MiB,
+    # A Transpose / Reshape / Softmax / activation MatMul node of the runtime graph, beyond the
+    # read's per-op share (``ov_plain``): chains of 16 -> 128 units, static, bf16 host, compile
+    # anon per unit over the prediction: Softmax +0.016, Transpose +0.018 / +0.036, Reshape
+    # +0.035, MatMul +0.026 MiB; 64 query pieces of four dynamo layers (7 such nodes a piece)
+    # +0.117 compile / +0.145 infer 3 each: 0.02 (docs/estimate.md, "Session 13: plain nodes").
+    "ov_per_plain_node": 0.02 * MiB,
     "ov_conv": 1.0,  # x Conv weight bytes: one re-laid-out private copy
     "ov_conv_fused": 2.0,  # x Conv weights rewritten by a BN/Mul fusion: fused Constant + copy
     "ov_deconv": 2.0,  # x ConvTranspose weights: transposed, then re-laid out
@@ -793,7 +801,7 @@ def lib_pages(g: GraphInfo, c: Mapping[str, float]) -> int:
     kinds = ov_kinds.node_kinds(g)
     if kinds & ov_kinds.CONV_KINDS:
         base = c["ov_lib_conv"]
-    elif kinds & ov_kinds.FC_KINDS:
+    elif kinds & (ov_kinds.FC_KINDS | ov_rnn.RNN_OPS):  # oneDNN's RNN runs on its GEMM code
         base = c["ov_lib"]
     else:
         base = c["ov_lib_eltwise"]
@@ -1058,6 +1066,13 @@ def ov_buffers(
     ov_slices.apply(g, bufs, pos, half)  # a split graph input: one whole copy, views of it
     for name, step, size in output_reorders(g, pos, half):
         bufs.append(Buffer(len(bufs), size, step, step, [name + "/before_reorder"]))
+    for node in g.nodes:  # a recurrent node's low-precision sequences and LSTM cell states
+        size = ov_rnn.rnn_scratch(g, node, half)
+        at = pos.get(node.index)
+        if size and at is not None:
+            bufs.append(
+                Buffer(len(bufs), size, at, at, [f"{node.name}/rnn"], node.index, transient=True)
+            )
     for name in g.inputs:  # NCHW inputs of a Conv are reordered to the blocked/NHWC layout
         t = g.tensors[name]
         steps = [pos[c] for c in t.consumers if c in pos]
@@ -1252,6 +1267,8 @@ ENABLE_MMAP = "ENABLE_MMAP"
 # OpenVINO EP sets it: ORT maps each tensor itself, so the file layout does not change the
 # EP (EfficientFormer after ``safe``, run 3: +178 MiB one file, +175 two, measured)
 RELEASE_FOLDED = "memshrink.ov_release_folded"
+# Opt-in: charge ``ov_per_plain_node`` per plain runtime node (``ov_plain``).
+PLAIN_NODES = "memshrink.ov_plain_nodes"
 
 
 def io_bytes(g: GraphInfo) -> tuple[int, int]:
@@ -1456,6 +1473,12 @@ def predict(
     at_infer = dynamic and (precision != "f32" or not n_kernels)
     lib_shift = int(c[shift_key]) if deferred or at_infer else 0
     n_mha = mha_count(g)
+    inner = mha_internal(g)
+    n_plain = ov_plain.plain_nodes(g, inner, mha_folded_transposes(g, inner))
+    # Not charged by default (session 13): right on micro-graphs and query pieces, but it takes
+    # MobileViT (already over at compile) past 10 % in the stored sweeps; opt in with
+    # ``--session-option memshrink.ov_plain_nodes=1`` (docs/estimate.md, "Session 13").
+    plain_cost = c["ov_per_plain_node"] * n_plain if option_flag(opts, PLAIN_NODES, False) else 0
     seq_dynamic = dynamic and not batch_only_dynamic(view)
     n_mha_dyn = mha_dynamic_count(g) if seq_dynamic else 0
     n_mha_wide = mha_wide_count(g, int(c["ov_mha_narrow_dim"]), seq_dynamic)
@@ -1472,6 +1495,7 @@ def predict(
         + c["ov_per_subgraph"] * n_sub
         + c["ov_per_dyn_quant"] * dyn_quant_count(g)
         + c["ov_per_gather"] * ov_kinds.activation_gathers(g)
+        + plain_cost
         + c["ov_per_mha_f32" if precision == "f32" else "ov_per_mha"]
         * (n_mha - n_mha_dyn - n_mha_wide)
         + c["ov_per_mha_wide_f32" if precision == "f32" else "ov_per_mha_wide"] * n_mha_wide
@@ -1584,6 +1608,7 @@ def predict(
         "kernel_configs": n_configs,
         "mha_subgraphs": n_mha,
         "mha_wide": n_mha_wide,
+        "plain_nodes": n_plain,
         "lib_pages": lib,
         "freed_after_compile": freed,
         "activations_without_outputs": act_inner,
