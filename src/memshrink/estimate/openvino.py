@@ -1473,8 +1473,8 @@ def predict(
     at_infer = dynamic and (precision != "f32" or not n_kernels)
     lib_shift = int(c[shift_key]) if deferred or at_infer else 0
     n_mha = mha_count(g)
-    inner = mha_internal(g)
-    n_plain = ov_plain.plain_nodes(g, inner, mha_folded_transposes(g, inner))
+    mha_inner = mha_internal(g)
+    n_plain = ov_plain.plain_nodes(g, mha_inner, mha_folded_transposes(g, mha_inner))
     # Not charged by default (session 13): right on micro-graphs and query pieces, but it takes
     # MobileViT (already over at compile) past 10 % in the stored sweeps; opt in with
     # ``--session-option memshrink.ov_plain_nodes=1`` (docs/estimate.md, "Session 13").
