@@ -627,16 +627,6 @@ def fused_away(g: GraphInfo) -> set[str]:
     return {f.edge for f in fusions(g)}
 
 
-def _const_scalar(g: GraphInfo, name: str) -> bool:
-    t = g.tensors.get(name)
-    return (
-        t is not None
-        and t.kind == "initializer"
-        and t.shape is not None
-        and not any(d != 1 for d in t.shape)
-    )
-
-
 def gelu_chains(g: GraphInfo) -> dict[int, str]:
     """Nodes of each Erf-form GELU (``x * 0.5 * (1 + erf(x / sqrt 2))`` in any of the orders
     the exporters write, ``/ sqrt 2`` or ``* 1/sqrt 2``), mapped to the chain's input ``x``:
@@ -650,7 +640,7 @@ def gelu_chains(g: GraphInfo) -> dict[int, str]:
         pre = g.nodes[pre_i] if pre_i is not None else None
         if pre is None or pre.op_type not in ("Div", "Mul") or len(pre.inputs) != 2:
             continue
-        if not _const_scalar(g, pre.inputs[1]):
+        if not ov_gelu.const_scalar(g, pre.inputs[1]):
             continue
         x = pre.inputs[0]
         xt = g.tensors.get(x)
@@ -658,7 +648,7 @@ def gelu_chains(g: GraphInfo) -> dict[int, str]:
             continue
         halves = {
             c for c in xt.consumers
-            if g.nodes[c].op_type == "Mul" and any(_const_scalar(g, i) for i in g.nodes[c].inputs)
+            if g.nodes[c].op_type == "Mul" and any(ov_gelu.const_scalar(g, i) for i in g.nodes[c].inputs)
         }  # fmt: skip
         half_outs = {g.nodes[c].outputs[0]: c for c in halves if g.nodes[c].outputs}
         chain = [pre.index, erf.index]
@@ -672,7 +662,7 @@ def gelu_chains(g: GraphInfo) -> dict[int, str]:
             if len(other) != 1:
                 break
             if done:  # a trailing 0.5 after x * (1 + erf)
-                if node.op_type == "Mul" and _const_scalar(g, other[0]):
+                if node.op_type == "Mul" and ov_gelu.const_scalar(g, other[0]):
                     chain.append(c)
                 break
             chain.append(c)
@@ -682,7 +672,7 @@ def gelu_chains(g: GraphInfo) -> dict[int, str]:
             elif other[0] in half_outs:
                 chain.append(half_outs[other[0]])
                 break
-            elif not _const_scalar(g, other[0]):
+            elif not ov_gelu.const_scalar(g, other[0]):
                 chain = []
                 break
         else:

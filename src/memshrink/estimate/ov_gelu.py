@@ -36,7 +36,8 @@ class Gelu:
     output: str
 
 
-def _scalar_const(g: GraphInfo, name: str) -> bool:
+def const_scalar(g: GraphInfo, name: str) -> bool:
+    """A one-element initializer (a GELU's 0.5, sqrt(2/pi), ...; a Mul's scale)."""
     t = g.tensors.get(name)
     return (
         t is not None
@@ -72,7 +73,7 @@ def _match(g: GraphInfo, x: str) -> Gelu | None:
             if node.op_type not in OPS or not node.outputs or not node.outputs[0]:
                 return None if c in g.tensors[x].consumers else _close(g, x, members, made)
             ins = [i for i in node.inputs if i]
-            if all(i in made or _scalar_const(g, i) for i in ins):
+            if all(i in made or const_scalar(g, i) for i in ins):
                 seen.add(c)
                 members.append(c)
                 made.add(node.outputs[0])
