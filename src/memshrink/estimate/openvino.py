@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memshrink.estimate import (
+    ov_dyn_nodes,
     ov_eltwise,
     ov_gelu,
     ov_kinds,
@@ -108,6 +109,12 @@ OV_CALIBRATION: dict[str, float] = {
     # configuration) over-predicts the real CNN exports (their Convs share oneDNN kernels this
     # key does not see), so the values stay; only the JIT's stage follows the measurement.
     "ov_per_kernel": 0.075 * MiB,  # anon per Conv/FC primitive (node, descriptors, Const)
+    # ... under dynamic shapes at bf16 / f16 the primitive is made at the first infer and
+    # compile keeps only its node: chains of 32 identical units on a symbolic batch, compile
+    # anon over read's per-op share, 0.036 (MatMul + bias), 0.044 (Conv 3x3), 0.030 (Conv
+    # 1x1), 0.054 (depthwise 3x3) MiB each, nothing more at infer 1 (2026-11-27, session 14,
+    # docs/estimate.md, "Session 14: dynamic runtime nodes").
+    "ov_per_kernel_dyn": 0.04 * MiB,
     "ov_per_conv_config": 0.04 * MiB,  # anon per distinct Conv/FC configuration (JIT code)
     "ov_per_subgraph": 0.125 * MiB,  # anon per Snippets subgraph node (element-wise chain)
     # A tokenized MHA Snippets subgraph (``mha_internal``: MatMul -> [scale/mask] -> Softmax ->
@@ -147,6 +154,12 @@ OV_CALIBRATION: dict[str, float] = {
     # Element-wise / Transpose nodes cost ~0.0125 each (inside ``ov_compile_anon``'s fit).
     # Mamba's unrolled scan holds 128 (docs/estimate.md, "Session 10: Gather nodes").
     "ov_per_gather": 0.026 * MiB,
+    # Dynamic shapes, bf16 / f16: every other op reading a float activation stays a runtime
+    # node (Concat, StridedSlice, Pad, Convert, MVN, GridSample, ...; an element-wise chain is
+    # one Eltwise node): chains of 32 units on a symbolic batch, compile anon over read's
+    # share, Slice + Pad 0.059 MiB, Slice + Slice + Concat 0.042, LayerNormalization 0.049
+    # (``ov_dyn_nodes``; docs/estimate.md, "Session 14: dynamic runtime nodes").
+    "ov_per_dyn_node": 0.03 * MiB,
     # A Transpose / Reshape / Softmax / activation MatMul node of the runtime graph, beyond the
     # read's per-op share (``ov_plain``): chains of 16 -> 128 units, static, bf16 host, compile
     # anon per unit over the prediction: Softmax +0.016, Transpose +0.018 / +0.036, Reshape
@@ -1469,6 +1482,11 @@ def predict(
     # MobileViT (already over at compile) past 10 % in the stored sweeps; opt in with
     # ``--session-option memshrink.ov_plain_nodes=1`` (docs/estimate.md, "Session 13").
     plain_cost = c["ov_per_plain_node"] * n_plain if option_flag(opts, PLAIN_NODES, False) else 0
+    # Dynamic shapes at bf16 / f16: kernels cost their node only at compile, and every other
+    # float runtime node costs its executor (``ov_dyn_nodes``; session 14).
+    dyn_half = dynamic and precision != "f32"
+    per_kernel = c["ov_per_kernel_dyn" if dyn_half else "ov_per_kernel"]
+    n_dyn = ov_dyn_nodes.dyn_nodes(g, gone | mha_inner)[0] if dyn_half else 0
     seq_dynamic = dynamic and not batch_only_dynamic(view)
     n_mha_dyn = mha_dynamic_count(g) if seq_dynamic else 0
     n_mha_wide = mha_wide_count(g, int(c["ov_mha_narrow_dim"]), seq_dynamic)
@@ -1480,7 +1498,8 @@ def predict(
         graph_anon  # the ov.Model is alive until compile_model returns
         + lib
         + c["ov_compile_anon"]
-        + c["ov_per_kernel"] * n_kernels
+        + per_kernel * n_kernels
+        + c["ov_per_dyn_node"] * n_dyn
         + jit
         + c["ov_per_subgraph"] * n_sub
         + c["ov_per_dyn_quant"] * dyn_quant_count(g)
@@ -1599,6 +1618,7 @@ def predict(
         "mha_subgraphs": n_mha,
         "mha_wide": n_mha_wide,
         "plain_nodes": n_plain,
+        "dyn_nodes": n_dyn,
         "lib_pages": lib,
         "freed_after_compile": freed,
         "activations_without_outputs": act_inner,
