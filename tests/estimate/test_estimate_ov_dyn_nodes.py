@@ -74,7 +74,8 @@ def _count(m: onnx.ModelProto, tmp_path: Path) -> tuple[int, int]:
 
 
 def test_counts_float_nodes_once_per_eltwise_chain(tmp_path: Path) -> None:
-    """Slice, Pad, Concat, LayerNormalization and a Cast to int count; a Relu -> Tanh chain
+    """Slice, Pad, Concat, LayerNormalization and a Cast to int count; a second Slice of x on
+    the same axis (one Split with the first) does not; a Relu -> Tanh chain
     counts once; an FC's bias Add (its post-op), a float -> float Cast (the plugin's
     precision), a Transpose (``ov_plain``), a view and the FC (kernels) count none."""
     inits = [
@@ -98,9 +99,12 @@ def test_counts_float_nodes_once_per_eltwise_chain(tmp_path: Path) -> None:
         helper.make_node("Transpose", ["hf"], ["t"], perm=[0, 1, 3, 2]),  # ov_plain: no
         helper.make_node("Reshape", ["t", "s3"], ["y"]),  # view: no
         helper.make_node("Cast", ["x"], ["xi"], to=TensorProto.INT32),  # integer 1
+        helper.make_node("Slice", ["x", "en", "big", "ax"], ["a2"]),  # one Split with a: no
     ]
+    inits.append(numpy_helper.from_array(np.array([32], np.int64), "big"))
     m = _model(nodes, inits, ["B", 8, 32, 32], "y")
     m.graph.output.append(helper.make_tensor_value_info("xi", TensorProto.INT32, None))
+    m.graph.output.append(helper.make_tensor_value_info("a2", F, None))
     assert _count(m, tmp_path) == (5, 1)
 
 

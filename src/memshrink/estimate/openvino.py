@@ -157,7 +157,7 @@ OV_CALIBRATION: dict[str, float] = {
     # Dynamic shapes, bf16 / f16: every other op reading a float activation stays a runtime
     # node (Concat, StridedSlice, Pad, Convert, MVN, GridSample, ...; an element-wise chain is
     # one Eltwise node): chains of 32 units on a symbolic batch, compile anon over read's
-    # share, Slice + Pad 0.059 MiB, Slice + Slice + Concat 0.042, LayerNormalization 0.049
+    # share, Slice + Pad 0.060 MiB, Slice + Slice + Concat 0.045, LayerNormalization 0.049
     # (``ov_dyn_nodes``; docs/estimate.md, "Session 14: dynamic runtime nodes").
     "ov_per_dyn_node": 0.03 * MiB,
     # A Transpose / Reshape / Softmax / activation MatMul node of the runtime graph, beyond the

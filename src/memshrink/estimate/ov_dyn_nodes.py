@@ -4,11 +4,14 @@ With a symbolic input dim the plugin keeps every op that reads an activation as 
 own runtime graph (no Snippets tokenization): Concat, Slice (``StridedSlice``), Pad, Cast
 (``Convert``), LayerNormalization (``MVN``), GridSample, Expand (``Broadcast``), reductions,
 CumSum, Range, ... each with its executor, descriptors and shape-inference state. Chains of 32
-such units on [B, 8, 32, 32] (B symbolic, the verifier's child, bf16 host) cost at compile,
-anon, over read's per-op share: Slice + Pad 0.059 MiB a unit, Slice + Slice + Concat 0.042,
-LayerNormalization 0.049, Slice + Transpose + Slice + GridSample (over Slice + Pad) 0.082;
-a Sigmoid + Mul pair 0.006 (an element-wise chain is one Eltwise node). So about 0.03 a node
-(``ov_per_dyn_node``), an element-wise chain counted once (docs/estimate.md, "Session 14:
+such units on [B, 8, 32, 32] (B symbolic; read, compile, drop the ov.Model, infer, as the
+verifier does; bf16 host) cost at compile, anon + file, over read's per-op share: Slice + Pad
+0.060 MiB a unit, Slice + Slice + Concat 0.045, LayerNormalization 0.049, Slice + Transpose +
+Slice + GridSample (over Slice + Pad) 0.082; a Sigmoid + Mul pair 0.013 in all (an
+element-wise chain is one Eltwise node). So about 0.03 a node
+(``ov_per_dyn_node``), an element-wise chain counted once, and the Slices of one tensor on the
+same axes once (the plugin makes them one ``Split``: timm MobileViT's 27 q / k / v Slices are 9
+Split nodes; three Slices covering [B, 8, 32, 96] on its last axis, one) (docs/estimate.md, "Session 14:
 dynamic runtime nodes"). Kernels (Conv / FC), Gathers, Transpose / Softmax / reshapes
 (``ov_plain``), recurrent nodes and MHA blocks have rules of their own and are left out here.
 """
@@ -71,6 +74,7 @@ def dyn_nodes(g: GraphInfo, skip: set[str]) -> tuple[int, int]:
     block. Integer nodes are the shape arithmetic the plugin keeps where a size depends on a
     symbolic dim (counted apart: the caller decides)."""
     fl = ints = 0
+    slices: set[tuple[str, str]] = set()
     for node in g.nodes:
         op = node.op_type
         if node.index in g.folded or not node.outputs or not node.outputs[0]:
@@ -83,6 +87,11 @@ def dyn_nodes(g: GraphInfo, skip: set[str]) -> tuple[int, int]:
             op == "Cast" and _float_cast(g, node)
         ):
             continue
+        if op == "Slice":  # slices of one tensor on the same axes: one Split node
+            key = (node.inputs[0], node.inputs[3] if len(node.inputs) > 3 else "")
+            if key in slices:
+                continue
+            slices.add(key)
         t = g.tensors.get(node.outputs[0])
         if t is not None and t.elem_type in FLOATS:
             fl += 1
