@@ -121,9 +121,13 @@ def test_dynamic_shapes_defer_library_pages_without_deferred_weights(
     st = {x.name: x for x in s.prediction.stages}
     dy = {x.name: x for x in d.prediction.stages}
     lib = int(C[key])
-    want = st["compile_model"].overhead - lib
+    # session 14: at bf16 the dynamic Relu is a runtime node of its own (``ov_per_dyn_node``)
+    node = d.prediction.details["dyn_nodes"] * C["ov_per_dyn_node"]
+    assert d.prediction.details["dyn_nodes"] == (1 if precision == "bf16" else 0)
+    want = st["compile_model"].overhead - lib + node
     assert dy["compile_model"].overhead == pytest.approx(want, abs=0.01 * MiB, rel=0)
-    assert dy["run_1"].overhead == pytest.approx(st["run_1"].overhead, abs=0.01 * MiB, rel=0)
+    want = st["run_1"].overhead + node
+    assert dy["run_1"].overhead == pytest.approx(want, abs=0.01 * MiB, rel=0)
 
 
 def _dql(n: int) -> onnx.ModelProto:
