@@ -123,6 +123,8 @@ def test_dynamic_shapes_defer_library_pages_without_deferred_weights(
     lib = int(C[key])
     # session 14: at bf16 the dynamic Relu is a runtime node of its own (``ov_per_dyn_node``)
     node = d.prediction.details["dyn_nodes"] * C["ov_per_dyn_node"]
+    if precision == "bf16":  # ... and the dynamic base is lower (``ov_compile_anon_dyn_less``)
+        node -= C["ov_compile_anon_dyn_less"]
     assert d.prediction.details["dyn_nodes"] == (1 if precision == "bf16" else 0)
     want = st["compile_model"].overhead - lib + node
     assert dy["compile_model"].overhead == pytest.approx(want, abs=0.01 * MiB, rel=0)

@@ -115,6 +115,10 @@ OV_CALIBRATION: dict[str, float] = {
     # 1x1), 0.054 (depthwise 3x3) MiB each, nothing more at infer 1 (2026-11-27, session 14,
     # docs/estimate.md, "Session 14: dynamic runtime nodes").
     "ov_per_kernel_dyn": 0.04 * MiB,
+    # ... and the plugin's own base is lower by this much: one-unit graphs, compile anon over
+    # read anon, symbolic / static batch: MatMul + bias 6.70 / 6.96, Conv 3x3 6.83 / 7.04,
+    # Conv 1x1 6.86 / 7.36 MiB (mean 0.32 less; session 14).
+    "ov_compile_anon_dyn_less": 0.3 * MiB,
     "ov_per_conv_config": 0.04 * MiB,  # anon per distinct Conv/FC configuration (JIT code)
     "ov_per_subgraph": 0.125 * MiB,  # anon per Snippets subgraph node (element-wise chain)
     # A tokenized MHA Snippets subgraph (``mha_internal``: MatMul -> [scale/mask] -> Softmax ->
@@ -1498,6 +1502,7 @@ def predict(
         graph_anon  # the ov.Model is alive until compile_model returns
         + lib
         + c["ov_compile_anon"]
+        - (c["ov_compile_anon_dyn_less"] if dyn_half else 0)
         + per_kernel * n_kernels
         + c["ov_per_dyn_node"] * n_dyn
         + jit
