@@ -47,6 +47,8 @@ CASES: dict[str, dict[str, int] | None] = {
     "script-loop-if": {"batch": 65536},
     "dynamo-torch-cond": {"batch": 65536},
 }
+#: hand-made control-flow checks (``micro_cf``): how the device cost outside the arena counts
+MICRO = ("cf-two-ifs", "cf-loop-alone", "cf-if-both-branches")
 VSTAGE = {"session_creation": "session", "run_1": "run1", "steady_state": "run3"}
 
 
@@ -74,6 +76,72 @@ def _est_opts(c: dict[str, Any]) -> list[str]:
         lo, hi = r["input_ids"]
         return ["--session-option", f"memshrink.int_range={lo},{hi}"]
     return []
+
+
+def micro_cf(d: Path, name: str) -> dict[str, Any]:
+    """Control-flow graphs over x [65536, 64] f32 (16 MiB): two Ifs one after the other; a
+    Loop of 3 iterations without an If; one If run with a condition that alternates between
+    runs is not possible in one session, so the third has both branches in a Loop (i % 2)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    F = TensorProto.FLOAT
+    x = helper.make_tensor_value_info("x", F, ["batch", 64])
+
+    def branch(op: str, tag: str, src: str) -> Any:
+        return helper.make_graph(
+            [helper.make_node(op, [src, src], [f"{tag}_o"])], tag, [],
+            [helper.make_tensor_value_info(f"{tag}_o", F, None)],
+        )  # fmt: skip
+
+    zero = numpy_helper.from_array(np.zeros((), np.float32), "zero")
+    nodes: list[Any] = []
+    inits = [zero]
+    if name == "cf-two-ifs":
+        for k, src in enumerate(("x", "y0")):
+            nodes += [
+                helper.make_node("ReduceSum", [src], [f"s{k}"], keepdims=0),
+                helper.make_node("Greater", [f"s{k}", "zero"], [f"c{k}"]),
+                helper.make_node("If", [f"c{k}"], [f"y{k}"],
+                                 then_branch=branch("Add", f"t{k}", src),
+                                 else_branch=branch("Sub", f"e{k}", src)),
+            ]  # fmt: skip
+        out = "y1"
+    else:
+        two = numpy_helper.from_array(np.array(2, np.int64), "two")
+        body_nodes = [
+            helper.make_node("Identity", ["cin"], ["cout"]),
+            helper.make_node("Tanh", ["h"], ["h1"]),
+            helper.make_node("Add", ["h1", "h"], ["hout"]),
+        ]
+        if name == "cf-if-both-branches":
+            body_nodes = [
+                helper.make_node("Identity", ["cin"], ["cout"]),
+                helper.make_node("Mod", ["i", "two"], ["m"]),
+                helper.make_node("Cast", ["m"], ["odd"], to=TensorProto.BOOL),
+                helper.make_node("If", ["odd"], ["hout"], then_branch=branch("Add", "t", "h"),
+                                 else_branch=branch("Mul", "e", "h")),
+            ]  # fmt: skip
+            inits.append(two)
+        body = helper.make_graph(
+            body_nodes, "body",
+            [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+             helper.make_tensor_value_info("cin", TensorProto.BOOL, []),
+             helper.make_tensor_value_info("h", F, None)],
+            [helper.make_tensor_value_info("cout", TensorProto.BOOL, []),
+             helper.make_tensor_value_info("hout", F, None)],
+        )  # fmt: skip
+        inits += [numpy_helper.from_array(np.array(3, np.int64), "n"),
+                  numpy_helper.from_array(np.array(True), "t")]  # fmt: skip
+        nodes = [helper.make_node("Loop", ["n", "t", "x"], ["y1"], body=body)]
+        out = "y1"
+    g = helper.make_graph(nodes, name, [x], [helper.make_tensor_value_info(out, F, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    p = d / "models" / f"{name}.onnx"
+    onnx.save(m, p)
+    return {"name": name, "path": str(p), "dims": {"batch": 65536}, "micro": True}
 
 
 def prep(d: Path, only: list[str]) -> None:
@@ -109,8 +177,19 @@ def prep(d: Path, only: list[str]) -> None:
         )
         (d / "cases.json").write_text(json.dumps(cases, indent=1))
 
+    for name in MICRO:
+        if not only or name in only:
+            cases.append(micro_cf(d, name))
+
     def opt(c: dict[str, Any]) -> None:
         if "error" in c:
+            return
+        if c.get("micro"):  # measured against itself: no rewrite
+            c["out"] = c["path"]
+            js = Path(c["path"]).with_name(Path(c["path"]).stem + ".est.json")
+            rc, text = _cli(["estimate", c["path"], "--backend", "cuda", "--json", str(js),
+                             *_bind(c)])  # fmt: skip
+            c["estimate"] = {"original": str(js) if rc == 0 else f"rc {rc}: {text[-300:]}"}
             return
         src = Path(c["path"])
         out = src.with_name(src.stem + ".cuda.onnx")

@@ -50,3 +50,21 @@ def test_a_bf16_model_is_left_whole_with_the_reason() -> None:
 
 def test_the_same_model_in_f32_is_still_chunked() -> None:
     assert ChunkPass().run(ir.from_proto(ffn(TensorProto.FLOAT)), PassContext()).modified
+
+
+def test_under_backend_cuda_a_bf16_model_is_ranked_by_the_cuda_plan() -> None:
+    # optimize --backend cuda: the CUDA EP runs bf16 (a bf16 Llama on the H200, session 14), so
+    # layouts are ranked by its own plan, not by ORT CPU's figure for a session that never
+    # exists. Known answer: the original's figure is the CUDA plan's best-fit run peak.
+    from memshrink.estimate import estimate
+    from memshrink.estimate.cuda import guard_options
+
+    proto = ffn(TensorProto.BFLOAT16)
+    cuda_peak = estimate(proto, backend="cuda", session_options=guard_options())
+    want = int(cuda_peak.prediction.planners["cuda_plan_peak"])
+    # x 256 KiB in; a [8, 256, 1024] bf16 hidden tensor is 4 MiB, and r replaces a
+    assert 4 << 20 <= want <= 9 << 20
+    res = ChunkPass().run(ir.from_proto(proto), PassContext(backend="cuda", deploy_only=True))
+    assert res.stats["ranked_by"].startswith("cuda")
+    assert res.stats["predicted_activations_before"] == want
+    assert res.modified and res.stats["predicted_activations_after"] < want

@@ -73,15 +73,46 @@ QUERY_PIECES = (2, 4, 8)
 
 
 def _predict(model: ir.Model, context: PassContext) -> tuple[int, Any]:
-    """Predicted ORT steady-state activation bytes (and the estimate, for its shapes), with
-    the weights stored as the pipeline will save them (``saved_layout``)."""
+    """Predicted steady-state activation bytes (and the estimate, for its shapes), with the
+    weights stored as the pipeline will save them (``saved_layout``): ORT CPU's, except under
+    ``optimize --backend cuda`` for a model ORT CPU cannot run (``ranks_by_cuda``)."""
     from memshrink.estimate import estimate
 
     est = estimate(
         model, backend="ort", embedded=saved_embedded(model), **pipeline_bindings(model, context)
     )
+    if ranks_by_cuda(context, est):
+        return _cuda_activations(model, context)
     stage = next(s for s in est.prediction.stages if s.name == "steady_state")
     return int(stage.activations), est
+
+
+def ranks_by_cuda(context: PassContext, ort_est: Any) -> bool:
+    """Whether layouts are ranked by the CUDA EP's plan instead of ORT CPU's: deploying on CUDA
+    only (``optimize --backend cuda``) a model ORT CPU has no kernels for (bfloat16 compute,
+    ``estimate/ort_bf16.py``). Why: ORT CPU's figure then describes a session that never
+    exists, with CPU-only rules (its fusion chains, the Where scratch, NCHWc blocks), while
+    the CUDA EP runs the model (a bf16 Llama, session 14, H200); its own plan ranks the layouts.
+    """
+    return bool(
+        context.deploy_only
+        and context.backend == "cuda"
+        and ort_est.prediction.details.get("ort_cpu_refuses")
+    )
+
+
+def _cuda_activations(model: ir.Model, context: PassContext) -> tuple[int, Any]:
+    """The CUDA EP's planned activation peak (``cuda_plan_peak``: one best-fit block of every
+    planned buffer of a run, graph inputs and outputs included) and its estimate: a smooth
+    figure to rank by, where the arena's power-of-two regions move in steps."""
+    from memshrink.estimate import estimate
+    from memshrink.estimate.cuda import guard_options
+
+    est = estimate(
+        model, backend="cuda", embedded=saved_embedded(model), session_options=guard_options(),
+        **pipeline_bindings(model, context),
+    )  # fmt: skip
+    return int(est.prediction.planners["cuda_plan_peak"]), est
 
 
 def _act_and_peak(model: ir.Model, context: PassContext) -> tuple[int, int]:
@@ -636,6 +667,7 @@ class ChunkPass(Pass):
                  f"{', '.join(sorted(refused))}): no layout to rank by its prediction"},
             )  # fmt: skip
         shapes = _shapes(est)
+        ranked = "cuda" if est.backend == "cuda" else "ort"
         if o.activation_budget and base <= o.activation_budget:
             return PassResult(
                 False,
@@ -644,6 +676,8 @@ class ChunkPass(Pass):
             )  # fmt: skip
         row_modes = [m for m in modes if m != "channels"]
         stats, applied, after = self._rows(model, context, row_modes, base, shapes)
+        if ranked == "cuda":
+            stats["ranked_by"] = "cuda: ONNX Runtime CPU cannot run this model (bfloat16)"
         # the shapes the IR declares suffice to find blocks: no estimate when there is none
         # (a weightless-core split declares only its new values: the rest keep the estimate's)
         blocks = "channels" in modes and bool(

@@ -183,7 +183,9 @@ def _ortvalue_array(value: Any) -> Any:
         return value.numpy()
     shape = tuple(value.shape())
     n = int(np.prod(shape, dtype=np.int64))
-    raw = np.ctypeslib.as_array((ctypes.c_uint16 * n).from_address(value.data_ptr())) if n else []
+    raw: Any = np.zeros(0, np.uint16)
+    if n:
+        raw = np.ctypeslib.as_array((ctypes.c_uint16 * n).from_address(value.data_ptr()))
     bits = np.array(raw, dtype=np.uint16).astype(np.uint32) << 16
     return bits.view(np.float32).reshape(shape)
 
