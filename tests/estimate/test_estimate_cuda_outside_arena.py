@@ -31,7 +31,9 @@ def _model(
         [helper.make_tensor_value_info("y", F, None)],
         inits,
     )  # fmt: skip
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8  # onnxruntime-gpu 1.31 reads IR <= 13
+    return m
 
 
 def _branch(op: str, name: str) -> onnx.GraphProto:
@@ -88,8 +90,15 @@ def test_what_a_run_adds_outside_the_arena():
         "conv": BASE + conv_mib,  # once: cuDNN's engines
         "two_convs": BASE + conv_mib,
         "if": BASE + cf,  # torch.cond's If: NVML 140 MiB = arena 66 + 74
-        "loop_with_if": BASE + 2 * cf,  # a Loop holding an If: 212 = arena 66 + 146
+        "loop_with_if": BASE + 2 * cf,  # the Loop's body + one If branch: 212 = arena 66 + 146
     }
+    # which branch runs is data: the range's top counts both (a Loop whose If took both
+    # branches over its iterations measured + 222 = arena + 3 x 72 + 6)
+    top = {name: cuda.run_device_extra(build_view(m).graph, all_branches=True)
+           for name, m in {"if": one_if, "loop_with_if": loop}.items()}  # fmt: skip
+    assert top == {"if": BASE + 2 * cf, "loop_with_if": BASE + 3 * cf}
+    rng = estimate(one_if, backend="cuda").prediction.details["device_range"]["run_1"]
+    assert rng[1] - rng[0] >= cf
     est = estimate(conv, backend="cuda")
     dev = est.prediction.details
     assert est.stage_peaks()["run_1"] - dev["arena_regions"][0] >= BASE + conv_mib

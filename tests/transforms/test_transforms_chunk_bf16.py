@@ -68,3 +68,37 @@ def test_under_backend_cuda_a_bf16_model_is_ranked_by_the_cuda_plan() -> None:
     assert res.stats["ranked_by"].startswith("cuda")
     assert res.stats["predicted_activations_before"] == want
     assert res.modified and res.stats["predicted_activations_after"] < want
+
+
+def test_a_layout_that_loses_tensor_sizes_is_refused(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # A tensor of unknown size counts as 0 bytes: a rewrite that loses sizes looks like a gain.
+    # ORT's fp16 GPT-2 split x2 along its past lost 74 (com.microsoft ops after the rewrite):
+    # predicted 33 -> 9 MiB on the CUDA EP, measured 14 -> 30 (session 14, H200). Here every
+    # trial's estimate is made to report one unknown size more than the original's.
+    from memshrink.transforms import chunk as chunk_mod
+
+    class Lossy:  # the estimate, with one size more unknown
+        def __init__(self, est) -> None:  # type: ignore[no-untyped-def]
+            self._est = est
+            self.unknowns = [*est.unknowns, "lost_size"]
+
+        def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+            return getattr(self._est, name)
+
+    real = chunk_mod._predict
+    calls = {"n": 0}
+
+    def lossy(model, context):  # type: ignore[no-untyped-def]
+        act, est = real(model, context)
+        calls["n"] += 1
+        if calls["n"] > 1:  # the first call is the original's
+            est = Lossy(est)
+        return act, est
+
+    monkeypatch.setattr(chunk_mod, "_predict", lossy)
+    res = ChunkPass().run(ir.from_proto(ffn(TensorProto.FLOAT)), PassContext())
+    assert not res.modified
+    tried = [c for c in res.stats["candidates"] if "predicted_activations" in c]
+    assert tried and all("1 more tensor(s) of unknown size" in c["refused"] for c in tried)
+    channels = res.stats["channels"]["candidates"]  # the channel split is refused the same way
+    assert channels and all("1 more tensor(s) of unknown size" in c["refused"] for c in channels)

@@ -388,26 +388,39 @@ def has_control_flow(g: GraphInfo) -> bool:
     return any(n.op_type in CONTROL_FLOW_OPS for n in _all_nodes(g))
 
 
-def run_device_extra(g: GraphInfo) -> int:
+def run_device_extra(g: GraphInfo, *, all_branches: bool = False) -> int:
     """Device bytes a run adds outside the arena, over the empty session after its run.
 
     ``cuda_run_modules`` for any model (kernels the empty session did not load); once a
-    convolution runs, ``cuda_conv_device`` (cuDNN's engines); per If / Loop / Scan node,
-    ``cuda_control_flow``. Why: ORT's verbose arena log against NVML on real exports (session
-    14, H200, ``docs/bench/cuda_real14.py traces``): transformers' NVML figure is the arena's
-    regions + 1 MiB, convolution models' + 11..13, torch.cond's If + 74, a Loop whose body
-    holds an If + 146, FCOS (99 convs, one If) + 84. The control-flow share repeats what the
-    empty session's own first run adds (72 MiB: handles, workspaces), once per control-flow
-    node; with the external allocator (no arena) it is gone after the run, so it is EP
-    allocator memory that the arena log does not report. Whether it is per node or per body
-    that runs was not separated (each measured If ran one branch)."""
+    convolution runs, ``cuda_conv_device`` (cuDNN's engines); per control-flow body that runs,
+    ``cuda_control_flow``: a Loop's or Scan's body, and one branch per If (``all_branches``:
+    both, the range's top: which branch runs is data). Why: ORT's verbose arena log against
+    NVML on real exports and hand-made graphs (session 14, H200, ``docs/bench/cuda_real14.py
+    traces``): transformers' NVML figure is the arena's regions + 1 MiB, convolution models'
+    + 11..13; torch.cond's If + 74, two Ifs in a row + 147, a Loop + 76, FCOS (99 convs, one
+    If) + 84, a Loop whose body holds an If that took one branch + 146, one whose If took both
+    (iteration parity) + 222. Each body that runs repeats what the empty session's own first
+    run adds (72 MiB); with the external allocator (no arena) it is gone after the run, so it
+    is EP allocator memory the arena log does not report."""
     c = CUDA_CALIBRATION
-    nodes = _all_nodes(g)
     extra = c["cuda_run_modules"]
-    if any(n.op_type in CONV_OPS for n in nodes):
+    if any(n.op_type in CONV_OPS for n in _all_nodes(g)):
         extra += c["cuda_conv_device"]
-    extra += c["cuda_control_flow"] * sum(1 for n in nodes if n.op_type in CONTROL_FLOW_OPS)
-    return int(extra)
+    return int(extra + c["cuda_control_flow"] * _bodies(g, all_branches))
+
+
+def _bodies(g: GraphInfo, all_branches: bool) -> int:
+    """Control-flow bodies that run: each Loop/Scan body, one branch per If (or both)."""
+    out = 0
+    for n in g.nodes:
+        if n.index in g.folded or not n.subgraphs:
+            continue
+        inner = [_bodies(sub, all_branches) for sub in n.subgraphs]
+        if n.op_type == "If" and not all_branches:
+            out += 1 + max(inner, default=0)
+        else:
+            out += len(n.subgraphs) + sum(inner)
+    return out
 
 
 def empty_session(stage: str) -> int:
@@ -480,6 +493,10 @@ def device_range(
         )
     out = {k: (min(s[k] for s in seen), max(s[k] for s in seen)) for k in seen[0]}
     out["run_1"] = (out["run_1"][0], max(out["run_1"][1], out["steady_state"][1]))
+    # which If branches run is data: the top counts every branch's first-run cost
+    branches = run_device_extra(g, all_branches=True) - modules
+    for k in ("run_1", "steady_state"):
+        out[k] = (out[k][0], out[k][1] + branches)
     # Rare orders, sampled cheaply: the weights alone. The arena never shrinks, so a run holds
     # at least what its session reserved: a rare session outcome bounds every stage from above.
     rare = weight_only_range(device_weights(g), samples)
