@@ -73,7 +73,7 @@ def test_under_backend_cuda_a_bf16_model_is_ranked_by_the_cuda_plan() -> None:
 def test_a_layout_that_loses_tensor_sizes_is_refused(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     # A tensor of unknown size counts as 0 bytes: a rewrite that loses sizes looks like a gain.
     # ORT's fp16 GPT-2 split x2 along its past lost 74 (com.microsoft ops after the rewrite):
-    # predicted 33 -> 9 MiB on the CUDA EP, measured 14 -> 30 (session 14, H200). Here every
+    # predicted 33 -> 9 MiB on the CUDA EP, measured 30 at run 3 (session 14, H200). Here every
     # trial's estimate is made to report one unknown size more than the original's.
     from memshrink.transforms import chunk as chunk_mod
 

@@ -128,7 +128,7 @@ def lost_sizes(est: Any, base_unknowns: int) -> str:
     """Why a rewritten layout's prediction cannot be trusted ('' if it can): tensors whose size
     the estimate does not know count as 0 bytes, so a rewrite that loses sizes looks like a gain
     (ORT's fp16 GPT-2 split x2 along its past lost 74 behind com.microsoft ops: predicted
-    33 -> 9 MiB on the CUDA EP, measured 14 -> 30; session 14, H200)."""
+    33 -> 9 MiB on the CUDA EP, where it measured 30 MiB at run 3; session 14, H200)."""
     lost = len(est.unknowns) - base_unknowns
     if lost <= 0:
         return ""
