@@ -150,3 +150,39 @@ def test_the_real_ep_places_them_so(tmp_path: Path) -> None:
         subgraphs, cpu = _placed(build())
         assert row["subgraphs"] == subgraphs, (build.__name__, row)
         assert sorted(row["cpu"]) == cpu, (build.__name__, row)  # type: ignore[call-overload]
+
+
+def _padded_slice(width: int | str) -> onnx.ModelProto:
+    """y = x[:, :, : (W % 3) + 1] with W = Shape(x)[2], Swin-V2's shape arithmetic in small."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("Shape", ["x"], ["s"]),
+            helper.make_node("Gather", ["s", "two"], ["w"]),
+            helper.make_node("Mod", ["w", "three"], ["m"]),
+            helper.make_node("Add", ["m", "one"], ["a"]),
+            helper.make_node("Unsqueeze", ["a", "zero"], ["end"]),
+            helper.make_node("Slice", ["x", "zero", "end", "two1"], ["y"]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [
+            helper.make_tensor("two", TensorProto.INT64, [], [2]),
+            helper.make_tensor("two1", TensorProto.INT64, [1], [2]),
+            helper.make_tensor("three", TensorProto.INT64, [], [3]),
+            helper.make_tensor("one", TensorProto.INT64, [], [1]),
+            helper.make_tensor("zero", TensorProto.INT64, [1], [0]),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_a_folded_scalar_mod_cuts_nothing() -> None:
+    """Static dims: the Mod of ``Shape(x)[2]`` is folded before partitioning (SAM's window
+    padding at 1024^2: one subgraph, as measured); a symbolic width keeps it, on ORT CPU."""
+    g = build_view(_padded_slice(16)).graph
+    assert not any(on_ort_cpu(n, g) for n in g.nodes)
+    g = build_view(_padded_slice("w"), dims={"w": 16}).graph
+    assert [n.op_type for n in g.nodes if on_ort_cpu(n, g)] == ["Mod"]

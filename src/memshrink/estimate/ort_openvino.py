@@ -143,8 +143,8 @@ def on_ort_cpu(n: NodeInfo, g: GraphInfo | None = None) -> bool:
     window-padding Mods of ``Gather(Shape(x))`` scalars all run on ORT CPU)."""
     if n.op_type in UNSUPPORTED or n.domain in ORT_CPU_DOMAINS:
         return True
-    if g is not None and n.op_type == "Mod" and n.inputs:
-        t = g.tensors.get(n.inputs[0])
+    if g is not None and n.op_type == "Mod" and n.inputs and n.index not in g.folded:
+        t = g.tensors.get(n.inputs[0])  # (a folded one is gone before partitioning)
         return t is not None and t.sym_shape is not None and len(t.sym_shape) == 0
     return False
 
