@@ -29,6 +29,9 @@ onnxruntime-openvino 1.24.1, which bundles OpenVINO 2025.4.1; micro-graphs measu
   mapping) and, for Conv/FC, re-laid out k times: k - 1 more copies of each, for the whole
   session (measured on MatMul chains, and BERT b4x512 batch x4: +1255 MiB file, predicted
   +1248).
+* A cluster of one node that is not the last goes to ORT's CPU EP (or joins the next cluster
+  it shares an edge with), and a ``Mod`` of a 0-d tensor runs there too (``subgraph_ids``,
+  ``on_ort_cpu``: Swin-V2's window-padding arithmetic, 12 subgraphs).
 * A graph input declared without a shape makes the EP claim no node at all: ORT's CPU EP
   runs the graph (``takes_nothing``). ORT's ``EliminateIdentity`` (level 1) makes an Identity
   of a weight a name before partitioning: no folded copy.
