@@ -15,7 +15,7 @@ from onnxscript import opset18 as op
 def net(
     cols: FLOAT["batch", 144, 1024],  # noqa: UP037, F821 (onnxscript dim names)
     where: INT64["batch", 8, 1024],  # noqa: UP037, F821
-    w: FLOAT[32, 16, 3, 3],
+    w: FLOAT[16, 16, 3, 3],
 ) -> FLOAT["batch", 8, 1024]:  # noqa: UP037, F821
     """Col2Im (patch columns back to a 32 × 32 image), ReduceMean with axes as an input, a
     Conv, Split with num_outputs into a gated half, ScatterElements with reduction max."""
