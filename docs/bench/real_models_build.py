@@ -5165,8 +5165,10 @@ w3 = jnp.asarray(rng.standard_normal((64, 10)).astype(np.float32) * 0.1)
 def net(x):  # x [B, 32, 32, 3] NHWC
     y = jax.lax.conv_general_dilated(x, w1, (2, 2), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
     y = jax.nn.gelu(y)
-    y = jax.lax.reduce_window(y, -jnp.inf, jax.lax.max, (1, 4, 4, 1), (1, 4, 4, 1), "VALID")
-    y = y.reshape(y.shape[0], -1)
+    # 4 x 4 max pooling as reshape + max: jax2onnx 0.17.1 writes ``lax.reduce_window`` as a
+    # MaxPool over a 6-D tensor, which ONNX Runtime and OpenVINO refuse
+    b = y.shape[0]
+    y = y.reshape(b, 4, 4, 4, 4, 16).max(axis=(2, 4)).reshape(b, -1)
     h = jax.nn.relu(y @ w2)
     return jax.nn.log_softmax(h @ w3, axis=-1)
 
@@ -5178,8 +5180,8 @@ onnx.save_model(model, out)
 
 @builder("jax2onnx-cnn")
 def jax_cnn(d: Path) -> Case:
-    """A JAX function (``lax.conv_general_dilated`` in NHWC, GELU, ``reduce_window`` max,
-    reshape, two matmuls, ``log_softmax``) through jax2onnx with a symbolic batch ``B``."""
+    """A JAX function (``lax.conv_general_dilated`` in NHWC, GELU, a 4 × 4 max pool as
+    reshape + max, two matmuls, ``log_softmax``) through jax2onnx with a symbolic batch ``B``."""
     p = d / "jax2onnx-cnn.onnx"
     _side_run("REAL_MODELS_JAX_SITE", "jax2onnx", _JAX_SCRIPT, str(p))
     return Case("jax2onnx-cnn", p, dims=_free_dims(p, {0: 256}))
