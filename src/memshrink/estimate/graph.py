@@ -1159,6 +1159,8 @@ def build_view(
             embedded = False
     if not embedded and inline:
         _mark_inline(graph, inline)
+        # the data files hold the rest: OpenVINO reads the inline ones with the ModelProto
+        ext_bytes -= sum(init_info[n][0] for n in inline if n in g.initializers)
     return ModelView(
         graph=graph,
         bindings={k: tuple(v) for k, v in bound.items()},
