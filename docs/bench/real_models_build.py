@@ -29,6 +29,12 @@ eager experts (NonZero token lists, index_add), SDPA at opset 23 (the exporter's
 ``Attention``), NonZero + torch.cond unrolled, torchvision RAFT-small (correlation volume,
 GridSample), Qwen2 with sliding-window attention, DeepLabV3-ResNet-50 (dilated, ``8*h8`` dims),
 Deformable DETR (multi-scale GridSample), Mamba-2's chunked SSD, a Llama cast to bf16.
+Session 14: other exporters in a side-installed child (tf2onnx: a Keras NHWC CNN, a BiLSTM +
+GRU, a ``tf.while_loop`` carrying six values, Keras transformer blocks; jax2onnx: a JAX CNN),
+onnxscript with opset-18 forms (Col2Im, ReduceMean axes input, Split num_outputs,
+ScatterElements max), a DLRM-style recommender (EmbeddingBag), a TTS length regulator, a
+PointNet / DGCNN kNN (TopK), TrOCR (vision encoder-decoder), wav2vec2 on 30 s of audio,
+SegFormer at 512², HF ConvNeXt-V2 (GRN).
 """
 
 from __future__ import annotations
