@@ -34,6 +34,7 @@ import numpy as np
 import onnx_ir as ir
 
 from memshrink.transforms.tied_matmul import a_rank
+from memshrink.transforms.weight_io import transpose_2d_to_spill
 
 _ONNX = ("", "ai.onnx")
 
@@ -94,13 +95,22 @@ def _matmul_readers(w: ir.Value) -> list[ir.Node] | None:
     return readers or None
 
 
+#: Bytes per transposed block: the pass runs last in ``all``, on top of the heap the earlier
+#: passes grew, where 8 MiB blocks (``weight_io.BLOCK``) and their transposes raised
+#: ``optimize``'s own peak (ViT-B/16 ``all`` +15 MiB).
+TRANSPOSE_BLOCK = 1 << 20
+
+
 def _register_transposed(graph: ir.Graph, w: ir.Value, tensor: ir.TensorProtocol) -> ir.Value:
     from memshrink.transforms.fold_weight_transforms import _transposed
 
     name = f"{w.name}__nk"
     k, n = (int(d) for d in tensor.shape.numpy())
     new = ir.Value(name=name, shape=ir.Shape([n, k]), type=ir.TensorType(ir.DataType.FLOAT))
-    new.const_value = _transposed(tensor, [1, 0], name)
+    if isinstance(tensor, ir.ExternalTensor):
+        new.const_value = transpose_2d_to_spill(tensor, name, TRANSPOSE_BLOCK)
+    else:
+        new.const_value = _transposed(tensor, [1, 0], name)
     graph.register_initializer(new)
     return new
 
