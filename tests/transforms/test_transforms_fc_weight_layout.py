@@ -206,3 +206,16 @@ def test_not_tried_when_deploying_on_another_runtime(tmp_path: Path) -> None:
     model, report = PassManager(["fc-weight-layout"]).run(memshrink.load(src), ctx)
     assert report.passes[0].stats["matmul"].startswith("not tried: only OpenVINO gains")
     assert [n.op_type for n in model.graph].count("MatMul") == 3
+
+
+def test_a_weight_in_the_openvino_folded_file_is_left_alone(tmp_path: Path) -> None:
+    # external-data's folded file holds weights the plugin rewrites into new Constants (a
+    # scaled FC); a renamed copy would land in the mapped file instead (ov_folded)
+    from memshrink.model import META_SAVE
+
+    src = _save(_gemm_model(np.random.default_rng(0))[0], tmp_path / "g.onnx")
+    model = memshrink.load(src)
+    model.meta[META_SAVE] = {"folded": ["W"]}
+    model, report = PassManager(["fc-weight-layout"], options=SMALL).run(model, PassContext())
+    assert report.passes[0].stats["gemm_weights"] == 0
+    assert sorted(model.graph.initializers) == ["W", "b"]
