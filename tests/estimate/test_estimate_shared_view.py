@@ -87,6 +87,10 @@ def test_views_shared_builds_an_in_memory_models_view_once(
         estimate(other, backend="ort")  # another object: its own view
         estimate(model, backend="ort", shapes={"x": [1, 16, 32, 32]})  # other bindings
         assert builds[0] == 3
+        import numpy as np  # an array binding: a key as its tuple, shared as the list's
+
+        estimate(model, backend="ort", shapes={"x": np.array([1, 16, 32, 32])})
+        assert builds[0] == 3
     assert got == want
     estimate(model, backend="ort")
     assert builds[0] == 4

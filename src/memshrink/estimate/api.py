@@ -114,10 +114,14 @@ def _estimate(
     views = _SHARED.get()
     key: tuple | None = None
     if views is not None and isinstance(model, ir.Model):
-        key = (id(model), _frozen(shapes), _frozen(dims), embedded, allow_partial,
-               _frozen(dim_bounds))  # fmt: skip
-        hit = views.get(key)
-        if hit is not None and hit[0] is model:
+        try:
+            key = (id(model), _frozen(shapes), _frozen(dims), embedded, allow_partial,
+                   _frozen(dim_bounds))  # fmt: skip
+            hash(key)
+        except TypeError:  # a binding that is not hashable as given: built, not shared
+            key = None
+        hit = views.get(key) if key is not None else None
+        if key is not None and hit is not None and hit[0] is model:
             views.move_to_end(key)
             return _predict(hit[1], backend, session_options, schedule)
     view = build_view(
@@ -143,9 +147,12 @@ _SHARED: ContextVar[OrderedDict[tuple, tuple[Any, ModelView]] | None] = ContextV
 
 
 def _frozen(m: Mapping[str, Any] | None) -> tuple | None:
+    """Bindings as a key (a shape list or array as a tuple)."""
     if not m:
         return None
-    return tuple(sorted((k, tuple(v) if isinstance(v, Sequence) else v) for k, v in m.items()))
+    return tuple(
+        sorted((k, v if isinstance(v, int | str) or v is None else tuple(v)) for k, v in m.items())
+    )
 
 
 @contextlib.contextmanager
