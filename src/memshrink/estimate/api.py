@@ -19,6 +19,7 @@ from memshrink.estimate.graph import ModelView, build_view
 from memshrink.estimate.result import Estimate
 from memshrink.estimate.schedule import SCHEDULES
 from memshrink.estimate.schedule import schedule as make_schedule
+from memshrink.estimate.session_options import check_session_options
 
 __all__ = ["Estimate", "estimate", "SCHEDULES", "BACKENDS"]
 
@@ -107,6 +108,7 @@ def _estimate(
     dim_bounds: Mapping[str, int] | None = None,
 ) -> Estimate:
     backend = _backend_name(backend)
+    check_session_options(session_options)  # before the load: a typo fails at once
     view = build_view(
         model,
         shapes=shapes,
@@ -134,6 +136,7 @@ def _predict(
 ) -> Estimate:
     """One backend's prediction from a built view (which it reads, never changes)."""
     opts = dict(session_options or {})
+    check_session_options(opts)
     sched = schedule
     if sched is None:
         sched = DEFAULT_SCHEDULE[backend]
