@@ -266,3 +266,18 @@ def test_a_json_report_is_overwritten(mlp_path: Path, tmp_path: Path) -> None:
     report.write_text('{"old": true}\n')
     assert main(["estimate", str(mlp_path), "--json", str(report)]) == 0
     assert '"backend": "ort"' in report.read_text()
+
+
+@pytest.mark.parametrize("verify", [[], ["--verify", "cpu"]])
+def test_optimize_json_dash_prints_json_alone(
+    mlp_path: Path, tmp_path: Path, verify: list[str]
+) -> None:
+    """``optimize --json - > r.json`` is JSON only (QA session 14: the pass table and, with
+    --verify, verify's table came first on stdout); progress stays on stderr."""
+    r = _cli("optimize", str(mlp_path), str(tmp_path / "o.onnx"), "--passes", "safe", *verify,
+             "--json", "-")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["output"] == str(tmp_path / "o.onnx")
+    assert ("verify" in data) == bool(verify)
+    assert "[1/" in r.stderr  # the progress lines are not lost, only kept off stdout

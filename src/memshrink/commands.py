@@ -167,7 +167,10 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             progress("predicting the other runtimes' peaks (original vs output)")
         others = _other_backends(result, src, dst, context.backend, shapes, dims)
     exit_code = 0
-    if not quiet:
+    # ``--json -``: stdout is the JSON report alone, as for estimate and verify (the tables
+    # came first and broke ``--json - > r.json``, QA session 14); progress stays on stderr
+    tables = not quiet and args.json != "-"
+    if tables:
         print(_format_optimize(result))
         if recommendations:
             print(recommendations)
@@ -187,7 +190,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             str(src), str(dst), backends=backends, shapes=shapes or None, dims=dims or None
         )
         result["verify"] = vreport.to_dict()
-        if not quiet:
+        if tables:
             print(vreport.format_table())
         exit_code = vreport.exit_code
     if args.json:
