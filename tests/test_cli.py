@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -281,3 +282,18 @@ def test_optimize_json_dash_prints_json_alone(
     assert data["output"] == str(tmp_path / "o.onnx")
     assert ("verify" in data) == bool(verify)
     assert "[1/" in r.stderr  # the progress lines are not lost, only kept off stdout
+
+
+def test_a_reader_that_leaves_early_is_not_an_internal_error(tmp_path: Path) -> None:
+    """``memshrink passes | head -1`` when head has gone before the table is printed: was
+    "memshrink: internal error: BrokenPipeError" (QA session 14); now silent, exit 141
+    (128 + SIGPIPE, as a shell reports a tool the pipe stopped)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before anything is written
+    with open(write_end, "wb") as out:
+        r = subprocess.run(
+            [sys.executable, "-m", "memshrink.cli", "passes"],
+            stdout=out, stderr=subprocess.PIPE, text=True, timeout=120,
+        )  # fmt: skip
+    assert r.returncode == 141
+    assert r.stderr == ""

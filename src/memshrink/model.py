@@ -18,7 +18,7 @@ import onnx
 import onnx_ir as ir
 
 from memshrink import compact_attrs, opaque_types
-from memshrink.errors import ModelLoadError, UsageError
+from memshrink.errors import ExternalDataError, ModelLoadError, UsageError
 from memshrink.protoscan import scan_model_file
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -81,6 +81,7 @@ def _load_path(path: Path) -> ir.Model:
     del scan.skeleton
     if not proto.HasField("graph") or proto.ir_version <= 0:
         raise ModelLoadError(f"{path}: not an ONNX model (no graph or ir_version)")
+    _check_external_entries(proto)
     try:
         model = opaque_types.deserialize(proto, base_dir=str(path.parent), lists=scan.lists)
     except Exception as exc:
@@ -212,6 +213,25 @@ def _set_attribute_tensor_base_dir(model: ir.Model, base_dir: str) -> None:
     for tensor, _ in iter_tensor_slots(model):
         if isinstance(tensor, ir.ExternalTensor) and not tensor.base_dir:
             tensor.base_dir = base_dir
+
+
+def _check_external_entries(proto: onnx.ModelProto) -> None:
+    """The raw ``external_data`` entries, before onnx-ir drops unknown keys with a warning
+    (``extrefs.check_keys``); offsets and lengths must be numbers."""
+    from onnx.external_data_helper import _get_all_tensors
+
+    from memshrink.extrefs import check_keys
+
+    for t in _get_all_tensors(proto):
+        if t.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        check_keys(t.name, [e.key for e in t.external_data])
+        for e in t.external_data:
+            if e.key in ("offset", "length") and not e.value.strip().isdigit():
+                raise ExternalDataError(
+                    f"tensor {t.name or '<unnamed>'!r}: external data {e.key} {e.value!r} "
+                    "is not a number"
+                )
 
 
 def validate_external_data(model: ir.Model, base_dir: str) -> None:
