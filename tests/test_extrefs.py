@@ -147,6 +147,8 @@ def test_initializer_locations_are_what_onnx_load_states(tmp_path: Path) -> None
         ("lenght", "128", r"unknown key\(s\) 'lenght' \(ONNX defines location, offset"),
         (b"l\x9angth", "128", r"unknown key\(s\)"),  # one flipped byte: not UTF-8
         ("offset", "abc", "external data offset 'abc' is not a number"),
+        ("length", "100", r"external data length 100 is not the tensor's size \(128 bytes"),
+        ("length", "132", r"external data length 132 is not the tensor's size \(128 bytes"),
     ],
 )
 def test_a_damaged_entry_is_refused_by_the_loader_and_the_check(
@@ -160,8 +162,8 @@ def test_a_damaged_entry_is_refused_by_the_loader_and_the_check(
     path = _model(tmp_path)
     proto = onnx.load(path, load_external_data=False)
     entries = proto.graph.initializer[0].external_data
-    if key == "offset":
-        next(e for e in entries if e.key == "offset").value = value
+    if key in ("offset", "length"):
+        next(e for e in entries if e.key == key).value = value
     elif isinstance(key, str):
         e = entries.add()
         e.key, e.value = key, value

@@ -196,8 +196,23 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     if args.json:
         from memshrink.cli import write_json
 
+        # the same keys in every report, null where they do not apply (a script reads
+        # ``r["verify"]`` without checking; QA session 14: five keys came and went)
+        for key in OPTIONAL_REPORT_KEYS:
+            result.setdefault(key, None)
         write_json(result, args.json)
     return exit_code
+
+
+#: ``optimize --json`` keys that only some runs fill: null in the others.
+OPTIONAL_REPORT_KEYS = (
+    "estimate_before",
+    "custom_ops",
+    "stated_tolerance",
+    "recommended_session_options",
+    "other_backends_predicted_peak",
+    "verify",
+)
 
 
 def _add_recommendations(

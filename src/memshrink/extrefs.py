@@ -94,6 +94,13 @@ def check_ref(ref: ExternalRef, base_dir: str, sizes: dict[str, int]) -> None:
                 f"tensor {name!r}: external data file {location!r} is missing "
                 f"(looked in {base_dir})"
             ) from None
+    if ref.length is not None and ref.nbytes is not None and ref.length != ref.nbytes:
+        # ONNX Runtime: "external data size mismatch" (both ways); onnx-ir read the stated
+        # length and optimize wrote a model out of it with exit 0 (QA session 14)
+        raise ExternalDataError(
+            f"tensor {name!r}: external data length {ref.length} is not the tensor's size "
+            f"({ref.nbytes} bytes from its dims and type)"
+        )
     length = ref.length if ref.length is not None else ref.nbytes
     if length is not None and ref.offset + length > sizes[full]:
         raise ExternalDataError(
