@@ -88,6 +88,7 @@ def _load_path(path: Path) -> ir.Model:
         raise ModelLoadError(f"{path}: cannot be parsed as ONNX: {_why(exc)}") from None
     del proto
     check_opsets(model, str(path))
+    check_standard_ops(model, str(path))
     sort_if_needed(model)
     base_dir = str(path.parent.resolve())
     ir.external_data.set_base_dir(model.graph, base_dir)
@@ -157,6 +158,30 @@ def check_opsets(model: ir.Model, where: str) -> None:
                 f"{onnx.__version__} knows versions 1..{newest}); upgrade onnx or "
                 "convert the model to a known opset"
             )
+
+
+def check_standard_ops(model: ir.Model, where: str) -> None:
+    """Refuse a node of ``ai.onnx`` / ``ai.onnx.ml`` whose op those domains do not have.
+
+    Why: ONNX Runtime refuses such a model at load, but every pass treated the node as
+    opaque: a local function whose body calls ``Reluu`` was inlined and written out with
+    exit 0 (QA session 14). ``check_opsets`` has already refused opsets newer than ``onnx``
+    knows, so an op it does not know in any version exists nowhere."""
+    bodies = [model.graph, *(f.graph for f in model.functions.values())]
+    # a call of a local function declared in a standard domain has its own, clearer error
+    # (``local_function_checks``)
+    local = {(f.domain, f.name) for f in model.functions.values()}
+    for body in bodies:
+        for node in ir.traversal.RecursiveGraphIterator(body):
+            domain = "" if node.domain == "ai.onnx" else node.domain
+            if (node.domain, node.op_type) in local:
+                continue
+            if domain in ("", "ai.onnx.ml") and not onnx.defs.has(node.op_type, domain):
+                raise ModelLoadError(
+                    f"{where}: node {node.name or node.op_type!r} calls {node.op_type!r}, "
+                    f"which the {domain or 'ai.onnx'} domain does not define (runtimes refuse "
+                    "the model)"
+                )
 
 
 def iter_tensor_slots(model: ir.Model):
