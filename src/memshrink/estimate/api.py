@@ -23,6 +23,7 @@ from memshrink.estimate.graph import ModelView, build_view
 from memshrink.estimate.result import Estimate
 from memshrink.estimate.schedule import SCHEDULES
 from memshrink.estimate.schedule import schedule as make_schedule
+from memshrink.estimate.session_options import check_session_options
 
 __all__ = ["Estimate", "estimate", "SCHEDULES", "BACKENDS"]
 
@@ -111,6 +112,7 @@ def _estimate(
     dim_bounds: Mapping[str, int] | None = None,
 ) -> Estimate:
     backend = _backend_name(backend)
+    check_session_options(session_options)  # before the load: a typo fails at once
     views = _SHARED.get()
     key: tuple | None = None
     if views is not None and isinstance(model, ir.Model):
@@ -193,6 +195,7 @@ def _predict(
 ) -> Estimate:
     """One backend's prediction from a built view (which it reads, never changes)."""
     opts = dict(session_options or {})
+    check_session_options(opts)
     sched = schedule
     if sched is None:
         sched = DEFAULT_SCHEDULE[backend]

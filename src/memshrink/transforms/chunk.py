@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import onnx_ir as ir
 
@@ -569,6 +569,8 @@ class ChunkPass(Pass):
     targets = ("activations",)
     exact = "atol 1e-4, rtol 1e-4"
     tolerance = (1e-4, 1e-4)
+    # spatial_axis: H or W of an NCHW tensor (axis 7 was an IndexError inside the pass)
+    option_choices: ClassVar[dict[str, Any]] = {"modes": MODES, "cuts": int, "spatial_axis": (2, 3)}
 
     @dataclass
     class Options:
