@@ -420,12 +420,13 @@ def _mark_zero_biases(graph: GraphInfo, g: ir.Graph) -> None:
 SMALL_INT_MAX = 8  # elements: indices, axes and shape pieces, never data
 
 
-def _mark_small_ints(graph: GraphInfo, g: ir.Graph) -> None:
+def _mark_small_ints(graph: GraphInfo, g: ir.Graph, inlined: onnx.GraphProto | None = None) -> None:
     """Keep the values of tiny int32/int64 weights and ``Constant`` outputs
     (``TensorInfo.small``). Why: ORT's ``CommonSubexpressionElimination`` merges nodes whose
     constant inputs are equal by value and ``ReshapeFusion`` reads which dim a ``Gather``
     picks (``ort_optimized.reshape_fusion``); only in-file tensors of at most 8 elements are
-    read."""
+    read. ``inlined``: the graph with local functions inlined (their bodies' ``Constant``
+    nodes, under the names the view gives them)."""
     tensors: dict[str, ir.TensorProtocol] = {}
     for name, v in g.initializers.items():
         if v.const_value is not None:
@@ -435,6 +436,14 @@ def _mark_small_ints(graph: GraphInfo, g: ir.Graph) -> None:
             attr = node.attributes.get("value")
             if attr is not None and attr.type == ir.AttributeType.TENSOR:
                 tensors[str(node.outputs[0].name)] = attr.as_tensor()
+    for np_ in inlined.node if inlined is not None else ():
+        if np_.op_type == "Constant" and np_.domain in ("", "ai.onnx") and np_.output:
+            name = np_.output[0]
+            if name in tensors:
+                continue
+            for a in np_.attribute:
+                if a.name == "value" and a.type == onnx.AttributeProto.TENSOR:
+                    tensors[name] = ir.serde.deserialize_tensor(a.t)
     for name, tensor in tensors.items():
         t = graph.tensors.get(name)
         if t is None or int(tensor.dtype) not in (6, 7) or _is_external(tensor):
@@ -1149,7 +1158,7 @@ def build_view(
     graph.bounded = {n: how for n, how in bounded.items() if n in graph.tensors}
     fold_constants(graph)
     _mark_zero_biases(graph, g)
-    _mark_small_ints(graph, g)
+    _mark_small_ints(graph, g, sym_proto.graph if irm.functions else None)
     if embedded is None:
         every, every_ext = weight_bytes + body_bytes, ext_bytes + body_ext  # bodies' too
         embedded = _file_embeds_weights(path, every) if path else every_ext < every / 2
