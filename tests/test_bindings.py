@@ -129,15 +129,30 @@ def test_exporter_expression_dims_bind_through_their_symbols() -> None:
     inputs = [("image", ["batch", 3, "8*h8", "8*w8"]), ("ids", ["b", "s0 + s1", "2*s0 - 1"])]
     got = bind_input_shapes(inputs, dims={"batch": 1, "h8": 32, "w8": 40, "b": 2, "s0": 5, "s1": 7})
     assert got == {"image": (1, 3, 256, 320), "ids": (2, 12, 9)}
-    by_text = bind_input_shapes(
-        inputs[:1], dims={"batch": 1, "8*h8": 256, "8*w8": 320, "h8": 1}
-    )  # the text wins over the symbol
+    by_text = bind_input_shapes(inputs[:1], dims={"batch": 1, "8*h8": 256, "8*w8": 320})
     assert by_text == {"image": (1, 3, 256, 320)}
+    # the hint binds through the symbols (the text ``s0 + s1=SIZE`` would need shell quotes)
     with pytest.raises(
         UnboundDimensionError,
-        match=r"image\[2\] \('8\*h8'\).*here: --dim batch=SIZE --dim 8\*h8=SIZE --dim 8\*w8=SIZE,",
+        match=r"image\[2\] \('8\*h8'\).*here: --dim batch=SIZE --dim h8=SIZE --dim w8=SIZE,",
     ):
         bind_input_shapes(inputs[:1])
+    with pytest.raises(UnboundDimensionError, match=r"here: --dim b=SIZE --dim s1=SIZE,"):
+        bind_input_shapes(inputs[1:], dims={"s0": 5})
     # names that only look like arithmetic stay names: no value from half-bound parts
     with pytest.raises(UnboundDimensionError, match=r"'seq-len'"):
         bind_input_shapes([("x", ["seq-len"])], dims={"seq": 4})
+
+
+def test_an_expression_dim_bound_two_ways_must_agree_and_spaces_do_not_matter() -> None:
+    """QA session 14: ``--dim h8=1 --dim 8*h8=256`` fed 256 without a word (the text won
+    over the symbol other inputs may read directly), and ``--dim s0+s1=12`` did not bind
+    the dim dynamo writes ``s0 + s1``."""
+    inputs = [("image", ["batch", 3, "8*h8", "8*h8"]), ("ids", ["b", "s0 + s1"])]
+    with pytest.raises(UsageError, match=r"--dim 8\*h8=256 contradicts h8=1, which make 8\*h8 = 8"):
+        bind_input_shapes(inputs[:1], dims={"batch": 1, "8*h8": 256, "h8": 1})
+    with pytest.raises(UsageError, match=r"--dim s0\+s1=13 contradicts s0=5, s1=7"):
+        bind_input_shapes(inputs[1:], dims={"b": 1, "s0+s1": 13, "s0": 5, "s1": 7})
+    agree = {"batch": 1, "8*h8": 256, "h8": 32, "b": 2, "s0+s1": 12, "s0": 5, "s1": 7}
+    assert bind_input_shapes(inputs, dims=agree) == {"image": (1, 3, 256, 256), "ids": (2, 12)}
+    assert bind_input_shapes(inputs[1:], dims={"b": 2, "s0+s1": 12}) == {"ids": (2, 12)}

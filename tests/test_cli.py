@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -266,3 +267,37 @@ def test_a_json_report_is_overwritten(mlp_path: Path, tmp_path: Path) -> None:
     report.write_text('{"old": true}\n')
     assert main(["estimate", str(mlp_path), "--json", str(report)]) == 0
     assert '"backend": "ort"' in report.read_text()
+
+
+@pytest.mark.parametrize("verify", [[], ["--verify", "cpu"]])
+def test_optimize_json_dash_prints_json_alone(
+    mlp_path: Path, tmp_path: Path, verify: list[str]
+) -> None:
+    """``optimize --json - > r.json`` is JSON only (QA session 14: the pass table and, with
+    --verify, verify's table came first on stdout); progress stays on stderr."""
+    r = _cli("optimize", str(mlp_path), str(tmp_path / "o.onnx"), "--passes", "safe", *verify,
+             "--json", "-")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["output"] == str(tmp_path / "o.onnx")
+    assert (data["verify"] is not None) == bool(verify)
+    assert "[1/" in r.stderr  # the progress lines are not lost, only kept off stdout
+    # the same keys whatever ran: null where a key does not apply
+    bare = _cli("optimize", str(mlp_path), str(tmp_path / "p.onnx"), "--passes", "prune",
+                "--no-estimate", "--json", "-")  # fmt: skip
+    assert sorted(json.loads(bare.stdout)) == sorted(data)
+
+
+def test_a_reader_that_leaves_early_is_not_an_internal_error(tmp_path: Path) -> None:
+    """``memshrink passes | head -1`` when head has gone before the table is printed: was
+    "memshrink: internal error: BrokenPipeError" (QA session 14); now silent, exit 141
+    (128 + SIGPIPE, as a shell reports a tool the pipe stopped)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before anything is written
+    with open(write_end, "wb") as out:
+        r = subprocess.run(
+            [sys.executable, "-m", "memshrink.cli", "passes"],
+            stdout=out, stderr=subprocess.PIPE, text=True, timeout=120,
+        )  # fmt: skip
+    assert r.returncode == 141
+    assert r.stderr == ""

@@ -344,3 +344,7 @@ def test_a_wire_list_counts_its_bytes_before_making_them(
     made = compact_attrs.wire_list(compact)
     assert len(lazy) == len(made) and lazy.tobytes() == made
     assert compact_attrs.piece_bytes(lazy) == made and compact_attrs.piece_bytes(b"ab") == b"ab"
+    # the save writes the fields a slice of at most 999 elements at a time: the same bytes
+    slices = list(compact_attrs.piece_slices([b"ab", lazy]))
+    assert slices[0] == b"ab" and b"".join(slices[1:]) == made
+    assert len(slices) == 1 + math.ceil(len(values) / 999)

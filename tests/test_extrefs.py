@@ -139,3 +139,39 @@ def test_initializer_locations_are_what_onnx_load_states(tmp_path: Path) -> None
     bad.write_bytes(b"\x0a\xff\xff")
     with pytest.raises(ModelLoadError):
         initializer_locations(bad)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "says"),
+    [
+        ("lenght", "128", r"unknown key\(s\) 'lenght' \(ONNX defines location, offset"),
+        (b"l\x9angth", "128", r"unknown key\(s\)"),  # one flipped byte: not UTF-8
+        ("offset", "abc", "external data offset 'abc' is not a number"),
+        ("length", "100", r"external data length 100 is not the tensor's size \(128 bytes"),
+        ("length", "132", r"external data length 132 is not the tensor's size \(128 bytes"),
+    ],
+)
+def test_a_damaged_entry_is_refused_by_the_loader_and_the_check(
+    tmp_path: Path, key: str | bytes, value: str, says: str
+) -> None:
+    """QA session 14: ORT refuses such a file; onnx-ir dropped the unknown entry with a
+    Python warning, so ``optimize`` wrote a 'repaired' copy (exit 0) and ``verify`` ran both
+    models into exit 5. ``offset`` 'abc' was read as 0 by onnx-ir."""
+    from memshrink.model import load
+
+    path = _model(tmp_path)
+    proto = onnx.load(path, load_external_data=False)
+    entries = proto.graph.initializer[0].external_data
+    if key in ("offset", "length"):
+        next(e for e in entries if e.key == key).value = value
+    elif isinstance(key, str):
+        e = entries.add()
+        e.key, e.value = key, value
+    onnx.save_model(proto, path)
+    if isinstance(key, bytes):  # flip the byte in the file: protobuf won't set such a key
+        raw = path.read_bytes()
+        path.write_bytes(raw.replace(b"length", key, 1))
+    with pytest.raises(ExternalDataError, match=says):
+        check_file(path)
+    with pytest.raises(ExternalDataError, match=says):
+        load(path)

@@ -205,3 +205,54 @@ def test_a_replacement_returns_the_freed_heap(
 
     PassManager([Keep([]), Replace([]), Keep([])]).run(load(mlp_path))
     assert calls == [1]
+
+
+class _Ranged(Pass):
+    name = "ranged"
+    summary = "test pass with every kind of option"
+    option_choices = {"modes": ("a", "b"), "cuts": int, "axis": (2, 3)}
+
+    @dataclass
+    class Options:
+        ratio: float = 0.5
+        min_gain: float = 0.0
+        limit: int = 0
+        flag: bool = False
+        modes: str = "a"
+        cuts: str = "0"
+        axis: int = 2
+        guard_backends: str = "cuda"
+
+    def run(self, model: ir.Model, context: PassContext) -> PassResult:  # pragma: no cover
+        return PassResult(modified=False)
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"ratio": "nan"}, "option ranged.ratio: expected a finite float >= 0, got 'nan'"),
+        ({"ratio": "-1"}, "option ranged.ratio: expected a finite float >= 0, got '-1'"),
+        ({"ratio": float("inf")}, "expected a finite float >= 0, got inf"),
+        ({"min_gain": "nan"}, "option ranged.min_gain: expected a finite float, got 'nan'"),
+        ({"limit": -1}, "option ranged.limit: expected int (>= 0), got -1"),  # TOML's -1
+        ({"limit": 1.5}, "option ranged.limit: expected int (>= 0), got 1.5"),
+        ({"flag": 2}, "option ranged.flag: expected bool, got 2"),
+        ({"modes": "a,c"}, "option ranged.modes: unknown 'c'; choose from a, b"),
+        ({"cuts": "1,x"}, "option ranged.cuts: expected integers >= 0 (comma-separated)"),
+        ({"axis": "7"}, "option ranged.axis: expected one of 2, 3, got 7"),
+        ({"guard_backends": "openvno"}, "unknown 'openvno'; choose from ort, cpu, openvino"),
+    ],
+)
+def test_option_values_out_of_range_are_usage_errors(options: dict, says: str) -> None:
+    """QA session 14: each of these was accepted and changed what the pass did without a
+    word (NaN and negative caps switched checks off, ``modes=bach`` made chunk a no-op,
+    ``prefer_backends=openvno`` guarded nothing) or failed inside the pass (exit 1)."""
+    with pytest.raises(UsageError) as info:
+        _Ranged(**options)
+    assert says in str(info.value)
+
+
+def test_option_values_in_range_pass() -> None:
+    p = _Ranged(ratio="0", min_gain=-1, limit=2.0, flag=1, modes="b,a", cuts="0, 3", axis=3,
+                guard_backends="cuda,openvino, ort-openvino")  # fmt: skip
+    assert (p.options.ratio, p.options.limit, p.options.flag, p.options.axis) == (0.0, 2, True, 3)

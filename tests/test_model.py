@@ -166,3 +166,31 @@ def test_unsorted_graph_is_sorted_at_load_and_sorted_one_kept(tmp_path: Path) ->
     )
     onnx.save_model(ir.to_proto(sorted_model), tmp_path / "s.onnx")
     assert [n.op_type for n in load(tmp_path / "s.onnx").graph] == ["Conv", "Cast", "Relu"]
+
+
+@pytest.mark.parametrize("where", ["graph", "function", "subgraph"])
+def test_an_op_the_standard_domain_does_not_define_is_refused(tmp_path: Path, where: str) -> None:
+    """QA session 14: a local function whose body calls ``Reluu`` was inlined and written out
+    with exit 0; ONNX Runtime refuses the model at load."""
+    from onnx import TensorProto, helper
+
+    bad = helper.make_node("Reluu", ["x"], ["y"], name="typo")
+    nodes, functions = [bad], []
+    if where == "function":
+        functions = [helper.make_function("local", "F", ["x"], ["y"], [bad],
+                                          [helper.make_opsetid("", 18)])]  # fmt: skip
+        nodes = [helper.make_node("F", ["x"], ["y"], domain="local")]
+    elif where == "subgraph":
+        branch = helper.make_graph([bad], "b", [], [helper.make_tensor_value_info("y", 1, [2])])
+        nodes = [helper.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=branch)]
+    g = helper.make_graph(
+        nodes, "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]),
+         helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )  # fmt: skip
+    opsets = [helper.make_opsetid("", 18), helper.make_opsetid("local", 1)]
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, functions=functions, opset_imports=opsets), path)
+    with pytest.raises(ModelLoadError, match="calls 'Reluu', which the ai.onnx domain does not"):
+        load(path)

@@ -48,6 +48,13 @@ def test_toml_pipeline_with_options(tmp_path: Path) -> None:
         ("passes = [", "not valid TOML"),
         ('passes = ["prune"]\nbogus = 1', "unknown key"),
         ('passes = ["nope"]', "unknown pass"),
+        # QA session 14: these were accepted, the options table silently ignored
+        (
+            'passes = ["prune", "external-data"]\n[options.extrenal-data]\nthreshold = "1KiB"',
+            r"\[options.extrenal-data\] names no pass of its `passes` \(prune, external-data\)",
+        ),
+        ('passes = ["prune"]\n[options.chunk]\nmax_chunks = 4', r"\[options.chunk\] names no pass"),
+        ("passes = []", "`passes` is empty"),
     ],
 )
 def test_bad_pipeline_files(tmp_path: Path, content: str, message: str) -> None:

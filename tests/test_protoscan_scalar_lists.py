@@ -68,3 +68,36 @@ def test_scan_skips_list_attributes_and_still_lifts_tensor_attributes(
     assert got["nodes_nodeids"] == list(range(20_000))
     np.testing.assert_allclose(got["nodes_values"], 0.5, rtol=0, atol=0)
     assert skel.graph.node[0].attribute[0].t.data_location == TensorProto.EXTERNAL
+
+
+def test_the_scan_drops_the_pages_of_each_lifted_list(tmp_path: Path, monkeypatch) -> None:
+    """A lifted list is read once: the scan drops its mapped pages from the resident set
+    (``_drop_pages``) for exactly each lifted attribute's bytes, and the result is the same."""
+    from memshrink import compact_attrs
+
+    path = tmp_path / "m.onnx"
+    onnx.save(_model(), str(path))
+    whole = protoscan.scan_model_file(str(path), "m.onnx", lift_lists=compact_attrs.lift)
+    ranges: list[tuple[int, int]] = []
+    monkeypatch.setattr(protoscan, "_drop_pages", lambda mm, s, e: ranges.append((s, e)))
+    res = protoscan.scan_model_file(str(path), "m.onnx", lift_lists=compact_attrs.lift)
+    assert res.skeleton == whole.skeleton and len(res.lists) == len(whole.lists) == 3
+    assert len(ranges) == 3  # the three 20,000-element lists, not the Constant's tensor
+    assert all(e - s >= 20_000 for s, e in ranges)
+
+
+def test_drop_pages_releases_whole_pages_inside_the_range() -> None:
+    """Only pages wholly inside [start, end) are dropped: a page shared with bytes the scan
+    still reads stays (it would fault in again anyway, but needlessly)."""
+    import mmap
+
+    calls: list[tuple[int, int, int]] = []
+
+    class FakeMap:
+        def madvise(self, how: int, start: int, length: int) -> None:
+            calls.append((how, start, length))
+
+    page = mmap.PAGESIZE
+    protoscan._drop_pages(FakeMap(), 1, 3 * page + 5)  # type: ignore[arg-type]
+    protoscan._drop_pages(FakeMap(), page + 1, 2 * page - 1)  # no whole page: nothing
+    assert calls == [(mmap.MADV_DONTNEED, page, 2 * page)]

@@ -57,7 +57,11 @@ def _feeds(path: str) -> dict[str, Any]:
     from memshrink.verify.kinds import read_io, resolve_model
 
     ref = resolve_model(path, "model", Path(path).parent)
-    arrays, _ = feeds_of(read_io(ref), ref.path, None, None, None, None, 0)
+    # symbolic dims / integer ranges of a model without a sidecar (cuda_real14.py's cases):
+    # MEMSHRINK_TRACE_BIND='{"dims": {...}, "int_ranges": {name: [lo, hi]}}'
+    bind = json.loads(os.environ.get("MEMSHRINK_TRACE_BIND", "{}"))
+    ranges = {k: tuple(v) for k, v in bind.get("int_ranges", {}).items()} or None
+    arrays, _ = feeds_of(read_io(ref), ref.path, None, None, bind.get("dims"), ranges, 0)
     return arrays
 
 

@@ -32,6 +32,9 @@ os.makedirs(a.dir, exist_ok=True)
 src = a.src or f"{a.dir}/big{a.nodes}.onnx"
 if not os.path.exists(src):
     onnx.save(big_graph(a.nodes), src)
+import memshrink.lazy_modules as lazy_modules
+
+lazy_modules.defer()  # as cli.main does: the imports below would load sympy first (+34 MiB)
 import memshrink.cli as cli
 import memshrink.hooks as hooks
 import memshrink.pipeline as pipeline

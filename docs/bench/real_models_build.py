@@ -29,6 +29,12 @@ eager experts (NonZero token lists, index_add), SDPA at opset 23 (the exporter's
 ``Attention``), NonZero + torch.cond unrolled, torchvision RAFT-small (correlation volume,
 GridSample), Qwen2 with sliding-window attention, DeepLabV3-ResNet-50 (dilated, ``8*h8`` dims),
 Deformable DETR (multi-scale GridSample), Mamba-2's chunked SSD, a Llama cast to bf16.
+Session 14: other exporters in a side-installed child (tf2onnx: a Keras NHWC CNN, a BiLSTM +
+GRU, a ``tf.while_loop`` carrying six values, Keras transformer blocks; jax2onnx: a JAX CNN),
+onnxscript with opset-18 forms (Col2Im, ReduceMean axes input, Split num_outputs,
+ScatterElements max), a DLRM-style recommender (EmbeddingBag), a TTS length regulator, a
+PointNet / DGCNN kNN (TopK), TrOCR (vision encoder-decoder), wav2vec2 on 30 s of audio,
+SegFormer at 512², HF ConvNeXt-V2 (GRN).
 """
 
 from __future__ import annotations
@@ -4695,6 +4701,517 @@ def hf_llama_bf16(d: Path) -> Case:
         dims={"batch": 2, "seq": 256},
         int_ranges={"input_ids": (0, 300), "attention_mask": (1, 2)},
     )
+
+
+# ------------------------------------------------------------------------------- session 14
+
+
+@builder("dlrm-embeddingbag-legacy")
+def dlrm(d: Path) -> Case:
+    """A DLRM-style recommender: a bottom MLP on 13 dense features, four embedding tables of
+    60,000 × 64 (61 MB in all): two ``EmbeddingBag(mode="sum")`` over [batch, 8] id bags
+    (legacy: a ``Loop`` over the bags, ``Gather`` + ``ReduceSum`` in its body) and two
+    ``Embedding`` + ``sum`` (``Gather`` + ``ReduceSum``), the pairwise dot-product interaction
+    (``MatMul`` of [B, 5, 64] by its transpose, the upper triangle), a top MLP; dynamic batch."""
+    import torch
+    from torch import nn
+
+    rows, dim = 60000, 64
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bot = nn.Sequential(nn.Linear(13, 128), nn.ReLU(), nn.Linear(128, dim), nn.ReLU())
+            self.bags = nn.ModuleList(nn.EmbeddingBag(rows, dim, mode="sum") for _ in range(2))
+            self.embs = nn.ModuleList(nn.Embedding(rows, dim) for _ in range(2))
+            self.top = nn.Sequential(nn.Linear(dim + 10, 128), nn.ReLU(), nn.Linear(128, 1))
+            self.iu = torch.triu_indices(5, 5, 1)
+
+        def forward(self, dense: Any, s0: Any, s1: Any, s2: Any, s3: Any) -> Any:
+            x = self.bot(dense)
+            feats = [x, self.bags[0](s0), self.bags[1](s1)]
+            feats += [self.embs[0](s2).sum(1), self.embs[1](s3).sum(1)]
+            t = torch.stack(feats, 1)  # [B, 5, dim]
+            z = torch.bmm(t, t.transpose(1, 2))[:, self.iu[0], self.iu[1]]
+            return torch.sigmoid(self.top(torch.cat([x, z], 1)))
+
+    _seed()
+    names = ["dense", "sparse0", "sparse1", "sparse2", "sparse3"]
+    ids = [torch.randint(0, rows, (4, 8)) for _ in range(4)]
+    p = d / "dlrm.onnx"
+    axes = {n: {0: "batch"} for n in names}
+    _legacy(Net(), (torch.randn(4, 13), *ids), p, names, ["ctr"], axes, opset=17)
+    return Case(
+        "dlrm-embeddingbag-legacy",
+        p,
+        dims={"batch": 512},
+        int_ranges={n: (0, rows) for n in names[1:]},
+    )
+
+
+@builder("tts-length-regulator-legacy")
+def tts_length_regulator(d: Path) -> Case:
+    """A FastSpeech-style TTS: phoneme embedding and conv encoder, a duration predictor (Conv1d
+    → Linear → ``exp`` → round, clamped to 1…8 frames), the length regulator
+    ``repeat_interleave(hidden, durations)`` (legacy: the mel length is data-dependent), a
+    conv decoder to 80 mel bins; batch 1 as TTS runs, dynamic phoneme count."""
+    import torch
+    from torch import nn
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = nn.Embedding(100, 128)
+            self.enc = nn.Sequential(nn.Conv1d(128, 128, 5, padding=2), nn.ReLU())
+            self.dur = nn.Sequential(nn.Conv1d(128, 64, 3, padding=1), nn.ReLU())
+            self.dur_out = nn.Linear(64, 1)
+            self.dec = nn.Sequential(
+                nn.Conv1d(128, 256, 5, padding=2), nn.ReLU(), nn.Conv1d(256, 80, 5, padding=2)
+            )
+
+        def forward(self, ids: Any) -> Any:
+            h = self.enc(self.emb(ids).transpose(1, 2))  # [1, 128, T]
+            logd = self.dur_out(self.dur(h).transpose(1, 2)).squeeze(-1)  # [1, T]
+            dur = torch.clamp(torch.round(torch.exp(logd)), 1, 8).long()
+            frames = torch.repeat_interleave(h[0].transpose(0, 1), dur[0], dim=0)  # [F, 128]
+            return self.dec(frames.transpose(0, 1).unsqueeze(0)), dur
+
+    _seed()
+    p = d / "tts_length_regulator.onnx"
+    ids = torch.randint(0, 100, (1, 12))
+    axes = {"phonemes": {1: "phones"}, "mel": {2: "frames"}, "durations": {1: "phones"}}
+    _legacy(Net(), (ids,), p, ["phonemes"], ["mel", "durations"], axes, opset=17)
+    return Case(
+        "tts-length-regulator-legacy",
+        p,
+        dims={"phones": 400},
+        int_ranges={"phonemes": (0, 100)},
+    )
+
+
+@builder("pointnet-knn-topk-dynamo")
+def pointnet_knn(d: Path) -> Case:
+    """A DGCNN / PointNet++-style point-cloud classifier: a pairwise distance matrix
+    [B, N, N], ``TopK`` (smallest 16) over it for each point's neighbours, their features
+    gathered by flattened batch offsets, EdgeConv MLPs on [B, N, k, C], max over k, then a
+    global max pool; two such layers (the second's kNN in feature space); dynamic batch and
+    point count."""
+    import torch
+    from torch import nn
+
+    k = 16
+
+    def knn_gather(x: Any) -> Any:  # x [B, N, C] -> neighbours [B, N, k, C]
+        b, n, c = x.shape
+        inner = x @ x.transpose(1, 2)
+        sq = (x * x).sum(-1, keepdim=True)
+        dist = sq - 2 * inner + sq.transpose(1, 2)
+        idx = dist.topk(k, dim=-1, largest=False).indices  # [B, N, k]
+        base = torch.arange(b, device=x.device).view(b, 1, 1) * n
+        return x.reshape(b * n, c)[(idx + base).reshape(-1)].reshape(b, n, k, c)
+
+    class Edge(nn.Module):
+        def __init__(self, ci: int, co: int) -> None:
+            super().__init__()
+            self.mlp = nn.Sequential(nn.Linear(2 * ci, co), nn.LeakyReLU(0.2), nn.Linear(co, co))
+
+        def forward(self, x: Any) -> Any:
+            nb = knn_gather(x)
+            ctr = x.unsqueeze(2).expand_as(nb)
+            return self.mlp(torch.cat([ctr, nb - ctr], -1)).amax(2)
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.e1, self.e2 = Edge(3, 64), Edge(64, 64)
+            self.head = nn.Sequential(nn.Linear(128, 64), nn.ReLU(), nn.Linear(64, 10))
+
+        def forward(self, pts: Any) -> Any:
+            h1 = self.e1(pts)
+            h2 = self.e2(h1)
+            return self.head(torch.cat([h1, h2], -1).amax(1))
+
+    _seed()
+    b = torch.export.Dim("batch", min=1, max=64)
+    n = torch.export.Dim("points", min=32, max=8192)
+    p = d / "pointnet_knn.onnx"
+    _dynamo(Net(), (torch.randn(2, 64, 3),), p, ["points"], ["logits"], ({0: b, 1: n},))
+    return Case("pointnet-knn-topk-dynamo", p, dims={"batch": 2, "points": 1024})
+
+
+@builder("hf-trocr-vision-encoder-decoder-legacy")
+def hf_trocr(d: Path) -> Case:
+    """A TrOCR-style ``VisionEncoderDecoderModel``: a ViT encoder on a 64 × 256 text-line
+    image (16 × 16 patches: 64 tokens), a TrOCR decoder (learned positions, causal self-
+    attention, cross-attention over the image tokens); legacy, dynamic batch and decoder
+    length."""
+    import torch
+    import transformers
+
+    enc = transformers.ViTConfig(
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        image_size=(64, 256),
+        patch_size=16,
+    )
+    dec = transformers.TrOCRConfig(
+        vocab_size=300,
+        d_model=64,
+        decoder_layers=2,
+        decoder_attention_heads=4,
+        decoder_ffn_dim=128,
+        max_position_embeddings=256,
+        cross_attention_hidden_size=64,
+        use_cache=False,
+    )
+    _seed()
+    cfg = transformers.VisionEncoderDecoderConfig.from_encoder_decoder_configs(enc, dec)
+    m = transformers.VisionEncoderDecoderModel(cfg).eval()
+
+    class W(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = m
+
+        def forward(self, px: Any, ids: Any) -> Any:
+            return self.m(pixel_values=px, decoder_input_ids=ids, use_cache=False).logits
+
+    p = d / "trocr.onnx"
+    names = ["pixel_values", "decoder_input_ids"]
+    axes = {"pixel_values": {0: "batch"}, "decoder_input_ids": {0: "batch", 1: "seq"}}
+    args = (torch.randn(2, 3, 64, 256), _tok(300, 2, 8))
+    _legacy(W(), args, p, names, ["logits"], axes, opset=17)
+    return Case(
+        "hf-trocr-vision-encoder-decoder-legacy",
+        p,
+        dims={"batch": 4, "seq": 128},
+        int_ranges={"decoder_input_ids": (0, 300)},
+    )
+
+
+@builder("hf-wav2vec2-30s-legacy")
+def hf_wav2vec2_long(d: Path) -> Case:
+    """wav2vec2 CTC with the real feature extractor's strides (5, 2, 2, 2, 2, 2, 2: 320
+    samples a frame) on 30 s of 16 kHz audio (480,000 samples → 1,499 frames; conv activations
+    [1, 32, 96,000] first), group norm, a small transformer; legacy, dynamic batch and
+    length."""
+    import torch
+    import transformers
+
+    cfg = transformers.Wav2Vec2Config(
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        conv_dim=(32,) * 7,
+        conv_stride=(5, 2, 2, 2, 2, 2, 2),
+        conv_kernel=(10, 3, 3, 3, 3, 2, 2),
+        num_conv_pos_embeddings=16,
+        num_conv_pos_embedding_groups=4,
+        vocab_size=32,
+    )
+    _seed()
+    m = transformers.Wav2Vec2ForCTC(cfg).eval()
+
+    class W(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = m
+
+        def forward(self, x: Any) -> Any:
+            return self.m(input_values=x).logits
+
+    p = d / "wav2vec2_30s.onnx"
+    axes = {"input_values": {0: "batch", 1: "samples"}}
+    _legacy(W(), (torch.randn(1, 16000),), p, ["input_values"], ["logits"], axes, opset=17)
+    return Case("hf-wav2vec2-30s-legacy", p, dims={"batch": 1, "samples": 480000})
+
+
+@builder("hf-segformer-512-legacy")
+def hf_segformer_512(d: Path) -> Case:
+    """SegFormer-B0's layout (4 stages, spatial-reduction ratios 8 / 4 / 2 / 1 in the
+    efficient self-attention: keys and values from a strided Conv + LayerNorm, Mix-FFN with a
+    depthwise Conv) at 512 × 512: 16,384 queries against 256 keys in stage 1; the all-MLP
+    decoder upsamples every stage to 128 × 128; legacy, dynamic batch, H, W."""
+    import torch
+    import transformers
+
+    cfg = transformers.SegformerConfig(
+        num_encoder_blocks=4,
+        depths=[1, 1, 1, 1],
+        sr_ratios=[8, 4, 2, 1],
+        hidden_sizes=[16, 32, 64, 128],
+        patch_sizes=[7, 3, 3, 3],
+        strides=[4, 2, 2, 2],
+        num_attention_heads=[1, 2, 4, 8],
+        mlp_ratios=[4, 4, 4, 4],
+        decoder_hidden_size=64,
+        num_labels=19,
+    )
+    _seed()
+    m = transformers.SegformerForSemanticSegmentation(cfg).eval()
+
+    class W(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = m
+
+        def forward(self, x: Any) -> Any:
+            return self.m(pixel_values=x).logits
+
+    p = d / "segformer_512.onnx"
+    axes = {"pixel_values": {0: "batch", 2: "height", 3: "width"}}
+    _legacy(W(), (torch.randn(1, 3, 128, 128),), p, ["pixel_values"], ["logits"], axes)
+    return Case("hf-segformer-512-legacy", p, dims={"batch": 1, "height": 512, "width": 512})
+
+
+@builder("hf-convnextv2-grn-legacy")
+def hf_convnextv2(d: Path) -> Case:
+    """HF ConvNeXt-V2 (global response normalization: the L2 norm over H, W
+    (``ReduceL2``-style Pow / ReduceSum / Sqrt), divided by its channel mean) at 224 × 224,
+    atto-like widths; legacy, dynamic batch."""
+    import torch
+    import transformers
+
+    cfg = transformers.ConvNextV2Config(
+        hidden_sizes=[40, 80, 160, 320], depths=[2, 2, 6, 2], num_labels=10
+    )
+    _seed()
+    m = transformers.ConvNextV2ForImageClassification(cfg).eval()
+
+    class W(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = m
+
+        def forward(self, x: Any) -> Any:
+            return self.m(pixel_values=x).logits
+
+    p = d / "convnextv2_grn.onnx"
+    axes = {"pixel_values": {0: "batch"}}
+    _legacy(W(), (torch.randn(2, 3, 224, 224),), p, ["pixel_values"], ["logits"], axes)
+    return Case("hf-convnextv2-grn-legacy", p, dims={"batch": 8})
+
+
+# The tf2onnx and jax2onnx rows need packages the project does not install (TensorFlow beside
+# torch in one interpreter fights over protobuf / numpy pins): they export in a child process
+# whose path starts with the folder named by REAL_MODELS_TF_SITE / REAL_MODELS_JAX_SITE
+# (``pip install --target DIR tensorflow-cpu==2.21.0 tf2onnx==1.17.0``; ``jax jaxlib
+# jax2onnx``). Without it the row is skipped with that reason.
+
+_TF_SCRIPT = r"""
+import os, sys
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+import numpy as np
+import tensorflow as tf
+import keras
+import tf2onnx
+
+kind, out = sys.argv[1], sys.argv[2]
+keras.utils.set_random_seed(0)
+L = keras.layers
+if kind == "cnn":
+    inp = keras.Input((None, None, 3), name="image")
+    x = L.Conv2D(32, 3, strides=2, padding="same", use_bias=False)(inp)
+    x = L.ReLU(6.0)(L.BatchNormalization()(x))
+    x = L.DepthwiseConv2D(3, padding="same", use_bias=False)(x)
+    x = L.ReLU(6.0)(L.BatchNormalization()(x))
+    skip = L.Conv2D(64, 1)(x)
+    x = L.MaxPooling2D(2)(skip)
+    x = L.SeparableConv2D(64, 3, padding="same", activation="relu")(x)
+    x = L.UpSampling2D(2)(x)
+    x = L.Concatenate()([x, skip])
+    x = L.Conv2D(32, 3, padding="same", activation="swish")(x)
+    seg = L.Conv2D(8, 1, name="seg")(x)
+    cls = L.Dense(10, name="cls")(L.GlobalAveragePooling2D()(x))
+    model = keras.Model(inp, [seg, cls])
+    spec = [tf.TensorSpec([None, None, None, 3], tf.float32, name="image")]
+elif kind == "rnn":
+    inp = keras.Input((None, 40), name="features")
+    x = L.Bidirectional(L.LSTM(64, return_sequences=True))(inp)
+    x = L.GRU(64, return_sequences=True)(x)
+    x = L.LayerNormalization()(x)
+    model = keras.Model(inp, L.Dense(30, name="logits")(x))
+    spec = [tf.TensorSpec([None, None, 40], tf.float32, name="features")]
+elif kind == "transformer":
+    inp = keras.Input((None,), dtype="int32", name="tokens")
+    x = L.Embedding(1000, 64)(inp)
+    for _ in range(2):
+        a = L.MultiHeadAttention(4, 16)(x, x, use_causal_mask=True)
+        x = L.LayerNormalization()(x + a)
+        # tanh GELU: Keras 3's exact one makes tf2onnx 1.17 write an ``Erfc`` node, which
+        # is no ONNX op (every runtime refuses the file)
+        gelu = L.Activation(lambda t: keras.activations.gelu(t, approximate=True))
+        f = L.Dense(64)(gelu(L.Dense(256)(x)))
+        x = L.LayerNormalization()(x + f)
+    model = keras.Model(inp, L.Dense(1000, name="logits")(x))
+    spec = [tf.TensorSpec([None, None], tf.int32, name="tokens")]
+elif kind == "while":
+    rng = np.random.default_rng(0)
+    ws = [tf.Variable(rng.standard_normal((64, 64)).astype(np.float32) * 0.1) for _ in range(3)]
+    spec = [
+        tf.TensorSpec([None, 64], tf.float32, name="x"),
+        tf.TensorSpec([], tf.int32, name="steps"),
+    ]
+
+    @tf.function(input_signature=spec)
+    def model(x, steps):
+        # six carried values: the counter, three states, a running max and a TensorArray
+        def body(i, h1, h2, h3, mx, ta):
+            h1 = tf.tanh(tf.matmul(h1, ws[0]) + h3)
+            h2 = tf.nn.relu(tf.matmul(h2, ws[1]) + h1)
+            h3 = 0.5 * h3 + tf.matmul(h2, ws[2])
+            mx = tf.maximum(mx, h3)
+            return i + 1, h1, h2, h3, mx, ta.write(i, tf.reduce_mean(h3, 1))
+
+        ta = tf.TensorArray(tf.float32, size=0, dynamic_size=True)
+        init = [tf.constant(0), x, x * 2.0, x * 0.5, x, ta]
+        _, h1, h2, h3, mx, ta = tf.while_loop(lambda i, *_: i < steps, body, init)
+        return h1 + h2 + mx, tf.transpose(ta.stack())
+else:
+    raise SystemExit(f"unknown kind {kind}")
+convert = tf2onnx.convert.from_keras if hasattr(model, "layers") else tf2onnx.convert.from_function
+proto, _ = convert(model, input_signature=spec, opset=17)
+import onnx
+onnx.save_model(proto, out)
+"""
+
+
+def _side_run(env_key: str, probe: str, script: str, *argv: str) -> None:
+    """Runs ``script`` in a child whose path starts with $``env_key`` (the side-installed
+    exporter); raises ``RuntimeError("skipped: …")`` when that folder is unset or lacks
+    ``probe``."""
+    import os
+    import subprocess
+
+    site = os.environ.get(env_key)
+    if not site or not (Path(site) / probe).exists():
+        raise RuntimeError(
+            f"skipped: {probe} not found; set {env_key} to a `pip install --target` folder with it"
+        )
+    env = dict(os.environ, PYTHONPATH=site)
+    p = subprocess.run(
+        [sys.executable, "-c", script, *argv], capture_output=True, text=True, env=env, timeout=900
+    )
+    if p.returncode:
+        tail = [ln for ln in (p.stderr or p.stdout).strip().splitlines() if ln.strip()]
+        raise RuntimeError(f"{probe} export failed: {tail[-1][:300] if tail else p.returncode}")
+
+
+def _free_dims(path: Path, per_axis: dict[int, int]) -> dict[str, int]:
+    """--dim bindings for an exporter's generated dim names (tf2onnx's ``unk__N``): each
+    input's symbolic axis ``a`` gets ``per_axis[a]``."""
+    m = onnx.load(str(path), load_external_data=False)
+    inits = {i.name for i in m.graph.initializer}
+    dims: dict[str, int] = {}
+    for vi in m.graph.input:
+        if vi.name in inits:
+            continue
+        for axis, dim in enumerate(vi.type.tensor_type.shape.dim):
+            if dim.dim_param and axis in per_axis:
+                dims[dim.dim_param] = per_axis[axis]
+    return dims
+
+
+def _tf(kind: str, name: str, d: Path, per_axis: dict[int, int], **kw: Any) -> Case:
+    p = d / f"{name}.onnx"
+    _side_run("REAL_MODELS_TF_SITE", "tf2onnx", _TF_SCRIPT, kind, str(p))
+    return Case(name, p, dims=_free_dims(p, per_axis), **kw)
+
+
+@builder("tf2onnx-keras-cnn-nhwc")
+def tf_cnn(d: Path) -> Case:
+    """A Keras CNN in NHWC (Conv + BatchNorm + ReLU6, depthwise, separable, max-pool,
+    upsample, a skip Concat, swish, a segmentation head and a pooled classifier): tf2onnx
+    wraps the NCHW Convs in ``Transpose`` pairs and folds what it can; batch, H, W free."""
+    return _tf("cnn", "tf2onnx-keras-cnn-nhwc", d, {0: 2, 1: 256, 2: 256})
+
+
+@builder("tf2onnx-keras-bilstm-gru")
+def tf_rnn(d: Path) -> Case:
+    """A Keras speech-style tagger: a bidirectional LSTM (tf2onnx: one ``LSTM`` node,
+    direction bidirectional) then a GRU (tf2onnx: a ``Loop``), LayerNorm, Dense; batch and
+    frames free."""
+    return _tf("rnn", "tf2onnx-keras-bilstm-gru", d, {0: 4, 1: 400})
+
+
+@builder("tf2onnx-while-loop-carried")
+def tf_while(d: Path) -> Case:
+    """A ``tf.function`` whose ``tf.while_loop`` carries six values (a counter, three states,
+    a running max and a ``TensorArray``: tf2onnx's ``Loop`` with scan outputs) for a
+    data-dependent trip count; batch free."""
+    return _tf("while", "tf2onnx-while-loop-carried", d, {0: 512}, int_ranges={"steps": (4, 9)})
+
+
+@builder("tf2onnx-keras-transformer")
+def tf_transformer(d: Path) -> Case:
+    """Two Keras transformer blocks (``MultiHeadAttention`` with a causal mask, post-norm,
+    tanh-GELU MLP) over an Embedding, tf2onnx: the attention as ``Einsum``s; batch and length
+    free."""
+    ranges = {"tokens": (0, 1000)}
+    return _tf("transformer", "tf2onnx-keras-transformer", d, {0: 2, 1: 256}, int_ranges=ranges)
+
+
+_JAX_SCRIPT = r"""
+import sys
+import numpy as np
+import jax, jax.numpy as jnp
+from jax2onnx import to_onnx
+import onnx
+
+out = sys.argv[1]
+rng = np.random.default_rng(0)
+w1 = jnp.asarray(rng.standard_normal((3, 3, 3, 16)).astype(np.float32) * 0.2)  # HWIO
+w2 = jnp.asarray(rng.standard_normal((16 * 16, 64)).astype(np.float32) * 0.05)
+w3 = jnp.asarray(rng.standard_normal((64, 10)).astype(np.float32) * 0.1)
+
+
+def net(x):  # x [B, 32, 32, 3] NHWC
+    y = jax.lax.conv_general_dilated(x, w1, (2, 2), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    y = jax.nn.gelu(y)
+    # 4 x 4 max pooling as reshape + max: jax2onnx 0.17.1 writes ``lax.reduce_window`` as a
+    # MaxPool over a 6-D tensor, which ONNX Runtime and OpenVINO refuse
+    b = y.shape[0]
+    y = y.reshape(b, 4, 4, 4, 4, 16).max(axis=(2, 4)).reshape(b, -1)
+    h = jax.nn.relu(y @ w2)
+    return jax.nn.log_softmax(h @ w3, axis=-1)
+
+
+model = to_onnx(net, [("B", 32, 32, 3)])
+onnx.save_model(model, out)
+"""
+
+
+@builder("jax2onnx-cnn")
+def jax_cnn(d: Path) -> Case:
+    """A JAX function (``lax.conv_general_dilated`` in NHWC, GELU, a 4 × 4 max pool as
+    reshape + max, two matmuls, ``log_softmax``) through jax2onnx with a symbolic batch ``B``."""
+    p = d / "jax2onnx-cnn.onnx"
+    _side_run("REAL_MODELS_JAX_SITE", "jax2onnx", _JAX_SCRIPT, str(p))
+    return Case("jax2onnx-cnn", p, dims=_free_dims(p, {0: 256}))
+
+
+@builder("onnxscript-opset18-ops")
+def onnxscript_opset18(d: Path) -> Case:
+    """A model written in onnxscript with opset-18 forms: ``Col2Im`` (patch columns back to
+    an image), ``ReduceMean`` with ``axes`` as an input, ``Split`` with ``num_outputs``,
+    ``ScatterElements`` with ``reduction="max"``, a gated Conv between; dynamic batch."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from onnxscript_opset18 import net
+
+    m = net.to_model_proto()
+    # the weight as an initializer, as exporters write it (not a graph input)
+    w = _w("w", 16, 16, 3, 3)
+    keep = [i for i in m.graph.input if i.name != "w"]
+    del m.graph.input[:]
+    m.graph.input.extend(keep)
+    m.graph.initializer.append(w)
+    m.ir_version = min(m.ir_version, 10)
+    p = d / "onnxscript_opset18.onnx"
+    _save(m, p)
+    return Case("onnxscript-opset18-ops", p, dims={"batch": 16}, int_ranges={"where": (0, 1024)})
 
 
 def build_all(folder: Path, only: list[str] | None = None) -> tuple[list[Case], dict[str, str]]:

@@ -169,6 +169,33 @@ def dim_value(text: str, dims: Mapping[str, int]) -> int | None:
     return ev(tree)
 
 
+def _checked_dims(
+    dims: dict[str, int], inputs: Sequence[tuple[str, Sequence[Dim] | None]]
+) -> dict[str, int]:
+    """``dims`` with each expression dim's text also under its spaceless spelling, after
+    refusing a binding that contradicts the symbols it is computed from.
+
+    Why: ``--dim h8=4 --dim 8*h8=64`` fed 64 without a word (the text won), and
+    ``--dim s0+s1=5`` did not bind the dim the model writes ``s0 + s1`` (QA session 14)."""
+    spaceless = {k.replace(" ", ""): v for k, v in dims.items()}
+    out = dict(dims)
+    for _, declared in inputs:
+        for d in declared or ():
+            if not isinstance(d, str) or not dim_symbols(d):
+                continue
+            given = dims.get(d, spaceless.get(d.replace(" ", "")))
+            computed = dim_value(d, dims)
+            if given is not None and computed is not None and given != computed:
+                bound = ", ".join(f"{s}={dims[s]}" for s in dim_symbols(d))
+                raise UsageError(
+                    f"--dim {d.replace(' ', '')}={given} contradicts {bound}, which make "
+                    f"{d} = {computed}; give one of them"
+                )
+            if given is not None:
+                out[d] = given
+    return out
+
+
 def bind_input_shapes(
     inputs: Sequence[tuple[str, Sequence[Dim] | None]],
     shapes: Mapping[str, Sequence[int]] | None = None,
@@ -200,7 +227,7 @@ def bind_input_shapes(
             for d, g in zip(declared, shapes[name], strict=True):
                 if isinstance(d, str) and d:
                     implied.setdefault(d, int(g))
-    dims = {**implied, **dims}
+    dims = _checked_dims({**implied, **dims}, inputs)
     resolved: dict[str, tuple[int, ...]] = {}
     missing: list[str] = []
     symbols: list[str] = []  # named unbound dims, for the --dim example in the error
@@ -254,8 +281,11 @@ def bind_input_shapes(
                     else f" ({d!r})"
                 )
                 missing.append(f"{name}[{i}]{label}")
-                if isinstance(d, str) and d and d not in symbols:
-                    symbols.append(d)  # an expression's own text binds it too
+                # an expression binds through its symbols (``8*h8``: --dim h8=SIZE; its text
+                # ``s0 + s1=SIZE`` would need shell quotes)
+                for sym in (dim_symbols(d) or [d]) if isinstance(d, str) and d else []:
+                    if sym not in symbols and sym not in dims:
+                        symbols.append(sym)
                 out.append(-1)
         resolved[name] = tuple(out)
     if missing:

@@ -42,7 +42,7 @@ exit codes: 0 ok, 1 failure, 2 usage error, 3 outputs differ, 4 over a memory
 budget, 5 a backend failed (see `memshrink verify --help`), 6 the input model
 cannot be used (truncated, not ONNX, broken external data, unknown opset), 7 the
 output cannot be written (folder missing or read-only, out of space), 130/143
-interrupted by SIGINT/SIGTERM (nothing written).
+interrupted by SIGINT/SIGTERM (nothing written), 141 stdout closed early (| head).
 """
 
 
@@ -157,6 +157,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("memshrink: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # ``memshrink estimate m.onnx | head``: the reader left; not an internal error (QA
+        # session 14). Python would complain again flushing stdout at exit: point it at
+        # /dev/null. 141 = 128 + SIGPIPE, what a shell reports for a tool the pipe killed.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
     except Exception as exc:  # an internal bug: still one line unless --debug
         if debug:
             traceback.print_exc()

@@ -167,7 +167,10 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             progress("predicting the other runtimes' peaks (original vs output)")
         others = _other_backends(result, src, dst, context.backend, shapes, dims)
     exit_code = 0
-    if not quiet:
+    # ``--json -``: stdout is the JSON report alone, as for estimate and verify (the tables
+    # came first and broke ``--json - > r.json``, QA session 14); progress stays on stderr
+    tables = not quiet and args.json != "-"
+    if tables:
         print(_format_optimize(result))
         if recommendations:
             print(recommendations)
@@ -187,14 +190,29 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             str(src), str(dst), backends=backends, shapes=shapes or None, dims=dims or None
         )
         result["verify"] = vreport.to_dict()
-        if not quiet:
+        if tables:
             print(vreport.format_table())
         exit_code = vreport.exit_code
     if args.json:
         from memshrink.cli import write_json
 
+        # the same keys in every report, null where they do not apply (a script reads
+        # ``r["verify"]`` without checking; QA session 14: five keys came and went)
+        for key in OPTIONAL_REPORT_KEYS:
+            result.setdefault(key, None)
         write_json(result, args.json)
     return exit_code
+
+
+#: ``optimize --json`` keys that only some runs fill: null in the others.
+OPTIONAL_REPORT_KEYS = (
+    "estimate_before",
+    "custom_ops",
+    "stated_tolerance",
+    "recommended_session_options",
+    "other_backends_predicted_peak",
+    "verify",
+)
 
 
 def _add_recommendations(

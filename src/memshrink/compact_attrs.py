@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import Hashable, Iterator, Sequence, Sized
+from collections import Counter
+from collections.abc import Hashable, Iterable, Iterator, Sequence, Sized
 from typing import Any, overload
 
 import numpy as np
@@ -437,26 +438,42 @@ def wire_list(value: Any) -> bytes:
     proto2): one key per element, then a float's 4 bytes, an int's varint (two's complement,
     10 bytes when negative) or a string's length and bytes. Built with numpy from the array,
     never as a repeated field of Python objects."""
+    return b"".join(list(wire_slices(value)))
+
+
+def wire_slices(value: Any) -> Iterator[bytes]:
+    """:func:`wire_list`'s bytes, ``_WIRE_SLICE`` elements at a time (joined, the same bytes).
+
+    Why slices: the varint arithmetic holds ~50 bytes an element in temporaries (a forest's
+    740k-element class_ids: +37 MiB at the save), and a save that writes each slice as it is
+    made never holds a whole list's fields (a forest's 493k ``nodes_modes`` strings: a list of
+    493k references and 5.9 MB joined, +22 MiB measured, per list)."""
+    n = len(value)
     if not isinstance(value, CompactList):
-        pieces: dict[str, bytes] = {}
-        for s in value:
-            if s not in pieces:
-                enc = s.encode("utf-8")
-                pieces[s] = bytes([_KEY_STRINGS]) + _varint(len(enc)) + enc
-        return b"".join([pieces[s] for s in value])
+        fields: dict[str, bytes] = {}
+        for i in range(0, n, _WIRE_SLICE):
+            yield b"".join([_string_field(s, fields) for s in value[i : i + _WIRE_SLICE]])
+        return
     arr = value.array
-    n = len(arr)
-    if arr.dtype == np.float32:
-        rows = np.empty((n, 5), np.uint8)
-        rows[:, 0] = _KEY_FLOATS
-        rows[:, 1:] = arr.astype("<f4").view(np.uint8).reshape(n, 4)
-        return rows.tobytes()
-    # in slices: the varint arithmetic holds ~50 bytes an element in temporaries (a forest's
-    # 740k-element class_ids: +37 MiB at the save), a slice's bytes are the same
-    return b"".join(
-        _wire_ints(arr[i : i + _WIRE_SLICE].astype(np.int64).view(np.uint64))
-        for i in range(0, n, _WIRE_SLICE)
-    )
+    for i in range(0, n, _WIRE_SLICE):
+        part = arr[i : i + _WIRE_SLICE]
+        if arr.dtype == np.float32:
+            rows = np.empty((len(part), 5), np.uint8)
+            rows[:, 0] = _KEY_FLOATS
+            rows[:, 1:] = part.astype("<f4").view(np.uint8).reshape(len(part), 4)
+            yield rows.tobytes()
+        else:
+            yield _wire_ints(part.astype(np.int64).view(np.uint64))
+
+
+def _string_field(s: str, fields: dict[str, bytes]) -> bytes:
+    """One STRINGS element's field (key, length, UTF-8 bytes), made once per distinct string
+    (``fields`` remembers them: a forest's modes are a few strings repeated)."""
+    enc = fields.get(s)
+    if enc is None:
+        raw = s.encode("utf-8")
+        enc = fields[s] = bytes([_KEY_STRINGS]) + _varint(len(raw)) + raw
+    return enc
 
 
 _WIRE_SLICE = 1 << 16  # elements
@@ -494,11 +511,17 @@ class WireList:
     def tobytes(self) -> bytes:
         return wire_list(self.value)
 
+    def slices(self) -> Iterator[bytes]:
+        """The fields a slice at a time (:func:`wire_slices`): what the save writes."""
+        return wire_slices(self.value)
+
 
 def _wire_size(value: Any) -> int:
-    """``len(wire_list(value))`` without building it (strings: built, they are small)."""
+    """``len(wire_list(value))`` without building it (strings: each distinct one's field
+    times its count)."""
     if not isinstance(value, CompactList):
-        return len(wire_list(value))
+        fields: dict[str, bytes] = {}
+        return sum(len(_string_field(s, fields)) * k for s, k in Counter(value).items())
     arr = value.array
     n = len(arr)
     if arr.dtype == np.float32:
@@ -512,6 +535,16 @@ def _wire_size(value: Any) -> int:
 def piece_bytes(piece: bytes | memoryview | WireList) -> bytes | memoryview:
     """A piece of :func:`splice_pieces` as bytes (a :class:`WireList` made now)."""
     return piece.tobytes() if isinstance(piece, WireList) else piece
+
+
+def piece_slices(pieces: Iterable[bytes | memoryview | WireList]) -> Iterator[bytes | memoryview]:
+    """The pieces of :func:`splice_pieces` as bytes to write one after another, each
+    :class:`WireList` a slice at a time (never one list's fields whole)."""
+    for piece in pieces:
+        if isinstance(piece, WireList):
+            yield from piece.slices()
+        else:
+            yield piece
 
 
 def _wire_ints(v: np.ndarray) -> bytes:

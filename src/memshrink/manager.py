@@ -9,6 +9,7 @@ verification) without the passes knowing about them.
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -108,8 +109,13 @@ class Pass:
             )
         converted = {}
         for key, value in options.items():
-            converted[key] = _convert_option(cls.name, key, fields[key], value)
+            converted[key] = _convert_option(cls.name, key, fields[key], value, cls.option_choices)
         return cls.Options(**converted)
+
+    #: Values an option may take: for a ``str`` option, each of its comma-listed items
+    #: (``chunk.modes``; ``int``: integers); an option named ``*backends`` or
+    #: ``channel_guard`` takes runtime names (``BACKEND_NAMES``) without an entry here.
+    option_choices: ClassVar[dict[str, Any]] = {}
 
     def run(self, model: ir.Model, context: PassContext) -> PassResult:  # pragma: no cover
         raise NotImplementedError
@@ -134,7 +140,13 @@ def _default_of(f: dataclasses.Field) -> Any:
     return None
 
 
-def _convert_option(pass_name: str, key: str, f: dataclasses.Field, value: Any) -> Any:
+def _convert_option(
+    pass_name: str,
+    key: str,
+    f: dataclasses.Field,
+    value: Any,
+    choices: Mapping[str, Any] | None = None,
+) -> Any:
     kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
     where = f"option {pass_name}.{key}"
     try:
@@ -145,17 +157,59 @@ def _convert_option(pass_name: str, key: str, f: dataclasses.Field, value: Any) 
                 if value.lower() in ("0", "false", "no", "off"):
                     return False
                 raise ValueError(value)
-            return bool(value)
+            if isinstance(value, bool) or value in (0, 1):
+                return bool(value)
+            raise ValueError(value)  # a TOML 2 or [..] read as true
         if kind == "int":
-            if isinstance(value, bool):
+            if isinstance(value, bool) or isinstance(value, float) and not value.is_integer():
                 raise ValueError(value)
-            return parse_bytes(value) if isinstance(value, str) else int(value)
+            number = parse_bytes(value) if isinstance(value, str) else int(value)
+            if number < 0:  # a TOML -1 (the command line's "-1" fails parse_bytes)
+                raise ValueError(value)
+            value = number
         if kind == "float":
-            return float(value)
+            real = float(value)
+            # NaN compared false everywhere and switched its check off (QA session 14); a
+            # cap, ratio or time below 0 means nothing (a ``min_*`` threshold may be: -1
+            # takes any layout)
+            if not math.isfinite(real) or (real < 0 and not key.startswith("min_")):
+                raise ValueError(value)
+            value = real
         if kind == "str":
-            return str(value)
+            value = str(value)
     except (ValueError, TypeError, MemshrinkError):
-        raise UsageError(f"{where}: expected {kind}, got {value!r}") from None
+        what = {"int": "int (>= 0)", "float": "a finite float"}.get(kind, kind)
+        what += " >= 0" if kind == "float" and not key.startswith("min_") else ""
+        raise UsageError(f"{where}: expected {what}, got {value!r}") from None
+    if kind == "str":
+        return _check_choices(where, key, value, choices or {})
+    allowed = (choices or {}).get(key)
+    if allowed is not None and value not in allowed:
+        raise UsageError(f"{where}: expected one of {', '.join(map(str, allowed))}, got {value!r}")
+    return value
+
+
+#: Runtime names a ``*backends`` option lists (``optimize --backend``'s choices).
+BACKEND_NAMES = ("ort", "cpu", "openvino", "ort-openvino", "cuda")
+
+
+def _check_choices(where: str, key: str, value: str, choices: Mapping[str, Any]) -> str:
+    """A comma list whose items must be known: ``prefer_backends=openvno`` guarded nothing
+    and ``chunk.modes=bach`` made chunk a no-op, each with exit 0 (QA session 14)."""
+    allowed = choices.get(key)
+    if allowed is None and (key.endswith("backends") or key == "channel_guard"):
+        allowed = BACKEND_NAMES
+    if allowed is None:
+        return value
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    if allowed is int:  # a list of integers >= 0 (``chunk.cuts``)
+        if all(v.isdigit() for v in items):
+            return value
+        raise UsageError(f"{where}: expected integers >= 0 (comma-separated), got {value!r}")
+    bad = [v for v in items if v not in allowed]
+    if bad:
+        raise UsageError(f"{where}: unknown {', '.join(map(repr, bad))}; choose from "
+                         f"{', '.join(allowed)} (comma-separated)")  # fmt: skip
     return value
 
 

@@ -18,7 +18,7 @@ import onnx
 import onnx_ir as ir
 
 from memshrink import compact_attrs, opaque_types
-from memshrink.errors import ModelLoadError, UsageError
+from memshrink.errors import ExternalDataError, ModelLoadError, UsageError
 from memshrink.protoscan import scan_model_file
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -81,12 +81,14 @@ def _load_path(path: Path) -> ir.Model:
     del scan.skeleton
     if not proto.HasField("graph") or proto.ir_version <= 0:
         raise ModelLoadError(f"{path}: not an ONNX model (no graph or ir_version)")
+    _check_external_entries(proto)
     try:
         model = opaque_types.deserialize(proto, base_dir=str(path.parent), lists=scan.lists)
     except Exception as exc:
         raise ModelLoadError(f"{path}: cannot be parsed as ONNX: {_why(exc)}") from None
     del proto
     check_opsets(model, str(path))
+    check_standard_ops(model, str(path))
     sort_if_needed(model)
     base_dir = str(path.parent.resolve())
     ir.external_data.set_base_dir(model.graph, base_dir)
@@ -158,6 +160,30 @@ def check_opsets(model: ir.Model, where: str) -> None:
             )
 
 
+def check_standard_ops(model: ir.Model, where: str) -> None:
+    """Refuse a node of ``ai.onnx`` / ``ai.onnx.ml`` whose op those domains do not have.
+
+    Why: ONNX Runtime refuses such a model at load, but every pass treated the node as
+    opaque: a local function whose body calls ``Reluu`` was inlined and written out with
+    exit 0 (QA session 14). ``check_opsets`` has already refused opsets newer than ``onnx``
+    knows, so an op it does not know in any version exists nowhere."""
+    bodies = [model.graph, *(f.graph for f in model.functions.values())]
+    # a call of a local function declared in a standard domain has its own, clearer error
+    # (``local_function_checks``)
+    local = {(f.domain, f.name) for f in model.functions.values()}
+    for body in bodies:
+        for node in ir.traversal.RecursiveGraphIterator(body):
+            domain = "" if node.domain == "ai.onnx" else node.domain
+            if (node.domain, node.op_type) in local:
+                continue
+            if domain in ("", "ai.onnx.ml") and not onnx.defs.has(node.op_type, domain):
+                raise ModelLoadError(
+                    f"{where}: node {node.name or node.op_type!r} calls {node.op_type!r}, "
+                    f"which the {domain or 'ai.onnx'} domain does not define (runtimes refuse "
+                    "the model)"
+                )
+
+
 def iter_tensor_slots(model: ir.Model):
     """Yield ``(tensor, setter)`` for every tensor held by the model.
 
@@ -212,6 +238,25 @@ def _set_attribute_tensor_base_dir(model: ir.Model, base_dir: str) -> None:
     for tensor, _ in iter_tensor_slots(model):
         if isinstance(tensor, ir.ExternalTensor) and not tensor.base_dir:
             tensor.base_dir = base_dir
+
+
+def _check_external_entries(proto: onnx.ModelProto) -> None:
+    """The raw ``external_data`` entries, before onnx-ir drops unknown keys with a warning
+    (``extrefs.check_keys``); offsets and lengths must be numbers."""
+    from onnx.external_data_helper import _get_all_tensors
+
+    from memshrink.extrefs import check_keys
+
+    for t in _get_all_tensors(proto):
+        if t.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        check_keys(t.name, [e.key for e in t.external_data])
+        for e in t.external_data:
+            if e.key in ("offset", "length") and not e.value.strip().isdigit():
+                raise ExternalDataError(
+                    f"tensor {t.name or '<unnamed>'!r}: external data {e.key} {e.value!r} "
+                    "is not a number"
+                )
 
 
 def validate_external_data(model: ir.Model, base_dir: str) -> None:

@@ -53,6 +53,17 @@ def load_pipeline_file(path: Path) -> tuple[list[str], dict[str, dict[str, Any]]
     unknown_keys = sorted(set(data) - {"passes", "options", "description", "name"})
     if unknown_keys:
         raise UsageError(f"pipeline file {path}: unknown key(s) {', '.join(unknown_keys)}")
+    if not names:
+        raise UsageError(f"pipeline file {path}: `passes` is empty; name at least one pass")
+    # An options table for a misspelt pass, or one not in `passes`, was silently ignored
+    # (QA session 14); ``-O`` for such a pass was already an error.
+    stray = sorted(set(options) - set(names))
+    if stray:
+        raise UsageError(
+            f"pipeline file {path}: [options.{stray[0]}]"
+            + (f" (and {', '.join(stray[1:])})" if stray[1:] else "")
+            + f" names no pass of its `passes` ({', '.join(dict.fromkeys(names))})"
+        )
     return names, options, str(data.get("description", ""))
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import mmap
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 from memshrink.errors import ModelLoadError
 from memshrink.protowire import LEN, VARINT, Truncated, iter_fields, read_varint
@@ -78,12 +79,18 @@ ListLifter = Callable[[memoryview, dict], "bytes | None"]
 
 class _Rewriter:
     def __init__(
-        self, buf: memoryview, location: str, threshold: int, lift_lists: ListLifter | None = None
+        self,
+        buf: memoryview,
+        location: str,
+        threshold: int,
+        lift_lists: ListLifter | None = None,
+        release: Callable[[int, int], None] | None = None,
     ) -> None:
         self.buf = buf
         self.location = location
         self.threshold = threshold
         self.lift_lists = lift_lists
+        self.release = release
         self.result = ScanResult(skeleton=b"")
 
     def _message(
@@ -134,7 +141,10 @@ class _Rewriter:
                 # the skeleton (a 24 MiB forest's skeleton parse was ~+100 MiB)
                 if self.lift_lists is None:
                     return None
-                return self.lift_lists(self.buf[start:end], self.result.lists)
+                lifted = self.lift_lists(self.buf[start:end], self.result.lists)
+                if lifted is not None and self.release is not None:
+                    self.release(start, end)  # read once: its pages need not stay mapped
+                return lifted
             if fnum in (_ATTR_T, _ATTR_G, _ATTR_TENSORS, _ATTR_GRAPHS):
                 break
         return self._message(
@@ -188,6 +198,20 @@ class _Rewriter:
         )
 
 
+def _drop_pages(mm: mmap.mmap, start: int, end: int) -> None:
+    """Drop the whole pages of ``mm[start:end]`` from the process's resident set.
+
+    Why: a file's mapped pages count in the RSS once read, until the map is closed; a
+    forest's lists (24 MiB, each read once by the lifter) stayed resident to the end of the
+    scan, +24 MiB over what it keeps (VmHWM of a load: 100 -> 76 MiB measured). The pages
+    stay in the page cache; a later read of the range faults them in again, unchanged
+    (a read-only shared map)."""
+    page = mmap.PAGESIZE
+    first, last = -(-start // page) * page, end // page * page
+    if last > first and hasattr(mm, "madvise"):
+        mm.madvise(mmap.MADV_DONTNEED, first, last - first)
+
+
 def scan_model_file(
     path: str, location: str, threshold: int = 1024, lift_lists: ListLifter | None = None
 ) -> ScanResult:
@@ -206,7 +230,7 @@ def scan_model_file(
     buf = memoryview(mm)
     result: ScanResult | None = None
     try:
-        rewriter = _Rewriter(buf, location, threshold, lift_lists)
+        rewriter = _Rewriter(buf, location, threshold, lift_lists, partial(_drop_pages, mm))
         new = rewriter.model(0, size)
         rewriter.result.skeleton = new if new is not None else bytes(buf)
         result = rewriter.result

@@ -106,6 +106,16 @@ def recommend(
         # an in-memory model is predicted as the file the save writes (external-data's policy):
         # as loaded, BERT b4x512's `all` output was predicted 868 MiB steady instead of 522
         embedded = saved_embedded(model)
+    from memshrink.estimate.api import views_shared
+
+    with views_shared():  # one view of the model for every setting tried
+        return _search(model, backend, shapes, dims, embedded)
+
+
+def _search(model: Any, backend: str, shapes: Any, dims: Any,
+            embedded: bool | None) -> list[Recommendation]:  # fmt: skip
+    """``recommend``'s greedy search: the setting that lowers the steady state most, added
+    while one still gains ``MIN_GAIN``."""
     base = _steady(model, backend, shapes, dims, {}, embedded)
     chosen: dict[str, Any] = {}
     current = base

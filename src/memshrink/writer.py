@@ -375,8 +375,8 @@ def save_model(
                 if lists:
                     pieces = compact_attrs.splice_pieces(proto.SerializeToString(), lists)
                     del proto
-                    # a list's fields are made as they are written (``WireList``)
-                    f.writelines(compact_attrs.piece_bytes(p) for p in pieces)
+                    # a list's fields are made a slice at a time as they are written
+                    f.writelines(compact_attrs.piece_slices(pieces))
                     del pieces
                 else:
                     onnx.save_model(proto, f)

@@ -59,3 +59,38 @@ def test_a_view_that_cannot_be_built_fails_every_backend(tmp_path: Path) -> None
         with pytest.raises(UnboundDimensionError):
             shared.estimate(b)
     assert max(SharedView(str(path), dims={"batch": 4}).estimate("ort").stage_peaks().values()) > 0
+
+
+def test_views_shared_builds_an_in_memory_models_view_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Inside ``views_shared`` the estimates of one ``onnx_ir.Model`` object give what separate
+    estimates give, from one view per model and bindings; outside, each builds its own."""
+    from memshrink.estimate import api
+    from memshrink.model import load
+
+    path = _models(tmp_path)[0]
+    model, other = load(path), load(path)
+    want = {b: _dump(estimate(model, backend=b)) for b in BACKENDS}
+    builds = [0]
+    real = api.build_view
+
+    def counting(*a: object, **k: object) -> object:
+        builds[0] += 1
+        return real(*a, **k)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(api, "build_view", counting)
+    with api.views_shared():
+        got = {b: _dump(estimate(model, backend=b)) for b in BACKENDS}
+        assert builds[0] == 1
+        estimate(model, backend="ort", session_options={"enable_mem_pattern": False})
+        estimate(other, backend="ort")  # another object: its own view
+        estimate(model, backend="ort", shapes={"x": [1, 16, 32, 32]})  # other bindings
+        assert builds[0] == 3
+        import numpy as np  # an array binding: a key as its tuple, shared as the list's
+
+        estimate(model, backend="ort", shapes={"x": np.array([1, 16, 32, 32])})
+        assert builds[0] == 3
+    assert got == want
+    estimate(model, backend="ort")
+    assert builds[0] == 4

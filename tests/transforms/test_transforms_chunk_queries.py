@@ -449,3 +449,45 @@ def test_a_scaled_layout_that_cuts_the_same_cores_alike_is_not_tried_twice(tmp_p
     # scaled: ceil(4 × 1/64) = 1 piece for the small core, so the same rewrite
     with pytest.raises(Duplicate):
         apply(load(src), _shapes(est), "queries", 4, 2, queries=True, seen=seen, scaled=True)
+
+
+def _summary(r: object) -> tuple:
+    """A query region by names: its nodes, externals with their axes, outputs, work."""
+    return (
+        [n.name for n in r.nodes],  # type: ignore[attr-defined]
+        sorted((v.name, r.axes[v]) for v in r.externals),  # type: ignore[attr-defined]
+        [v.name for v in r.outputs],  # type: ignore[attr-defined]
+        r.work,  # type: ignore[attr-defined]
+    )
+
+
+@pytest.mark.parametrize("form", ["4d", "relpos"])
+def test_a_clone_grows_only_the_entry_that_won_and_gets_the_same_region(
+    tmp_path: Path, form: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``query_memo``: the search over a core's entries runs once per graph structure; a
+    clone (each candidate's trial) grows only the winning entry, to the same region. A graph
+    whose constant differs (another scale) is searched afresh."""
+    from memshrink.transforms.chunking import query_memo
+
+    query_memo.clear()
+    _, model, shapes = _loaded(tmp_path, form=form, mask="none")
+    calls = [0]
+    real = weightless.discover
+
+    def counting(*a: object, **k: object) -> object:
+        calls[0] += 1
+        return real(*a, **k)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(weightless, "discover", counting)
+    (first,) = weightless.query_regions(model.graph, shapes, 18, "q")
+    searched = calls[0]
+    assert searched > 1  # Q's MatMul operand and its ancestors along their axes
+    clone = model.clone()
+    (again,) = weightless.query_regions(clone.graph, shapes, 18, "q")
+    assert calls[0] == searched + 1
+    assert _summary(again) == _summary(first) and again.nodes[0] is not first.nodes[0]
+    scale = clone.graph.initializers["scale"]
+    scale.const_value = ir.tensor(np.asarray(0.5, np.float32), name="scale")
+    weightless.query_regions(clone.graph, shapes, 18, "q")
+    assert calls[0] == 2 * searched + 1

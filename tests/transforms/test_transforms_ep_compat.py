@@ -144,7 +144,9 @@ def test_rewrite_is_bit_exact(tmp_path: Path, consumer: str, form: str, backend:
 
 
 def test_softmax_attention_pattern_and_subgraph_prediction(tmp_path: Path) -> None:
-    """Two torch-style attention guards: the EP estimator's predicted cut goes 3 -> 1."""
+    """Two torch-style attention guards: the EP estimator's predicted cut goes 2 -> 1 (the
+    first Softmax, a cluster of one reading the input, joins the next cluster, whose Where
+    reads it: EP rule 26; ORT 1.24.1 then refuses the original, "the graph is not acyclic")."""
     nodes, prev = [], "x"
     for i in range(2):
         nodes += [
@@ -167,7 +169,7 @@ def test_softmax_attention_pattern_and_subgraph_prediction(tmp_path: Path) -> No
     src, dst = _save(graph, tmp_path / "att.onnx"), tmp_path / "att_out.onnx"
     stats = _rewrite(src, dst)
     assert stats["where_swap"] == 2
-    assert (stats["ep_subgraphs_before"], stats["ep_subgraphs_after"]) == (3, 1)
+    assert (stats["ep_subgraphs_before"], stats["ep_subgraphs_after"]) == (2, 1)
     x = np.random.default_rng(0).standard_normal((2, 8, 8)).astype(F)
     x[0, 1, :] = -np.inf  # a fully masked row: Softmax gives NaN, the guard gives 0
     x[1, 2, 3] = np.nan
@@ -198,6 +200,13 @@ def _graph_with(dtype: int, opset: int, tmp_path: Path) -> Path:
     [
         (TensorProto.FLOAT, 9, "Equal takes FLOAT from opset 11 (model: 9)"),
         (TensorProto.BFLOAT16, 11, "Equal takes BFLOAT16 from opset 13 (model: 11)"),
+        # the CUDA EP (1.31, measured on an H200) and ORT CPU have no bf16 Equal kernel: a bf16
+        # Llama rewritten so could not be created on the CUDA EP, where its original runs
+        (
+            TensorProto.BFLOAT16,
+            17,
+            "no ORT provider has a bfloat16 Equal kernel (CUDA EP 1.31, CPU 1.32)",
+        ),
         (TensorProto.FLOAT8E4M3FN, 20, "Equal does not take FLOAT8E4M3FN"),
     ],
 )

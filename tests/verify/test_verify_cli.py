@@ -54,3 +54,43 @@ def test_profile_json_stdout(pair, capsys) -> None:  # type: ignore[no-untyped-d
     data = json.loads(capsys.readouterr().out)
     assert data["schema"] == "memshrink.profile"
     assert [s["name"] for s in data["runs"][0]["stages"]] == ["session", "run1"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--tol", "logits=1e-4,1e-3"], "--tol logits: the model has no output named 'logits' "
+         "(its outputs: y)"),
+        (["--atol", "-1"], "--atol: a tolerance must be a finite number >= 0, got -1.0"),
+        (["--tol", "y=nan,0"], "--tol y: a tolerance must be a finite number >= 0, got nan"),
+    ],
+)  # fmt: skip
+def test_a_tolerance_that_cannot_apply_is_exit_2_before_any_run(pair, capsys, flags, says) -> None:  # type: ignore[no-untyped-def]
+    """QA session 14: ``--tol`` for an output the model does not have was silently unused
+    (every output compared at the defaults, exit 0); a negative or NaN tolerance failed
+    every element (exit 3) instead of saying the flag is wrong."""
+    a, b = pair
+    rc = main(["verify", str(a), str(b), "--dim", "batch=1", "--runs", "1", *flags])
+    captured = capsys.readouterr()
+    assert rc == 2
+    assert captured.err.strip().splitlines() == [f"memshrink: error: {says}"]
+    assert "running" not in captured.err and captured.out == ""
+
+
+def test_profile_json_has_status_and_exit_code_like_verify(pair, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """A script reads ``status`` / ``exit_code`` from either report (QA session 14: profile's
+    had neither, and its table no verdict line)."""
+    a, _ = pair
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(a.read_bytes())
+    args = ["--dim", "batch=1", "--runs", "1", "--quiet", "--json", "-"]
+    assert main(["profile", str(a), *args]) == 0
+    ok = json.loads(capsys.readouterr().out)
+    # ids out of the table's range: the run fails inside ORT (a backend failure, exit 5)
+    assert main(["profile", str(bad), *args, "--int-range", "1000,1001"]) == 5
+    failed = json.loads(capsys.readouterr().out)
+    assert (ok["status"], ok["exit_code"], ok["ok"]) == ("ok", 0, True)
+    assert (failed["status"], failed["exit_code"], failed["ok"]) == ("backend-failed", 5, False)
+    assert list(ok) == list(failed)
+    assert main(["profile", str(a), "--dim", "batch=1", "--runs", "1", "--quiet"]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] == "Result: OK (exit 0)"

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import gc
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from typing import Any
+
+import onnx_ir as ir
 
 from memshrink.errors import UsageError
 from memshrink.estimate.backends import BACKEND_ALIASES, DEFAULT_SCHEDULE, PREDICTORS
@@ -19,6 +23,7 @@ from memshrink.estimate.graph import ModelView, build_view
 from memshrink.estimate.result import Estimate
 from memshrink.estimate.schedule import SCHEDULES
 from memshrink.estimate.schedule import schedule as make_schedule
+from memshrink.estimate.session_options import check_session_options
 
 __all__ = ["Estimate", "estimate", "SCHEDULES", "BACKENDS"]
 
@@ -107,6 +112,20 @@ def _estimate(
     dim_bounds: Mapping[str, int] | None = None,
 ) -> Estimate:
     backend = _backend_name(backend)
+    check_session_options(session_options)  # before the load: a typo fails at once
+    views = _SHARED.get()
+    key: tuple | None = None
+    if views is not None and isinstance(model, ir.Model):
+        try:
+            key = (id(model), _frozen(shapes), _frozen(dims), embedded, allow_partial,
+                   _frozen(dim_bounds))  # fmt: skip
+            hash(key)
+        except TypeError:  # a binding that is not hashable as given: built, not shared
+            key = None
+        hit = views.get(key) if key is not None else None
+        if key is not None and hit is not None and hit[0] is model:
+            views.move_to_end(key)
+            return _predict(hit[1], backend, session_options, schedule)
     view = build_view(
         model,
         shapes=shapes,
@@ -115,7 +134,49 @@ def _estimate(
         allow_partial=allow_partial,
         dim_bounds=dim_bounds,
     )
+    if views is not None and key is not None:
+        views[key] = (model, view)  # the model kept: its id is not reused while remembered
+        while len(views) > SHARED_KEEP:
+            views.popitem(last=False)
     return _predict(view, backend, session_options, schedule)
+
+
+#: views remembered inside :func:`views_shared` (a model and its rewrite, judged in turns)
+SHARED_KEEP = 2
+_SHARED: ContextVar[OrderedDict[tuple, tuple[Any, ModelView]] | None] = ContextVar(
+    "memshrink_shared_views", default=None
+)
+
+
+def _frozen(m: Mapping[str, Any] | None) -> tuple | None:
+    """Bindings as a key (a shape list or array as a tuple)."""
+    if not m:
+        return None
+    return tuple(
+        sorted((k, v if isinstance(v, int | str) or v is None else tuple(v)) for k, v in m.items())
+    )
+
+
+@contextlib.contextmanager
+def views_shared() -> Iterator[None]:
+    """Inside, ``estimate`` of the same in-memory ``onnx_ir.Model`` object with the same
+    bindings and ``embedded`` builds its view once, whatever the backend, session options or
+    schedule (the last ``SHARED_KEEP`` views kept); nested scopes share the outer one.
+
+    Why: a pass judging a rewrite predicts the model and the rewrite on each runtime it
+    spares (``simplify``'s cap: 4 predictions of 2 models), and ``recommend`` predicts one
+    model under each setting; each ``estimate`` built the view again (5,000-node graph:
+    ~0.3 CPU-s a build: a fingerprint, the shape inference cache's lookup, the view's graph).
+    A view is backend-independent and the predictors only read it, as :class:`SharedView`
+    relies on. The caller must not change a model inside the scope."""
+    if _SHARED.get() is not None:
+        yield
+        return
+    token = _SHARED.set(OrderedDict())
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
 
 
 def _backend_name(backend: str) -> str:
@@ -134,6 +195,7 @@ def _predict(
 ) -> Estimate:
     """One backend's prediction from a built view (which it reads, never changes)."""
     opts = dict(session_options or {})
+    check_session_options(opts)
     sched = schedule
     if sched is None:
         sched = DEFAULT_SCHEDULE[backend]

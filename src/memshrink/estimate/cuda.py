@@ -66,6 +66,14 @@ CUDA_CALIBRATION: dict[str, float] = {
     "cuda_session": 594 * MiB,  # context + EP after creating a session with no weights
     "cuda_first_run": 72 * MiB,  # what any first run adds (handles, kernels): in run baselines
     "cuda_run_modules": 2 * MiB,  # kernels of a real model beyond the empty session's
+    # Outside the arena, once a convolution runs (cuDNN's engines on the device; session 14,
+    # arena log vs NVML, H200): +11..13 MiB on five real exports (HF ResNet, an fp16 CNN,
+    # Whisper's Conv1d encoder, EfficientNet-B0, U-Net), +3 on ResNet-50 and MobileNetV2
+    "cuda_conv_device": 11 * MiB,
+    # Outside the arena, per If / Loop / Scan node: what any first run adds again (the empty
+    # session's 72 MiB): torch.cond's If +72, a Loop holding an If +144, FCOS's If +72 (+12
+    # of convs) over the arena regions ORT's log reports (session 14, H200)
+    "cuda_control_flow": 72 * MiB,
     # x a Conv's output: a cuDNN workspace from the arena at every run, where cuDNN picks an
     # algorithm that needs one (not in the printed figure; the range's top and passes' guards)
     "cuda_conv_workspace": 1.0,
@@ -354,6 +362,67 @@ def simulate_device(
     return DeviceModel(after_weights, run_1, arena_.reserved, sum(weights), list(arena_.regions))
 
 
+CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan"})
+
+
+def _all_nodes(g: GraphInfo) -> list[Any]:
+    """Nodes of the graph and of every control-flow body in it, folded ones left out."""
+    out = []
+    for n in g.nodes:
+        if n.index in g.folded:
+            continue
+        out.append(n)
+        for sub in n.subgraphs:
+            out += _all_nodes(sub)
+    return out
+
+
+def has_control_flow(g: GraphInfo) -> bool:
+    """Whether an If / Loop / Scan runs: then the CUDA EP takes no memory-pattern block at run 2.
+
+    Traced on the H200 (every request to the EP's allocator, session 14): torch.cond's If and
+    a Loop holding an If request the same tensors one by one at run 2 as at run 1, where every
+    model without control flow requests one block of run 1's planned peak; the arena log shows
+    no growth after run 1 (steady state = run 1: 140 / 212 MiB measured, the block predicted
+    +64 MiB more for the If)."""
+    return any(n.op_type in CONTROL_FLOW_OPS for n in _all_nodes(g))
+
+
+def run_device_extra(g: GraphInfo, *, all_branches: bool = False) -> int:
+    """Device bytes a run adds outside the arena, over the empty session after its run.
+
+    ``cuda_run_modules`` for any model (kernels the empty session did not load); once a
+    convolution runs, ``cuda_conv_device`` (cuDNN's engines); per control-flow body that runs,
+    ``cuda_control_flow``: a Loop's or Scan's body, and one branch per If (``all_branches``:
+    both, the range's top: which branch runs is data). Why: ORT's verbose arena log against
+    NVML on real exports and hand-made graphs (session 14, H200, ``docs/bench/cuda_real14.py
+    traces``): transformers' NVML figure is the arena's regions + 1 MiB, convolution models'
+    + 11..13; torch.cond's If + 74, two Ifs in a row + 147, a Loop + 76, FCOS (99 convs, one
+    If) + 84, a Loop whose body holds an If that took one branch + 146, one whose If took both
+    (iteration parity) + 222. Each body that runs repeats what the empty session's own first
+    run adds (72 MiB); with the external allocator (no arena) it is gone after the run, so it
+    is EP allocator memory the arena log does not report."""
+    c = CUDA_CALIBRATION
+    extra = c["cuda_run_modules"]
+    if any(n.op_type in CONV_OPS for n in _all_nodes(g)):
+        extra += c["cuda_conv_device"]
+    return int(extra + c["cuda_control_flow"] * _bodies(g, all_branches))
+
+
+def _bodies(g: GraphInfo, all_branches: bool) -> int:
+    """Control-flow bodies that run: each Loop/Scan body, one branch per If (or both)."""
+    out = 0
+    for n in g.nodes:
+        if n.index in g.folded or not n.subgraphs:
+            continue
+        inner = [_bodies(sub, all_branches) for sub in n.subgraphs]
+        if n.op_type == "If" and not all_branches:
+            out += 1 + max(inner, default=0)
+        else:
+            out += len(n.subgraphs) + sum(inner)
+    return out
+
+
 def empty_session(stage: str) -> int:
     """NVML bytes of the empty CUDA session at ``stage``, what the verifier subtracts there
     (``verify.gpu_delta.matched_baseline``): context + EP at session creation, plus what its
@@ -363,11 +432,11 @@ def empty_session(stage: str) -> int:
     return int(c["cuda_session"]) + first
 
 
-def _stage_figures(dev: DeviceModel) -> dict[str, int]:
+def _stage_figures(dev: DeviceModel, modules: int) -> dict[str, int]:
     """GPU memory over the empty session at the same stage, as ``predict`` reports it: the
     arena alone at session creation (the empty session's creation figure holds the context and
-    the EP, and no first-run state yet), the arena and a real model's extra kernels after a run."""
-    modules = int(CUDA_CALIBRATION["cuda_run_modules"])
+    the EP, and no first-run state yet), the arena and what a run adds outside it
+    (``run_device_extra``: ``modules``) after a run."""
     return {
         "session_creation": dev.weights_reserved,
         "run_1": dev.run_1 + modules,
@@ -408,26 +477,32 @@ def device_range(
     first = file_order or simulate_device(
         g, plan, order, mem_pattern=mem_pattern, workspace=workspace
     )
-    seen = [_stage_figures(first)]
+    modules = run_device_extra(g)
+    seen = [_stage_figures(first, modules)]
     for seed in range(samples):
         dev = simulate_device(
             g, plan, order, mem_pattern=mem_pattern, weight_seed=seed, workspace=workspace
         )
-        seen.append(_stage_figures(dev))
+        seen.append(_stage_figures(dev, modules))
     top = CUDA_CALIBRATION["cuda_conv_workspace"]
     if workspace < top and any(n.op_type in CONV_OPS for n in g.nodes):
         seen.append(
-            _stage_figures(simulate_device(g, plan, order, mem_pattern=mem_pattern, workspace=top))
+            _stage_figures(
+                simulate_device(g, plan, order, mem_pattern=mem_pattern, workspace=top), modules
+            )
         )
     out = {k: (min(s[k] for s in seen), max(s[k] for s in seen)) for k in seen[0]}
     out["run_1"] = (out["run_1"][0], max(out["run_1"][1], out["steady_state"][1]))
+    # which If branches run is data: the top counts every branch's first-run cost
+    branches = run_device_extra(g, all_branches=True) - modules
+    for k in ("run_1", "steady_state"):
+        out[k] = (out[k][0], out[k][1] + branches)
     # Rare orders, sampled cheaply: the weights alone. The arena never shrinks, so a run holds
     # at least what its session reserved: a rare session outcome bounds every stage from above.
     rare = weight_only_range(device_weights(g), samples)
     if rare is not None:
         lo, hi = out["session_creation"]
         out["session_creation"] = (min(lo, rare[0]), max(hi, rare[1]))
-        modules = int(CUDA_CALIBRATION["cuda_run_modules"])  # as _stage_figures adds them
         for k in ("run_1", "steady_state"):
             out[k] = (out[k][0], max(out[k][1], rare[1] + modules))
     return out
@@ -664,10 +739,9 @@ def predict(
     rules = ortsim.session_options_rules({k: str(v) for k, v in opts.items()})
     plan = ortsim.plan(g, order, reuse=bool(rules["enable_mem_reuse"]), fusions=False, cpu=False)
     workspace = float(opts.get(CONV_WORKSPACE, 0.0))
-    dev = simulate_device(
-        g, plan, order, mem_pattern=bool(rules["enable_mem_pattern"]), workspace=workspace
-    )
-    modules = int(CUDA_CALIBRATION["cuda_run_modules"])
+    pattern = bool(rules["enable_mem_pattern"]) and not has_control_flow(g)
+    dev = simulate_device(g, plan, order, mem_pattern=pattern, workspace=workspace)
+    modules = run_device_extra(g)
     sc = Stage("session_creation", weights_anon=dev.weights_reserved)
     sc.notes.append(
         f"device: {dev.weights / MiB:.0f} MiB of initializers in arena regions of "
@@ -681,7 +755,6 @@ def predict(
     ss.notes.append("device: run 3, planned tensors in one memory-pattern block from run 2 on")
     stages = [sc, r1, ss]
     samples = int(opts.get(WEIGHT_ORDERS, DEFAULT_WEIGHT_ORDERS))
-    pattern = bool(rules["enable_mem_pattern"])
     spread = (
         device_range(
             g, plan, order, samples, mem_pattern=pattern, file_order=dev, workspace=workspace
@@ -707,6 +780,13 @@ def predict(
     planners = all_planners(bufs, len(order))
     planners["cuda_arena_run_1"] = dev.run_1 - dev.weights_reserved
     planners["cuda_arena_steady_state"] = dev.steady_state - dev.weights_reserved
+    # one best-fit block of a run's planned buffers (outputs too) and its inputs: a smooth
+    # figure (the arena's regions move in powers of two) that chunk ranks layouts by where ORT
+    # CPU cannot run the model (transforms/chunk.ranks_by_cuda)
+    run_bufs = [b for b in plan.buffers if b.size and not b.scratch]
+    planners["cuda_plan_peak"] = sum(device_inputs(g)) + (
+        best_fit(run_bufs, ortsim.ALLOC_ALIGN)[0] if run_bufs else 0
+    )
     details = {
         "plan": plan,
         "device": {s.name: s.peak for s in stages},

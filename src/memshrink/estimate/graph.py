@@ -72,6 +72,9 @@ class TensorInfo:
     consumers: list[int] = field(default_factory=list)
     is_output: bool = False
     external: bool | None = None  # initializers: stored in an external file?
+    # initializers of a file with external data that are stored inside the .onnx itself
+    # (``_mark_inline``): ORT copies them out of the parsed ModelProto onto the heap
+    inline: bool = False
     init_bytes: int | None = None  # initializers: stored size
     folded: bool = False  # computed from weights once at load time (constant folding)
     zero: bool = False  # a shared Conv bias whose values are all zero (``_mark_zero_biases``)
@@ -274,6 +277,29 @@ def _is_external(t: Any) -> bool:
     return isinstance(t, ir.ExternalTensor)
 
 
+def _in_model_file(t: Any, path: str | None) -> bool:
+    """The lazy loader maps an embedded initializer from the .onnx file itself: an
+    ``ExternalTensor`` whose location is the model's own file."""
+    if not path or not isinstance(t, ir.ExternalTensor):
+        return False
+    try:
+        return Path(t.base_dir or "", t.location).resolve() == Path(path).resolve()
+    except (OSError, TypeError, ValueError):
+        return False
+
+
+def _mark_inline(g: GraphInfo, names: set[str]) -> None:
+    """Flags ``names`` (initializers, bodies' too) as stored inside the .onnx of a file with
+    external data: memshrink's own ``external-data`` leaves small weights and weights read in
+    Loop / Scan bodies there (``loop_weights_inline``), so its outputs are mixed files."""
+    for n in names & set(g.tensors):
+        if g.tensors[n].kind == "initializer":
+            g.tensors[n].inline = True
+    for node in g.nodes:
+        for sub in node.subgraphs:
+            _mark_inline(sub, names)
+
+
 # --------------------------------------------------------------------------- proto building
 
 
@@ -394,12 +420,13 @@ def _mark_zero_biases(graph: GraphInfo, g: ir.Graph) -> None:
 SMALL_INT_MAX = 8  # elements: indices, axes and shape pieces, never data
 
 
-def _mark_small_ints(graph: GraphInfo, g: ir.Graph) -> None:
+def _mark_small_ints(graph: GraphInfo, g: ir.Graph, inlined: onnx.GraphProto | None = None) -> None:
     """Keep the values of tiny int32/int64 weights and ``Constant`` outputs
     (``TensorInfo.small``). Why: ORT's ``CommonSubexpressionElimination`` merges nodes whose
     constant inputs are equal by value and ``ReshapeFusion`` reads which dim a ``Gather``
     picks (``ort_optimized.reshape_fusion``); only in-file tensors of at most 8 elements are
-    read."""
+    read. ``inlined``: the graph with local functions inlined (their bodies' ``Constant``
+    nodes, under the names the view gives them)."""
     tensors: dict[str, ir.TensorProtocol] = {}
     for name, v in g.initializers.items():
         if v.const_value is not None:
@@ -409,6 +436,14 @@ def _mark_small_ints(graph: GraphInfo, g: ir.Graph) -> None:
             attr = node.attributes.get("value")
             if attr is not None and attr.type == ir.AttributeType.TENSOR:
                 tensors[str(node.outputs[0].name)] = attr.as_tensor()
+    for np_ in inlined.node if inlined is not None else ():
+        if np_.op_type == "Constant" and np_.domain in ("", "ai.onnx") and np_.output:
+            name = np_.output[0]
+            if name in tensors:
+                continue
+            for a in np_.attribute:
+                if a.name == "value" and a.type == onnx.AttributeProto.TENSOR:
+                    tensors[name] = ir.serde.deserialize_tensor(a.t)
     for name, tensor in tensors.items():
         t = graph.tensors.get(name)
         if t is None or int(tensor.dtype) not in (6, 7) or _is_external(tensor):
@@ -1078,12 +1113,15 @@ def build_view(
         dim_bounds=dim_bounds,
     )
     init_info: dict[str, tuple[int, bool]] = {}
+    inline: set[str] = set()  # stored inside the .onnx itself (a mixed file's: ``_mark_inline``)
     weight_bytes = ext_bytes = 0
     for name, v in g.initializers.items():
         t = v.const_value
         nb = int(t.nbytes) if t is not None else 0
         ext = _is_external(t)
         init_info[name] = (nb, ext)
+        if _in_model_file(t, path):
+            inline.add(name)
         weight_bytes += nb
         ext_bytes += nb if ext else 0
     # bodies' own initializers (a BeamSearch decoder's weights): stored size and location
@@ -1096,6 +1134,8 @@ def build_view(
             t = v.const_value
             nb, ext = int(t.nbytes) if t is not None else 0, _is_external(t)
             init_info.setdefault(name, (nb, ext))
+            if _in_model_file(t, path):
+                inline.add(name)
             body_bytes, body_ext = body_bytes + nb, body_ext + (nb if ext else 0)
     graph = _build_graph(sym_proto.graph, sym_types, conc_types, init_info, set())
     graph.opset = int(irm.opset_imports.get("", irm.opset_imports.get("ai.onnx", 0)) or 0)
@@ -1118,10 +1158,18 @@ def build_view(
     graph.bounded = {n: how for n, how in bounded.items() if n in graph.tensors}
     fold_constants(graph)
     _mark_zero_biases(graph, g)
-    _mark_small_ints(graph, g)
+    _mark_small_ints(graph, g, sym_proto.graph if irm.functions else None)
     if embedded is None:
         every, every_ext = weight_bytes + body_bytes, ext_bytes + body_ext  # bodies' too
         embedded = _file_embeds_weights(path, every) if path else every_ext < every / 2
+        if embedded and path and every_ext > sum(init_info[n][0] for n in inline):
+            # some weights live in a data file: ORT maps those and copies only the ones stored
+            # inside (a file half inline reads as embedded by its size)
+            embedded = False
+    if not embedded and inline:
+        _mark_inline(graph, inline)
+        # the data files hold the rest: OpenVINO reads the inline ones with the ModelProto
+        ext_bytes -= sum(init_info[n][0] for n in inline if n in g.initializers)
     return ModelView(
         graph=graph,
         bindings={k: tuple(v) for k, v in bound.items()},

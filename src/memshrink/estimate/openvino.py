@@ -280,6 +280,7 @@ class OvWeights:
     """Weight bytes by what the CPU plugin does with them."""
 
     kept: int = 0  # Constants of the ov.Model (embedded: heap; external: mapped)
+    inline: int = 0  # part of ``kept`` stored inside the .onnx of a file with external data
     conv: int = 0  # Conv weights re-laid out once
     conv_fused: int = 0  # Conv weights rewritten by a BN/Mul fusion
     deconv: int = 0
@@ -391,6 +392,7 @@ def weight_rules(view: ModelView, only: set[int] | None = None) -> OvWeights:
             continue
         if only is None and not t.folded:
             w.kept += nb
+            w.inline += nb if t.inline else 0
         if only is None and t.elem_type == FP16:
             w.fp16 += nb
         if t.elem_type == FP16:  # decompressed to f32 Constants first: copies are of those
@@ -1213,6 +1215,50 @@ def nonoverlapping_sets(bufs: Sequence[Buffer], syncs: Sequence[int] = ()) -> in
     return sum(sizes[-1] for sizes in set_blocks(bufs, syncs))
 
 
+def dynamic_size_buffers(g: GraphInfo, bufs: Sequence[Buffer]) -> tuple[list[Buffer], list[Buffer]]:
+    """(static-size, dynamic-size) buffers of a dynamic-shape graph.
+
+    ``MemoryControl`` (``memory_control.cpp``) hands a region whose size is known at compile
+    (every dim of its edges static, as a ``Shape`` output's ``[rank]``) to
+    ``MemoryManagerStatic`` (``ov::MemorySolver``), and only the regions of unknown size to
+    ``MemoryManageNonOverlapingSets``. A buffer counts as static-size when every tensor in it
+    has a fully static declared shape (``sym_shape``)."""
+    static: list[Buffer] = []
+    dyn: list[Buffer] = []
+    for b in bufs:
+        if not b.size:
+            continue
+        known = b.tensors and all(_static_shape(g, t) for t in b.tensors)
+        (static if known else dyn).append(b)
+    return static, dyn
+
+
+def _static_shape(g: GraphInfo, name: str) -> bool:
+    t = g.tensors.get(name)
+    return (
+        t is not None and t.sym_shape is not None and all(isinstance(d, int) for d in t.sym_shape)
+    )
+
+
+def dynamic_plan(
+    g: GraphInfo, bufs: Sequence[Buffer], syncs: Sequence[int] = (), split: bool = False
+) -> int:
+    """Bytes of a dynamic-shape graph's activation plan: ``nonoverlapping_sets`` over every
+    buffer, or with ``split`` (option ``memshrink.ov_split_static``, off by default) the
+    static-size regions through the memory solver (greedy by size) plus the dynamic-size ones
+    through ``nonoverlapping_sets`` (``dynamic_size_buffers``), as ``MemoryControl`` does.
+    Mixed, small shape tensors occupy sets that large edges then join: EnCodec (dynamic batch
+    and samples, 647 shape-sized edges) plans 64.4 MiB mixed, 15.2 split, and its `all` output
+    (shape subgraphs folded) 15.0 either way, while both measure the same (native f32 infer 1
+    over compile +48.4 MiB). Off because the mixed over-count hides a first-infer cost of
+    dynamic graphs not yet found: split, RAFT and Deformable DETR fall below -10 % on the EP
+    (docs/estimate.md, EP "Session 14")."""
+    if not split:
+        return nonoverlapping_sets(bufs, syncs)
+    static, dyn = dynamic_size_buffers(g, bufs)
+    return (greedy_by_size(static)[0] if static else 0) + nonoverlapping_sets(dyn, syncs)
+
+
 def block_events(bufs: Sequence[Buffer], syncs: Sequence[int] = ()) -> list[tuple[int, int]]:
     """The first infer's allocations of the dynamic plan (``nonoverlapping_sets``), in order:
     (bytes allocated, bytes freed) for each new block (freed 0) and each growth of a block to
@@ -1274,6 +1320,8 @@ ENABLE_MMAP = "ENABLE_MMAP"
 # OpenVINO EP sets it: ORT maps each tensor itself, so the file layout does not change the
 # EP (EfficientFormer after ``safe``, run 3: +178 MiB one file, +175 two, measured)
 RELEASE_FOLDED = "memshrink.ov_release_folded"
+# estimator-only, off by default: plan a dynamic graph's static-size edges apart (``dynamic_plan``)
+SPLIT_STATIC = "memshrink.ov_split_static"
 # Opt-in: charge ``ov_per_plain_node`` per plain runtime node (``ov_plain``).
 PLAIN_NODES = "memshrink.ov_plain_nodes"
 
@@ -1408,13 +1456,15 @@ def predict(
     from memshrink.estimate.ov_order import sync_steps  # ov_order imports this module
 
     syncs = sync_steps(g, positions(order)) if dynamic else []
-    planners["ov_nonoverlapping_sets"] = nonoverlapping_sets(bufs, syncs)
+    split = option_flag(opts, SPLIT_STATIC, False)
+    planners["ov_nonoverlapping_sets"] = dynamic_plan(g, bufs, syncs, split)
     act = planners["ov_nonoverlapping_sets" if dynamic else "ov_memory_solver"]
     # The same plan without the graph outputs' own edges, for the ORT OpenVINO EP, which counts
     # its outputs itself (ORT's tensor, and OpenVINO's under dynamic dims: ``ep_output_copies``)
     inner = [b for b in bufs if not b.is_output]
-    act_inner = nonoverlapping_sets(inner, syncs) if dynamic else greedy_by_size(inner)[0]
-    events = block_events(inner, syncs) if dynamic else []
+    act_inner = dynamic_plan(g, inner, syncs, split) if dynamic else greedy_by_size(inner)[0]
+    planned = dynamic_size_buffers(g, inner)[1] if split else inner
+    events = block_events(planned, syncs) if dynamic else []
     # Weights stored in the .onnx are not structure (an embedded file's tensors can read as
     # external to onnx-ir, which maps them: go by how the file stores them).
     inside = view.weight_bytes if view.embedded else view.weight_bytes - view.external_weight_bytes
@@ -1438,13 +1488,21 @@ def predict(
         kept_anon, kept_file = w.kept, 0
     elif mapped:
         rd.notes.append("external weights are memory-mapped by read_model")
-        kept_anon, kept_file = 0, mapped_file_pages(w)
+        kept_anon, kept_file = w.inline, mapped_file_pages(w)
     else:
         # Measured (docs/optimize.md, "External data on OpenVINO"): read_model reads no
         # weight; compile and infer as the embedded model's, weights on the heap per tensor,
         # so the originals of folded weights are freed with the ov.Model.
         rd.notes.append("ENABLE_MMAP=NO: external weights are read into memory at compile")
         kept_anon, kept_file = w.kept, 0
+    if not view.embedded and w.inline:
+        # a file with external data that stores some weights inside (``TensorInfo.inline``):
+        # those are read as an embedded file's (DLRM `all`, two 14.6 MiB tables inside:
+        # read_model 67.2 measured)
+        rd.weights_anon = 2 * w.inline
+        rd.notes.append(
+            "weights stored inside the .onnx: ModelProto on the heap plus a Constant per tensor"
+        )
     conv_copies = conv_copy_bytes(w, c, precision)
     # Dynamic shapes: Conv primitives, and FCs with a fused activation, are made (and their
     # weights re-laid out) at the first infer, when the input shape is known. So are those of

@@ -29,6 +29,9 @@ onnxruntime-openvino 1.24.1, which bundles OpenVINO 2025.4.1; micro-graphs measu
   mapping) and, for Conv/FC, re-laid out k times: k - 1 more copies of each, for the whole
   session (measured on MatMul chains, and BERT b4x512 batch x4: +1255 MiB file, predicted
   +1248).
+* A cluster of one node that is not the last goes to ORT's CPU EP (or joins the next cluster
+  it shares an edge with), and a ``Mod`` of a 0-d tensor runs there too (``subgraph_ids``,
+  ``on_ort_cpu``: Swin-V2's window-padding arithmetic, 12 subgraphs).
 * A graph input declared without a shape makes the EP claim no node at all: ORT's CPU EP
   runs the graph (``takes_nothing``). ORT's ``EliminateIdentity`` (level 1) makes an Identity
   of a weight a name before partitioning: no folded copy.
@@ -134,9 +137,19 @@ UNSUPPORTED = frozenset(
 ORT_CPU_DOMAINS = frozenset({"ai.onnx.ml"})
 
 
-def on_ort_cpu(n: NodeInfo) -> bool:
-    """Whether the EP leaves node ``n`` to ORT's CPU EP."""
-    return n.op_type in UNSUPPORTED or n.domain in ORT_CPU_DOMAINS
+def on_ort_cpu(n: NodeInfo, g: GraphInfo | None = None) -> bool:
+    """Whether the EP leaves node ``n`` to ORT's CPU EP.
+
+    With the graph ``g``: also a ``Mod`` of a 0-d tensor (ORT's verbose placements, session 14:
+    int64 scalar Add -> Mod -> Add and a float ``fmod=1`` one put the Mod on
+    [CPUExecutionProvider], a Mod on [4, 8] stays on OpenVINO; the timm Swin-V2 export's 38
+    window-padding Mods of ``Gather(Shape(x))`` scalars all run on ORT CPU)."""
+    if n.op_type in UNSUPPORTED or n.domain in ORT_CPU_DOMAINS:
+        return True
+    if g is not None and n.op_type == "Mod" and n.inputs and n.index not in g.folded:
+        t = g.tensors.get(n.inputs[0])  # (a folded one is gone before partitioning)
+        return t is not None and t.sym_shape is not None and len(t.sym_shape) == 0
+    return False
 
 
 def takes_nothing(view: ModelView) -> bool:
@@ -155,7 +168,7 @@ def takes_nothing(view: ModelView) -> bool:
         return True
     g = view.graph
     return any(n.domain in ORT_CPU_DOMAINS for n in g.nodes) and not any(
-        not on_ort_cpu(n) and i not in g.folded and n.op_type not in ("Constant", "Identity")
+        not on_ort_cpu(n, g) and i not in g.folded and n.op_type not in ("Constant", "Identity")
         for i, n in enumerate(g.nodes)
     )
 
@@ -303,11 +316,14 @@ def subgraph_ids(g: GraphInfo) -> dict[int, int]:
     each get their own subgraphs: BERT b4x512 has 13 subgraphs whole and 52 with its batch split
     4x (ORT's verbose log); 4 MatMul chains with one ``IsNaN`` each, 8.
     """
+    topo = ort_default(g)
     run, runs = 0, {}
-    for i in ort_default(g):
-        if on_ort_cpu(g.nodes[i]):
+    for i in topo:
+        if on_ort_cpu(g.nodes[i], g):
             run += 1
-        elif i not in g.folded:  # ORT folds those before partitioning
+        elif i not in g.folded and g.nodes[i].op_type not in ("Constant", "Identity"):
+            # ORT folds those, turns Constants into initializers and removes Identities
+            # (level 1) before partitioning
             runs[i] = run
     parent = {i: i for i in runs}
 
@@ -316,14 +332,54 @@ def subgraph_ids(g: GraphInfo) -> dict[int, int]:
             t = g.tensors.get(name) if name else None
             if t is not None and t.producer in runs and runs[t.producer] == runs[i]:
                 parent[find_root(parent, t.producer)] = find_root(parent, i)
-    roots: dict[int, int] = {}
-    return {i: roots.setdefault(find_root(parent, i), len(roots)) for i in sorted(runs)}
+    # ``GetConnectedClusters``' order: by run, then by each piece's first node in ORT's order
+    at = {node: k for k, node in enumerate(topo)}
+    pieces: dict[int, list[int]] = {}
+    for i in sorted(runs, key=lambda n: at[n]):
+        pieces.setdefault(find_root(parent, i), []).append(i)
+    clusters = sorted(pieces.values(), key=lambda c: (runs[c[0]], at[c[0]]))
+    return _one_node_clusters(g, clusters)
+
+
+def _one_node_clusters(g: GraphInfo, clusters: list[list[int]]) -> dict[int, int]:
+    """The EP's rule for clusters of one node (``GetCapability::Execute``, onnxruntime 1.24,
+    ``ov_versions/capability.cc``): such a cluster, unless it is the last one, is not given to
+    OpenVINO; if it shares an edge with the next cluster it joins that one, else ORT's CPU EP
+    runs it. Seen in ORT's verbose placements: Swin-V2's shape arithmetic (each ``Mod`` on ORT
+    CPU leaves a ``Sub`` or ``Gather`` alone between two of them: 57 nodes on CPU, 12
+    OpenVINO subgraphs), session 12's lone QuantizeLinear / MaxPool / Flatten between QOperator
+    nodes; a lone DequantizeLinear at the end, the last cluster, stays on OpenVINO."""
+    out: dict[int, int] = {}
+    n = 0
+    for k, cluster in enumerate(clusters):
+        if len(cluster) == 1 and k < len(clusters) - 1:
+            node = cluster[0]
+            if _touches(g, node, set(clusters[k + 1])):
+                clusters[k + 1].append(node)
+            continue
+        for node in cluster:
+            out[node] = n
+        n += 1
+    return out
+
+
+def _touches(g: GraphInfo, node: int, others: set[int]) -> bool:
+    """Whether ``node`` reads an output of, or feeds, a node in ``others``."""
+    for name in g.nodes[node].inputs:
+        t = g.tensors.get(name) if name else None
+        if t is not None and t.producer in others:
+            return True
+    return (
+        any(c in others for name in g.nodes[node].outputs for c in g.tensors[name].consumers)
+        if all(name in g.tensors for name in g.nodes[node].outputs)
+        else False
+    )
 
 
 def subgraph_count(g: GraphInfo) -> int:
     """OpenVINO subgraphs the EP makes of ``g``: one without unsupported nodes (as ``predict``
     assumes), else ``subgraph_ids``' count."""
-    if not any(on_ort_cpu(n) for n in g.nodes):
+    if not any(on_ort_cpu(n, g) for n in g.nodes):
         return 1
     return len(set(subgraph_ids(g).values()))
 
@@ -337,7 +393,7 @@ def ep_lib_pages(g: GraphInfo, fc_postop_bytes: int, ov_c: Mapping[str, float]) 
     (not fused: two readers) 63.5, activation MatMul 62.0; 4 x MatMul 256^2 + Relu 68.3
     (docs/estimate.md, EP rule 15).
     """
-    claimed = dataclasses.replace(g, nodes=[n for n in g.nodes if not on_ort_cpu(n)])
+    claimed = dataclasses.replace(g, nodes=[n for n in g.nodes if not on_ort_cpu(n, g)])
     return ov_mlas.f32_lib_pages(claimed, g, fc_postop_bytes, ov_c)
 
 
@@ -516,7 +572,7 @@ def predict(
     # (4 x MatMul 256^2 + SiLU, dynamic batch, EP session / run 1 53.3 / 65.2 MiB; static 62 /
     # 65): native ``_fc_postop`` counts SiLU as a post-op, so its ``ov_deferred_lib_f32`` shift
     # and deferred packs carry into these stages.
-    cut = [n.op_type for n in g.nodes if on_ort_cpu(n)]
+    cut = [n.op_type for n in g.nodes if on_ort_cpu(n, g)]
     dynamic = openvino.is_dynamic(view, opts)
     # Dynamic input dims, one subgraph, embedded weights: BasicBackend keeps the subgraph's
     # ModelProto (weights inlined) while OpenVINO reads the serialized string it was given:

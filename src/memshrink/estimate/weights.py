@@ -61,7 +61,7 @@ def split_weights(g: GraphInfo) -> WeightSplit:
         if t.folded and not t.consumers:
             continue  # an intermediate of constant folding: freed once folding is done
         w.total += nb
-        if t.external:
+        if t.external and not t.inline:
             w.external += nb
         if t.elem_type == FP16:
             w.fp16 += nb
@@ -80,6 +80,8 @@ def split_weights(g: GraphInfo) -> WeightSplit:
             if all(packed):
                 w.prepacked_only += nb
             w.names[name] = "prepacked"
+        elif t.inline:
+            pass  # a heap copy (``ort_weights.creation_blocks``), not pages of a mapped file
         elif uses and all(n.op_type == "Gather" and 0 in pos for n, pos in uses):
             w.gather_tables += nb
             w.names[name] = "gather"

@@ -26,6 +26,7 @@ BUILTIN_MODULES = (
     "memshrink.transforms.inplace",
     "memshrink.transforms.recompute",
     "memshrink.transforms.ep_compat",
+    "memshrink.transforms.fc_weight_layout",
 )
 
 _REGISTRY: dict[str, type[Pass]] = {}

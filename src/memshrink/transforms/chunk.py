@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import onnx_ir as ir
 
@@ -73,21 +73,69 @@ QUERY_PIECES = (2, 4, 8)
 
 
 def _predict(model: ir.Model, context: PassContext) -> tuple[int, Any]:
-    """Predicted ORT steady-state activation bytes (and the estimate, for its shapes), with
-    the weights stored as the pipeline will save them (``saved_layout``)."""
+    """Predicted steady-state activation bytes (and the estimate, for its shapes), with the
+    weights stored as the pipeline will save them (``saved_layout``): ORT CPU's, except under
+    ``optimize --backend cuda`` for a model ORT CPU cannot run (``ranks_by_cuda``)."""
     from memshrink.estimate import estimate
 
     est = estimate(
         model, backend="ort", embedded=saved_embedded(model), **pipeline_bindings(model, context)
     )
+    if ranks_by_cuda(context, est):
+        return _cuda_activations(model, context)
     stage = next(s for s in est.prediction.stages if s.name == "steady_state")
     return int(stage.activations), est
 
 
-def _act_and_peak(model: ir.Model, context: PassContext) -> tuple[int, int]:
-    """Predicted ORT steady-state activations and whole-process peak (highest stage)."""
+def ranks_by_cuda(context: PassContext, ort_est: Any) -> bool:
+    """Whether layouts are ranked by the CUDA EP's plan instead of ORT CPU's: deploying on CUDA
+    only (``optimize --backend cuda``) a model ORT CPU has no kernels for (bfloat16 compute,
+    ``estimate/ort_bf16.py``). Why: ORT CPU's figure then describes a session that never
+    exists, with CPU-only rules (its fusion chains, the Where scratch, NCHWc blocks), while
+    the CUDA EP runs the model (a bf16 Llama, session 14, H200); its own plan ranks the layouts.
+    """
+    return bool(
+        context.deploy_only
+        and context.backend == "cuda"
+        and ort_est.prediction.details.get("ort_cpu_refuses")
+    )
+
+
+def _cuda_activations(model: ir.Model, context: PassContext) -> tuple[int, Any]:
+    """The CUDA EP's planned activation peak (``cuda_plan_peak``: one best-fit block of every
+    planned buffer of a run, graph inputs and outputs included) and its estimate: a smooth
+    figure to rank by, where the arena's power-of-two regions move in steps."""
+    from memshrink.estimate import estimate
+    from memshrink.estimate.cuda import guard_options
+
+    est = estimate(
+        model, backend="cuda", embedded=saved_embedded(model), session_options=guard_options(),
+        **pipeline_bindings(model, context),
+    )  # fmt: skip
+    return int(est.prediction.planners["cuda_plan_peak"]), est
+
+
+def _act_and_peak(model: ir.Model, context: PassContext, base_unknowns: int = 0) -> tuple[int, int]:
+    """Predicted ORT steady-state activations and whole-process peak (highest stage); a layout
+    whose estimate knows fewer sizes than the original's is refused (``lost_sizes``)."""
     act, est = _predict(model, context)
+    if lost := lost_sizes(est, base_unknowns):
+        raise Refuse(lost)
     return act, max(est.stage_peaks().values())
+
+
+def lost_sizes(est: Any, base_unknowns: int) -> str:
+    """Why a rewritten layout's prediction cannot be trusted ('' if it can): tensors whose size
+    the estimate does not know count as 0 bytes, so a rewrite that loses sizes looks like a gain
+    (ORT's fp16 GPT-2 split x2 along its past lost 74 behind com.microsoft ops: predicted
+    33 -> 9 MiB on the CUDA EP, where it measured 30 MiB at run 3; session 14, H200)."""
+    lost = len(est.unknowns) - base_unknowns
+    if lost <= 0:
+        return ""
+    return (
+        f"the rewrite leaves {lost} more tensor(s) of unknown size (e.g. {est.unknowns[-1]}): "
+        "its prediction would count them as 0"
+    )
 
 
 def _peak_figures(model: ir.Model, context: PassContext, backend: str) -> dict[str, int]:
@@ -512,6 +560,7 @@ def _weightless_layouts(
 
 @register
 class ChunkPass(Pass):
+    _base_unknowns = 0  # tensors of unknown size in the original's estimate (``_run``)
     name = "chunk"
     summary = (
         "Compute activation-heavy regions in K chunks (batch, or spatial bands with halos) "
@@ -520,6 +569,8 @@ class ChunkPass(Pass):
     targets = ("activations",)
     exact = "atol 1e-4, rtol 1e-4"
     tolerance = (1e-4, 1e-4)
+    # spatial_axis: H or W of an NCHW tensor (axis 7 was an IndexError inside the pass)
+    option_choices: ClassVar[dict[str, Any]] = {"modes": MODES, "cuts": int, "spatial_axis": (2, 3)}
 
     @dataclass
     class Options:
@@ -636,6 +687,9 @@ class ChunkPass(Pass):
                  f"{', '.join(sorted(refused))}): no layout to rank by its prediction"},
             )  # fmt: skip
         shapes = _shapes(est)
+        # a layout whose estimate knows fewer sizes than the original's is refused (lost_sizes)
+        self._base_unknowns = len(est.unknowns)
+        ranked = "cuda" if est.backend == "cuda" else "ort"
         if o.activation_budget and base <= o.activation_budget:
             return PassResult(
                 False,
@@ -644,6 +698,8 @@ class ChunkPass(Pass):
             )  # fmt: skip
         row_modes = [m for m in modes if m != "channels"]
         stats, applied, after = self._rows(model, context, row_modes, base, shapes)
+        if ranked == "cuda":
+            stats["ranked_by"] = "cuda: ONNX Runtime CPU cannot run this model (bfloat16)"
         # the shapes the IR declares suffice to find blocks: no estimate when there is none
         # (a weightless-core split declares only its new values: the rest keep the estimate's)
         blocks = "channels" in modes and bool(
@@ -672,7 +728,7 @@ class ChunkPass(Pass):
                 }
             chooser.figures = _peak_figures  # CUDA host: only with chooser.total or total_capped
             ch = choose_channels(
-                model, lambda m: _act_and_peak(m, context), shapes, after,
+                model, lambda m: _act_and_peak(m, context, self._base_unknowns), shapes, after,
                 base_peak=max(est.stage_peaks().values()),
                 budget=o.activation_budget, min_gain=o.min_gain, min_saving=o.min_saving,
                 max_chunks=o.max_chunks,
@@ -791,7 +847,9 @@ class ChunkPass(Pass):
                 )
                 candidates.append(cand)
                 return
-            cand["predicted_activations"], _ = _predict(trial, context)
+            cand["predicted_activations"], trial_est = _predict(trial, context)
+            if lost := lost_sizes(trial_est, self._base_unknowns):
+                cand["refused"] = lost
         except Duplicate:  # a trim that cut nothing: same rewrite as before
             return
         except Refuse as exc:

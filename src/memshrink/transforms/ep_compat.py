@@ -24,6 +24,12 @@ would then not be exact on the backend it is for (``compressed_weights=true`` do
 
 Outputs stay bit-identical (same elements selected; no arithmetic). Weights are never read,
 except a Where branch of at most 4096 elements, checked for -0.0.
+Not for bfloat16 inputs: ONNX allows Equal on bfloat16 from opset 13, but no ORT provider here
+has that kernel. A bf16 Llama rewritten so made a model the CUDA EP (1.31) cannot create
+("Provider type for Equal node ... is not set": no CUDA and no CPU kernel; the original runs
+there), and ORT CPU (1.32) has no bf16 Equal either; the EP the rewrite serves cannot run a bf16
+model anyway (its fallback nodes are ORT CPU's, ``estimate/ort_bf16.py``).
+
 The name says what the pass is for (portability to EPs), not which op it rewrites, so further
 exact rewrites of unclaimed ops join it.
 """
@@ -149,6 +155,8 @@ def _skip_reason(node: ir.Node, opset: int) -> str | None:
         return f"Equal does not take {dtype.name}"
     if opset < since:
         return f"Equal takes {dtype.name} from opset {since} (model: {opset})"
+    if dtype == ir.DataType.BFLOAT16:
+        return "no ORT provider has a bfloat16 Equal kernel (CUDA EP 1.31, CPU 1.32)"
     return None
 
 

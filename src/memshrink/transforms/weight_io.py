@@ -233,13 +233,16 @@ def iter_blocks(tensor: ir.ExternalTensor, block: int = BLOCK) -> Iterator[np.nd
         os.close(fd)
 
 
-def transpose_2d_to_spill(tensor: ir.ExternalTensor, name: str) -> ir.ExternalTensor:
+def transpose_2d_to_spill(
+    tensor: ir.ExternalTensor, name: str, block: int = BLOCK
+) -> ir.ExternalTensor:
     """``tensor.T`` (2-D, file-backed) written to the spill file, one block in memory at a time.
 
     The side with more entries is read contiguously: row blocks are written to their strided
     places in the output (each output row gets one piece per block), column blocks are read
     row by row and written contiguously. Either way every read or write piece holds at least
-    ``BLOCK / min(rows, cols)`` bytes, so the number of system calls stays small.
+    ``block / min(rows, cols)`` bytes, so the number of system calls stays small; a block
+    and its transpose are the memory it holds.
     """
     rows, cols = (int(d) for d in tensor.shape.numpy())
     dtype = np.dtype((np.void, _storage_dtype(tensor).itemsize))  # bytes moved, not values
@@ -250,7 +253,7 @@ def transpose_2d_to_spill(tensor: ir.ExternalTensor, name: str) -> ir.ExternalTe
     fd = os.open(tensor.path, os.O_RDONLY)
     try:
         if rows >= cols:
-            step = max(1, BLOCK // (cols * item))
+            step = max(1, block // (cols * item))
             for r0 in range(0, rows, step):
                 n = min(step, rows - r0)
                 blk = np.empty((n, cols), dtype=dtype)
@@ -260,7 +263,7 @@ def transpose_2d_to_spill(tensor: ir.ExternalTensor, name: str) -> ir.ExternalTe
                 for j in range(cols):
                     spill.write_at(t[j].view(np.uint8).data, out + (j * rows + r0) * item)
         else:
-            step = max(1, BLOCK // (rows * item))
+            step = max(1, block // (rows * item))
             for c0 in range(0, cols, step):
                 n = min(step, cols - c0)
                 blk = np.empty((rows, n), dtype=dtype)

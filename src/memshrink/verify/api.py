@@ -7,6 +7,7 @@ backends are reported too, for information.
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -175,6 +176,7 @@ def verify(
                 f"the rewritten model's inputs ({', '.join(names_r)}) differ from the original's "
                 f"({', '.join(names_o)})"
             )
+        _check_tolerances(atol, rtol, tolerances, io_o)
         atol, rtol, source, stated = _tolerance(atol, rtol, tolerances, io_r)
         arrays, infos = _feeds(io_o, ref_o.path, feeds, shapes, dims, int_ranges, seed)
         feeds_path, feed_names = _write_feeds(wd, arrays)
@@ -244,6 +246,31 @@ def verify(
         backends=backend_list, settings=settings, inputs=infos, runs=runs_out,
         comparisons=comparisons, cross_backend=cross, budgets=budgets, required=required,
     )  # fmt: skip
+
+
+def _check_tolerances(
+    atol: float | None,
+    rtol: float | None,
+    tolerances: Mapping[str, tuple[float, float]] | None,
+    io: ModelIO,
+) -> None:
+    """Refuse, before any run, a tolerance that cannot mean what the user wants.
+
+    Why: ``--tol logits=...`` for a model whose output is named otherwise was silently
+    unused (every output compared at the defaults, exit 0), and a negative or NaN tolerance
+    fails every element (QA session 14)."""
+    values = [("--atol", atol), ("--rtol", rtol)]
+    values += [(f"--tol {k}", v) for k, pair in (tolerances or {}).items() for v in pair]
+    for flag, v in values:
+        if v is not None and not (math.isfinite(v) and v >= 0):
+            raise UsageError(f"{flag}: a tolerance must be a finite number >= 0, got {v}")
+    names = [o.name for o in io.outputs]
+    unknown = sorted(set(tolerances or {}) - set(names))
+    if unknown:
+        raise UsageError(
+            f"--tol {unknown[0]}: the model has no output named {unknown[0]!r} "
+            f"(its outputs: {', '.join(names)})"
+        )
 
 
 def _tolerance(

@@ -168,6 +168,28 @@ def _as_array(value: Any) -> Any:
     return arr
 
 
+def _ortvalue_array(value: Any) -> Any:
+    """An ORT output as a numpy array; a bfloat16 tensor widened to float32 exactly.
+
+    Why: ``InferenceSession.run`` converts every output to numpy, which has no bfloat16, so a
+    model with bf16 outputs (a Llama cast to ``torch.bfloat16``, which the CUDA EP runs) failed
+    in the verifier with "No corresponding Numpy type for Tensor Type. bfloat16". bf16 is the
+    high half of an IEEE float32, so its bits shifted left by 16 are the same value in f32."""
+    import ctypes
+
+    import numpy as np
+
+    if value.data_type() != "tensor(bfloat16)":
+        return value.numpy()
+    shape = tuple(value.shape())
+    n = int(np.prod(shape, dtype=np.int64))
+    raw: Any = np.zeros(0, np.uint16)
+    if n:
+        raw = np.ctypeslib.as_array((ctypes.c_uint16 * n).from_address(value.data_ptr()))
+    bits = np.array(raw, dtype=np.uint16).astype(np.uint32) << 16
+    return bits.view(np.float32).reshape(shape)
+
+
 def _save_outputs(spec: dict[str, Any], outputs: list[Any]) -> None:
     import numpy as np
 
@@ -258,10 +280,15 @@ def run_ort(child: Child) -> list[Any]:
         raise RuntimeError(f"session runs on {got[0]}, not {provider} (no silent fallback)")
     child.fault("after-first-stage")
     names = spec["output_names"] or [o.name for o in sess.get_outputs()]
+    bf16 = {o.name for o in sess.get_outputs() if o.type == "tensor(bfloat16)"} & set(names)
+    ort_feeds = {k: ort.OrtValue.ortvalue_from_numpy(v) for k, v in feeds.items()} if bf16 else {}
     outs: list[Any] = []
     for r in range(1, int(spec["runs"]) + 1):
         with child.stage(f"run{r}"):
-            outs = sess.run(names, feeds)
+            if bf16:  # numpy has no bfloat16: sess.run raises on such an output
+                outs = [_ortvalue_array(v) for v in sess.run_with_ort_values(names, ort_feeds)]
+            else:
+                outs = sess.run(names, feeds)
         if device_used is not None and child.meter is not None:
             child.meter.stages[-1].extra["device_used_after"] = device_used()
     return outs

@@ -424,6 +424,11 @@ class ProfileReport:
     def exit_code(self) -> int:
         return EXIT_OK if self.ok else EXIT_BACKEND_FAILED
 
+    @property
+    def status(self) -> str:
+        """``ok`` or ``backend-failed``: the names ``VerifyReport.status`` uses."""
+        return "ok" if self.ok else "backend-failed"
+
     def run(self, backend: str) -> RunResult | None:
         return next((r for r in self.runs if r.backend == backend), None)
 
@@ -432,6 +437,8 @@ class ProfileReport:
             "schema": "memshrink.profile",
             "schema_version": SCHEMA_VERSION,
             "ok": self.ok,
+            "status": self.status,
+            "exit_code": self.exit_code,
             "model": self.model,
             "backends": list(self.backends),
             "settings": self.settings,
@@ -469,6 +476,10 @@ class ProfileReport:
                     f"  {r.backend:<12} baseline {_mib(base)} MiB (runtime imported, feeds loaded)"
                 )
         lines += _gpu_lines(self.runs)
+        # the verdict last, as verify's: the failure line used to sit above the stage rows
+        failed = [f"{r.backend} {r.status}" for r in self.runs if not r.ok]
+        verdict = f"Result: {self.status.upper()} (exit {self.exit_code})"
+        lines.append(verdict + (": " + "; ".join(failed) if failed else ""))
         return "\n".join(lines)
 
     def save_plot(self, path: str | os.PathLike) -> str:

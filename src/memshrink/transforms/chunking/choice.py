@@ -86,6 +86,14 @@ def over_cap(model: ir.Model, trial: ir.Model, context: PassContext, backends: S
     after go into ``report``. For a pass with one candidate (``simplify``); ``Chooser`` walks
     many lazily. A backend that cannot be predicted is skipped (reported), as ``Chooser``
     does: no prediction is no evidence of a rise."""
+    from memshrink.estimate.api import views_shared
+
+    with views_shared():  # each model's view built once for all the backends
+        return _over_cap(model, trial, context, backends, cap, cap_bytes, report)
+
+
+def _over_cap(model: ir.Model, trial: ir.Model, context: PassContext, backends: Sequence[str],
+              cap: float, cap_bytes: int, report: dict[str, Any] | None) -> str | None:  # fmt: skip
     for b in backends:
         try:
             base, fig = process_figures(model, context, b), process_figures(trial, context, b)
@@ -197,6 +205,14 @@ class Chooser:
         prefer = [b for b in self.prefer if b not in self.guard]
         if not self.guard and not prefer:
             return ranking[0] if ranking else None
+        from memshrink.estimate.api import views_shared
+
+        with views_shared():  # each model's view built once for all the backends judged
+            return self._choose(ranking, prefer)
+
+    def _choose(
+        self, ranking: Sequence[dict[str, Any]], prefer: list[str]
+    ) -> dict[str, Any] | None:
         try:
             before = {b: self.figures(self.model, self.context, b) for b in self.guard}
             before.update(

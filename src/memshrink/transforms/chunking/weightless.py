@@ -23,10 +23,12 @@ are that region's. Only ``E`` may leave the core, so it is convex. One rewrite p
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
+from typing import Any
 
 import onnx_ir as ir
 
+from memshrink.transforms.chunking import query_memo
 from memshrink.transforms.chunking.cone import cone_nodes, node_positions
 from memshrink.transforms.chunking.region import Region, _close, discover, shape_of
 from memshrink.transforms.chunking.rules import Refuse, Shape
@@ -248,7 +250,8 @@ def _elems(s: Shape) -> int:
 
 
 def queries(nodes: list[ir.Node], graph: ir.Graph, shapes: Mapping[str, Shape | None],
-            opset: int, label: str) -> Region:  # fmt: skip
+            opset: int, label: str, memo: dict[Hashable, Any] | None = None,
+            at: Hashable = None) -> Region:  # fmt: skip
     """The stretch of a core chunked along its query rows: ``Q`` sliced, ``Kᵀ`` and ``V``
     read whole by every piece.
 
@@ -260,7 +263,9 @@ def queries(nodes: list[ir.Node], graph: ir.Graph, shapes: Mapping[str, Shape | 
     forward from Q (``region.discover``, the ordinary rules: the MatMul rule refuses a
     contraction over the rows and a chunked Kᵀ), kept inside the core and required to
     leave one value and hold ``Q·Kᵀ`` with Kᵀ whole and the Softmax; of the entries tried
-    (``_entries``) the one covering the most compute is kept."""
+    (``_entries``) the one covering the most compute is kept. ``memo`` (``query_memo``: the
+    graph's structure's) remembers under ``at`` which entry won (or why none did), so a clone
+    of the graph grows only that one."""
     inside = set(nodes)
     mm = next((n for n in nodes if n.op_type == "MatMul"
                and not any(_constant(x, graph) for x in n.inputs)), None)  # fmt: skip
@@ -270,8 +275,14 @@ def queries(nodes: list[ir.Node], graph: ir.Graph, shapes: Mapping[str, Shape | 
     if sa is None or len(sa) < 2:
         raise Refuse("the core's MatMul has no rows")
     best: Region | None = None
+    won: int | None = None
     why = f"{mm.name} cannot be chunked along its query rows with Kᵀ whole"
-    for entry, axis in _entries(mm.inputs[0], inside, shapes, len(sa)):
+    entries = list(enumerate(_entries(mm.inputs[0], inside, shapes, len(sa))))
+    known = memo.get(at) if memo is not None else None
+    if known is not None:
+        won, why = known
+        entries = [] if won is None else [entries[won]]
+    for i, (entry, axis) in entries:
         grown = discover(graph, shapes, opset, {entry: axis}, label, min_extent=2)
         keep = [n for n in grown.nodes if n in inside]
         if mm not in keep or grown.in_axes[mm] != [len(sa) - 2, None]:
@@ -284,7 +295,9 @@ def queries(nodes: list[ir.Node], graph: ir.Graph, shapes: Mapping[str, Shape | 
             why = f"the query stretch of {mm.name} leaves {len(r.outputs)} values"
             continue
         if best is None or _work(r) > _work(best):
-            best = r
+            best, won = r, i
+    if memo is not None and known is None:
+        memo[at] = (won if best is not None else None, why)
     if best is None:
         raise Refuse(why)
     return best
@@ -309,11 +322,16 @@ def query_regions(graph: ir.Graph, shapes: Mapping[str, Shape | None], opset: in
     """The query regions (``along="heads"``: heads regions, ``heads_of``) of the graph's cores
     whose scores are at least 1/``share`` of the largest one's (file order; ``share`` 0: all);
     cores that cannot be split are left whole."""
-    cut = queries if along == "queries" else heads_of
     found: list[Region] = []
+    key = query_memo.structure_key(graph, shapes, opset) if along == "queries" else None
+    memo = None if key is None else query_memo.memo_for(key)
     for i, nodes in enumerate(graph_cores(graph)):
+        label_i = f"{label}{along[0]}{i}"
         try:
-            found.append(cut(nodes, graph, shapes, opset, f"{label}{along[0]}{i}"))
+            if along == "queries":
+                found.append(queries(nodes, graph, shapes, opset, label_i, memo, i))
+            else:
+                found.append(heads_of(nodes, graph, shapes, opset, label_i))
         except Refuse:
             continue
     if not found or not share:
