@@ -68,6 +68,8 @@ def test_order_stats_and_hooks(mlp_path: Path) -> None:
 def test_typed_options_are_converted_and_checked() -> None:
     p = _Recorder([], limit="2KiB", modify="yes")
     assert p.options.limit == 2048 and p.options.modify is True
+    assert _Recorder([], limit="1.5KiB").options.limit == 1536  # a fraction with a unit
+    assert _Recorder([], limit=" 12 ").options.limit == 12
     with pytest.raises(UsageError, match="no option"):
         _Recorder([], nope=1)
     with pytest.raises(UsageError, match="expected int"):
@@ -234,8 +236,14 @@ class _Ranged(Pass):
         ({"ratio": "-1"}, "option ranged.ratio: expected a finite float >= 0, got '-1'"),
         ({"ratio": float("inf")}, "expected a finite float >= 0, got inf"),
         ({"min_gain": "nan"}, "option ranged.min_gain: expected a finite float, got 'nan'"),
-        ({"limit": -1}, "option ranged.limit: expected int (>= 0), got -1"),  # TOML's -1
-        ({"limit": 1.5}, "option ranged.limit: expected int (>= 0), got 1.5"),
+        (
+            {"limit": -1},
+            "option ranged.limit: expected int (>= 0; a size may take a unit: 1.5MiB), got -1",
+        ),  # TOML's -1
+        ({"limit": 1.5}, "option ranged.limit: expected int (>= 0; a size may take a unit"),
+        ({"limit": "1.5"}, "option ranged.limit: expected int (>= 0; a size may take a unit"),
+        ({"limit": " 0.5 "}, "got ' 0.5 '"),  # was read as a size: 1 and 0 bytes
+        ({"limit": "-1"}, "got '-1'"),
         ({"flag": 2}, "option ranged.flag: expected bool, got 2"),
         ({"modes": "a,c"}, "option ranged.modes: unknown 'c'; choose from a, b"),
         ({"cuts": "1,x"}, "option ranged.cuts: expected integers >= 0 (comma-separated)"),

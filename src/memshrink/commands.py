@@ -423,7 +423,9 @@ def _format_optimize(result: dict[str, Any]) -> str:
         stats = {
             k: v
             for k, v in p["stats"].items()
-            if isinstance(v, (int, float, str, bool)) and not (v == 0 and not isinstance(v, str))
+            if isinstance(v, (int, float, str, bool))
+            and not (v == 0 and not isinstance(v, str))
+            and v != ""  # an empty ``notes=`` said nothing (QA session 14)
         }
         reason = str(stats.pop("reason", "") or "")
         details = ", ".join(_stat_text(k, v) for k, v in stats.items())

@@ -163,7 +163,7 @@ def _convert_option(
         if kind == "int":
             if isinstance(value, bool) or isinstance(value, float) and not value.is_integer():
                 raise ValueError(value)
-            number = parse_bytes(value) if isinstance(value, str) else int(value)
+            number = _int_text(value) if isinstance(value, str) else int(value)
             if number < 0:  # a TOML -1 (the command line's "-1" fails parse_bytes)
                 raise ValueError(value)
             value = number
@@ -178,7 +178,10 @@ def _convert_option(
         if kind == "str":
             value = str(value)
     except (ValueError, TypeError, MemshrinkError):
-        what = {"int": "int (>= 0)", "float": "a finite float"}.get(kind, kind)
+        what = {
+            "int": "int (>= 0; a size may take a unit: 1.5MiB)",
+            "float": "a finite float",
+        }.get(kind, kind)
         what += " >= 0" if kind == "float" and not key.startswith("min_") else ""
         raise UsageError(f"{where}: expected {what}, got {value!r}") from None
     if kind == "str":
@@ -187,6 +190,19 @@ def _convert_option(
     if allowed is not None and value not in allowed:
         raise UsageError(f"{where}: expected one of {', '.join(map(str, allowed))}, got {value!r}")
     return value
+
+
+def _int_text(text: str) -> int:
+    """An int option's command-line text: digits, or a size with a unit (``2KiB``, ``1.5MiB``).
+
+    Why: ``external-data.threshold=1.5`` was read as a size of 1 byte without a word (QA
+    session 14); a fraction means something only with a unit."""
+    plain = text.strip()
+    if plain.isdigit():
+        return int(plain)
+    if not any(c.isalpha() for c in plain):  # 1.5, -1, "": no unit to scale a fraction
+        raise ValueError(text)
+    return parse_bytes(plain)
 
 
 #: Runtime names a ``*backends`` option lists (``optimize --backend``'s choices).

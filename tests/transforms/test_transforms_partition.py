@@ -77,6 +77,7 @@ def test_pass_reports_plan_and_replans_after_later_changes(tmp_path: Path) -> No
     ).run(memshrink.load(src), PassContext())
     stats = report.passes[0].stats
     assert stats["parts"] == 2 and stats["plan"]["bounds"][0] == 0
+    assert "notes" not in stats  # no empty ``notes=`` in the table (QA session 14)
     assert report.passes[1].modified  # the graph changed after planning
     save_model(model, tmp_path / "parts")
     manifest = read_manifest(tmp_path / "parts")
