@@ -94,3 +94,53 @@ def check_functions(
                 f"(its functions in {key[0]}: {names}); ONNX Runtime refuses the model"
             )
     return stays
+
+
+def _proto_nodes(nodes: Iterable[onnx.NodeProto]) -> Iterable[onnx.NodeProto]:
+    """Every node, recursively into the subgraphs of If / Loop / Scan attributes."""
+    for node in nodes:
+        yield node
+        for attr in node.attribute:
+            for g in [attr.g] if attr.HasField("g") else attr.graphs:
+                yield from _proto_nodes(g.node)
+
+
+def check_function_protos(proto: onnx.ModelProto, where: str) -> None:
+    """Refuse two functions with one (domain, name, overload), and a function call or body
+    node whose domain its scope's ``opset_import`` does not list.
+
+    Why: ONNX Runtime refuses both at load ("No opset import for domain 'local'", "No opset
+    registered for domain  in function F", "Duplicate model-local function identifier"), but
+    the model went through ``optimize`` with exit 0: onnx-ir keeps one of the duplicates and
+    writes the missing imports (QA session 14). Checked on the proto, before onnx-ir merges
+    them. A graph node of another domain (``com.microsoft``) without its import is left alone
+    as before: only what concerns local functions is checked here."""
+    if not proto.functions:  # nothing to check: no walk of a large graph
+        return
+    seen: set[FunctionId] = set()
+    for f in proto.functions:
+        fid = (dom(f.domain), f.name, f.overload)
+        if fid in seen:
+            label = _label(fid) + (f" (overload {f.overload!r})" if f.overload else "")
+            raise ModelLoadError(
+                f"{where}: two model-local functions are {label}: ONNX Runtime refuses the "
+                "model; keep one, or give the other an overload or a name of its own"
+            )
+        seen.add(fid)
+    local = {(d, n) for d, n, _ in seen}
+    scopes = [("the graph", proto.opset_import, proto.graph.node, True)] + [
+        (f"function {_label((dom(f.domain), f.name, f.overload))}", f.opset_import, f.node, False)
+        for f in proto.functions
+    ]
+    for scope, imports, nodes, graph in scopes:
+        listed = {dom(o.domain) for o in imports}
+        for node in _proto_nodes(nodes):
+            d = dom(node.domain)
+            # in the graph only calls of local functions: other nodes are as they were
+            if d in listed or (graph and (d, node.op_type) not in local):
+                continue
+            raise ModelLoadError(
+                f"{where}: node {node.name or node.op_type!r} in {scope} calls "
+                f"{d or 'ai.onnx'}.{node.op_type}, but {scope} has no opset_import for the "
+                f"domain {d or 'ai.onnx'!r}: ONNX Runtime refuses the model"
+            )

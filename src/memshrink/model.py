@@ -19,6 +19,7 @@ import onnx_ir as ir
 
 from memshrink import compact_attrs, opaque_types
 from memshrink.errors import ExternalDataError, ModelLoadError, UsageError
+from memshrink.local_function_checks import check_function_protos
 from memshrink.protoscan import scan_model_file
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -82,6 +83,7 @@ def _load_path(path: Path) -> ir.Model:
     if not proto.HasField("graph") or proto.ir_version <= 0:
         raise ModelLoadError(f"{path}: not an ONNX model (no graph or ir_version)")
     _check_external_entries(proto)
+    check_function_protos(proto, str(path))
     try:
         model = opaque_types.deserialize(proto, base_dir=str(path.parent), lists=scan.lists)
     except Exception as exc:

@@ -83,7 +83,48 @@ def _cases() -> dict[str, tuple[onnx.ModelProto, str]]:
             _model(n("Mine", ["x"], ["y"], domain="ai.onnx.ml"), [ml], "ai.onnx.ml", 3),
             "ai.onnx.ml.Mine is in a standard ONNX domain",
         ),
+        **_import_and_duplicate_cases(),
     }
+
+
+def _import_and_duplicate_cases() -> dict[str, tuple[onnx.ModelProto, str]]:
+    """QA session 14: ORT refuses each of these at load; optimize wrote a "repaired" model."""
+    relu = _fn("my", "F", [n("Relu", ["a"], ["b"])])
+    neg = _fn("my", "F", [n("Neg", ["a"], ["b"])])
+    bare = helper.make_function("my", "F", ["a"], ["b"], [n("Relu", ["a"], ["b"])], [])
+    outer = _fn("my", "A", [n("F", ["a"], ["b"], domain="my")])  # no import of "my" inside
+    call = n("F", ["x"], ["y"], domain="my")
+    return {
+        "call_domain_not_imported": (
+            _model(call, [relu], domain=""),
+            "node 'F' in the graph calls my.F, but the graph has no opset_import for the domain 'my'",
+        ),
+        "body_domain_not_imported": (
+            _model(call, [bare]),
+            "function my.F has no opset_import for the domain 'ai.onnx'",
+        ),
+        "nested_call_not_imported": (
+            _model(n("A", ["x"], ["y"], domain="my"), [relu, outer]),
+            "in function my.A calls my.F, but function my.A has no opset_import for the domain 'my'",
+        ),
+        "duplicate_same_body": (_model(call, [relu, relu]), "two model-local functions are my.F"),
+        "duplicate_other_body": (_model(call, [relu, neg]), "two model-local functions are my.F"),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(_import_and_duplicate_cases()))
+def test_ort_refuses_what_the_loader_refuses(
+    case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The known answer: ONNX Runtime refuses each model at load; estimate says exit 6 too."""
+    import onnxruntime as ort
+
+    model, message = _import_and_duplicate_cases()[case]
+    with pytest.raises(Exception, match="[Oo]pset|Duplicate model-local function"):
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    onnx.save(model, tmp_path / "in.onnx")
+    assert main(["estimate", str(tmp_path / "in.onnx")]) == 6
+    assert message in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("case", sorted(_cases()))
