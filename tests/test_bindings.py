@@ -7,7 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from memshrink.bindings import bind_input_shapes, load_sidecar, parse_dim_args, parse_shape_args
+from memshrink.bindings import (
+    bind_input_shapes,
+    check_dim_names,
+    load_sidecar,
+    parse_dim_args,
+    parse_shape_args,
+)
 from memshrink.errors import UnboundDimensionError, UsageError
 
 INPUTS = [("ids", ["batch", "seq"]), ("image", [1, 3, 8, 8])]
@@ -156,3 +162,31 @@ def test_an_expression_dim_bound_two_ways_must_agree_and_spaces_do_not_matter() 
     agree = {"batch": 1, "8*h8": 256, "h8": 32, "b": 2, "s0+s1": 12, "s0": 5, "s1": 7}
     assert bind_input_shapes(inputs, dims=agree) == {"image": (1, 3, 256, 256), "ids": (2, 12)}
     assert bind_input_shapes(inputs[1:], dims={"b": 2, "s0+s1": 12}) == {"ids": (2, 12)}
+
+
+def test_a_dim_naming_no_symbol_of_the_model_is_refused_naming_those_it_has() -> None:
+    """QA session 14: ``--dim foo=3`` was accepted without a word (the sidecar fed instead)."""
+    inputs = [("image", ["batch", 3, "8*h8", "s0 + s1"]), ("mask", None)]
+    check_dim_names({"batch": 1, "h8": 4, "8*h8": 32, "s0+s1": 3, "s0": 1}, inputs)  # all known
+    with pytest.raises(UsageError) as info:
+        check_dim_names({"batch": 1, "foo": 3}, inputs)
+    assert str(info.value) == (
+        "--dim foo: no input of the model has such a dim; its symbols are: "
+        "batch, 8*h8, h8, s0 + s1, s0, s1"
+    )
+    with pytest.raises(UsageError, match="symbols are: none: every input dim is fixed"):
+        check_dim_names({"batch": 1}, [("x", [1, 3, 8, 8])])
+    check_dim_names(None, [("x", [1, 3, 8, 8])])  # nothing given: nothing to refuse
+
+
+def test_an_expression_dim_given_a_value_it_cannot_take_is_refused() -> None:
+    """QA session 14: ``--dim 8*h8=30`` fed 30 to a dim the exporter declared a multiple of 8."""
+    inputs = [("image", [1, 3, "8*h8", "2*s0 + 1"])]
+    with pytest.raises(
+        UsageError, match=r"--dim 8\*h8=30: the model's dim 8\*h8 is a multiple of 8"
+    ):
+        bind_input_shapes(inputs, dims={"8*h8": 30, "s0": 1})
+    with pytest.raises(UsageError, match=r"a multiple of 2 plus 1 \(no integer s0 makes 8\)"):
+        bind_input_shapes(inputs, dims={"h8": 1, "2*s0+1": 8})
+    got = bind_input_shapes(inputs, dims={"8*h8": 32, "2*s0+1": 7})
+    assert got == {"image": (1, 3, 32, 7)}

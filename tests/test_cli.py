@@ -301,3 +301,34 @@ def test_a_reader_that_leaves_early_is_not_an_internal_error(tmp_path: Path) -> 
         )  # fmt: skip
     assert r.returncode == 141
     assert r.stderr == ""
+
+
+@pytest.mark.parametrize(
+    ("dims", "says"),
+    [
+        (["foo=3", "batch=1", "h8=2"], "--dim foo: no input of the model has such a dim; its symbols are: batch, 8*h8, h8"),
+        (["batch=1", "8*h8=30"], "--dim 8*h8=30: the model's dim 8*h8 is a multiple of 8"),
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("command", ["optimize", "estimate"])
+def test_a_dim_the_model_cannot_take_is_exit_2(
+    command: str, dims: list[str], says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """QA session 14: both were accepted without a word (the first bound nothing, the second fed
+    30 to a dim the exporter declared a multiple of 8); nothing is written."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    shape = ["batch", 3, "8*h8"]
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+    )  # fmt: skip
+    src = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), src)
+    args = [command, str(src)] + ([str(tmp_path / "o.onnx")] if command == "optimize" else [])
+    assert main([*args, *(f"--dim={d}" for d in dims)]) == 2
+    err = capsys.readouterr().err
+    assert says in err and len(err.strip().splitlines()) == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]

@@ -169,6 +169,60 @@ def dim_value(text: str, dims: Mapping[str, int]) -> int | None:
     return ev(tree)
 
 
+def check_dim_names(
+    dims: Mapping[str, int] | None, inputs: Sequence[tuple[str, Sequence[Dim] | None]]
+) -> None:
+    """Refuse a ``--dim`` that names no symbol of the model's inputs (nor an expression dim's
+    text), saying which symbols there are, or gives a dim a value it can't take.
+
+    Why: ``--dim foo=3`` (a typo, or a model with other names) was accepted without a word and
+    the sidecar's sizes fed instead (QA session 14). Called by the commands on the model the
+    user gave, not on every rewritten model a pass estimates."""
+    known: list[str] = []
+    for _, declared in inputs:
+        for d in declared or ():
+            if isinstance(d, str) and d:
+                for name in [d, *dim_symbols(d)]:
+                    if name not in known:
+                        known.append(name)
+    spaceless = {k.replace(" ", "") for k in known}
+    unknown = [k for k in dims or {} if k not in known and k.replace(" ", "") not in spaceless]
+    if unknown:
+        has = ", ".join(known) if known else "none: every input dim is fixed"
+        raise UsageError(
+            f"--dim {', '.join(unknown)}: no input of the model has such a dim; its symbols "
+            f"are: {has}"
+        )
+    _checked_dims(dict(dims or {}), inputs)  # a value the dim can't take: before any work
+
+
+def graph_input_dims(graph) -> list[tuple[str, tuple[Dim, ...] | None]]:  # noqa: ANN001
+    """``[(name, dims)]`` of an ``onnx_ir`` graph's inputs (initializers left out), as
+    ``check_dim_names`` and ``bind_input_shapes`` read them."""
+    return [
+        (
+            v.name or "",
+            None
+            if v.shape is None
+            else tuple(d if isinstance(d, int) else getattr(d, "value", None) for d in v.shape),
+        )
+        for v in graph.inputs
+        if v.name not in graph.initializers
+    ]
+
+
+def _linear(text: str) -> tuple[str, int, int] | None:
+    """(symbol, a, b) when an expression dim of one symbol is ``a*symbol + b`` (``8*h8``)."""
+    syms = dim_symbols(text)
+    if len(syms) != 1:
+        return None
+    at = [dim_value(text, {syms[0]: v}) for v in (0, 1, 2)]
+    if at[0] is None or at[1] is None or at[2] is None:
+        return None
+    b, a = at[0], at[1] - at[0]
+    return (syms[0], a, b) if a > 0 and at[2] == 2 * a + b else None
+
+
 def _checked_dims(
     dims: dict[str, int], inputs: Sequence[tuple[str, Sequence[Dim] | None]]
 ) -> dict[str, int]:
@@ -190,6 +244,13 @@ def _checked_dims(
                 raise UsageError(
                     f"--dim {d.replace(' ', '')}={given} contradicts {bound}, which make "
                     f"{d} = {computed}; give one of them"
+                )
+            lin = _linear(d) if given is not None and computed is None else None
+            if lin is not None and (given - lin[2] < 0 or (given - lin[2]) % lin[1]):  # type: ignore[operator]
+                raise UsageError(
+                    f"--dim {d.replace(' ', '')}={given}: the model's dim {d} is a multiple of "
+                    f"{lin[1]}" + (f" plus {lin[2]}" if lin[2] else "") + f" (no integer {lin[0]} "
+                    f"makes {given}); give a value it can take, or --dim {lin[0]}=SIZE"
                 )
             if given is not None:
                 out[d] = given

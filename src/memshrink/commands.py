@@ -63,7 +63,12 @@ def _add_shape_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
-    from memshrink.bindings import parse_dim_args, parse_shape_args
+    from memshrink.bindings import (
+        check_dim_names,
+        graph_input_dims,
+        parse_dim_args,
+        parse_shape_args,
+    )
     from memshrink.checks import CheckHook
     from memshrink.cli import check_report_path
     from memshrink.heap import release_memory
@@ -104,6 +109,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     model = load(src)
+    check_dim_names(dims, graph_input_dims(model.graph))
     in_bytes = weight_bytes(model)
     if progress:
         progress(

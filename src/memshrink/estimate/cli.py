@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from memshrink.bindings import parse_dim_args, parse_shape_args
 from memshrink.errors import UsageError
@@ -109,11 +110,17 @@ def handler(args: argparse.Namespace) -> int:
 
     check_report_path(args.json, "--json")
     check_report_path(args.plot, "--plot")
+    dims = parse_dim_args(args.dim)
+    if dims and Path(args.model).is_file():  # a --dim naming no symbol: exit 2 (QA session 14)
+        from memshrink.bindings import check_dim_names, graph_input_dims
+        from memshrink.model import load
+
+        check_dim_names(dims, graph_input_dims(load(args.model).graph))
     est = estimate(
         args.model,
         backend=args.backend,
         shapes=parse_shape_args(args.shape),
-        dims=parse_dim_args(args.dim),
+        dims=dims,
         session_options=_session_options(args.session_option),
         schedule=args.schedule,
         embedded={"auto": None, "yes": True, "no": False}[args.embedded],

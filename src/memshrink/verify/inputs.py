@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from memshrink.bindings import bind_input_shapes, load_sidecar
+from memshrink.bindings import bind_input_shapes, check_dim_names, load_sidecar
 from memshrink.errors import UsageError
 from memshrink.verify.modelinfo import ModelIO
 
@@ -91,6 +91,7 @@ def make_feeds(
 ) -> tuple[dict[str, np.ndarray], list[FeedInfo]]:
     """Seeded random feeds for every graph input; unbound symbolic dims raise, naming them all."""
     sidecar = load_sidecar(model_path) if model_path is not None else None
+    check_dim_names(dims, [(i.name, i.dims) for i in io.inputs])
     bound = bind_input_shapes(
         [(i.name, i.dims) for i in io.inputs], shapes=shapes, dims=dims, sidecar=sidecar
     )
