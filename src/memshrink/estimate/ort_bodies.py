@@ -81,6 +81,7 @@ def flatten_bodies(g: GraphInfo, *, embedded: bool) -> tuple[GraphInfo, BodyWeig
                 outputs=[local.get(n, n) if n else n for n in node.outputs],
                 attrs=node.attrs,
                 meta=node.meta,
+                scope=prefix,
             )
             nodes.append(flat)
             for n in flat.inputs:
