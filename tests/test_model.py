@@ -194,3 +194,27 @@ def test_an_op_the_standard_domain_does_not_define_is_refused(tmp_path: Path, wh
     onnx.save(helper.make_model(g, functions=functions, opset_imports=opsets), path)
     with pytest.raises(ModelLoadError, match="calls 'Reluu', which the ai.onnx domain does not"):
         load(path)
+
+
+def test_onnx_runtimes_own_op_in_the_standard_domain_loads(tmp_path: Path) -> None:
+    """ORT's transformers optimizer writes ``SimplifiedLayerNormalization`` in ``ai.onnx`` and
+    ORT runs it; the session-14 unknown-op check refused real Llama-style exports for it."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    scale = helper.make_tensor("scale", TensorProto.FLOAT, [4], [1.0, 2.0, 0.5, 1.0])
+    node = helper.make_node("SimplifiedLayerNormalization", ["x", "scale"], ["y"], name="rms",
+                            axis=-1, epsilon=1e-5)  # fmt: skip
+    g = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], [scale],
+    )  # fmt: skip
+    path = tmp_path / "rms.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    (y,) = sess.run(None, {"x": x})  # the runtime runs it ...
+    rms = np.sqrt((x * x).mean(axis=-1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(y, x / rms * np.array([1.0, 2.0, 0.5, 1.0]), rtol=1e-5, atol=1e-6)
+    model = load(path)  # ... so memshrink loads it
+    assert [n.op_type for n in model.graph] == ["SimplifiedLayerNormalization"]

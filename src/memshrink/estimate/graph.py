@@ -119,6 +119,9 @@ class NodeInfo:
     subgraphs: list[GraphInfo] = field(default_factory=list)
     attrs: dict[str, Any] = field(default_factory=dict)  # int/float/string(s) attributes only
     meta: dict[str, str] = field(default_factory=dict)  # metadata_props (memshrink.inplace)
+    # the body a node of a flattened graph comes from (``ort_bodies``): "" = the main graph;
+    # ORT gives each body its own session state (and prepacked copies, ``ort_weights``)
+    scope: str = ""
 
 
 @dataclass

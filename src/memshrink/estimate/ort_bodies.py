@@ -12,9 +12,11 @@ initializers are weights.
 Measured (fresh processes, ``VmHWM`` / ``RssAnon`` / ``RssFile``; docs/estimate.md,
 "Session 13: weights inside bodies"), a 4 MiB ``[1024, 1024]`` float W:
 
-* an outer W read by a MatMul in one or both If branches costs what a main-graph MatMul does
-  (external: session after +4.0 MiB anon, one packed copy; both branches: +4 MiB more at the
-  creation peak, a duplicate freed), so appending the body nodes is the whole rule;
+* an outer W read by a MatMul in one If branch costs what a main-graph MatMul does
+  (external: session after +4.0 MiB anon, one packed copy), so appending the body nodes is the
+  whole rule; each node keeps its body (``NodeInfo.scope``) because every session state keeps
+  its own packed copy (``ort_weights.pack_events``; session 14: W packed in the main graph and
+  a branch, or in both branches, keeps two);
 * a body's *own* W (declared in the branch) costs more than a main-graph one: embedded
   +8.0 MiB anon more (MatMul and Add readers alike: the subgraph's GraphProto copy and its
   initializer's TensorProto copy stay), external: the mapped pages stay resident after
@@ -81,6 +83,7 @@ def flatten_bodies(g: GraphInfo, *, embedded: bool) -> tuple[GraphInfo, BodyWeig
                 outputs=[local.get(n, n) if n else n for n in node.outputs],
                 attrs=node.attrs,
                 meta=node.meta,
+                scope=prefix,
             )
             nodes.append(flat)
             for n in flat.inputs:

@@ -252,59 +252,66 @@ FUSED_PACKERS = {"FusedGemm": (1,), "FusedMatMul": (1,)}
 
 def pack_events(
     g: GraphInfo, w: WeightSplit, ort_graph: GraphInfo | None = None
-) -> list[tuple[int, str, bool, bool]]:
-    """ORT's prepacking calls in node order: (node, weight, first, last). Session state calls
-    ``PrePack`` once per *kernel* reading a weight, walking the optimized graph's nodes by
+) -> list[tuple[int, str, bool, bool, str]]:
+    """ORT's prepacking calls in node order: (node, weight, first, last, scope). Session state
+    calls ``PrePack`` once per *kernel* reading a weight, walking the optimized graph's nodes by
     index (``GraphViewer::Nodes``: fused nodes, e.g. MatMul+Add -> Gemm, are numbered after
     the originals in the order the optimizer made them; ``ort_graph`` is that graph, from
-    ``ort_optimized``); a later kernel packs its own copy, which session state frees again as
-    a duplicate of the first (measured: a 64 MiB B read by 2 or 3 MatMuls peaks one packed copy
-    higher than by 1 and keeps one), and the weight's source is released only after its last
-    kernel packed it (A..B..A..B peaks higher than A..A..B..B; a batch-chunked ViT-base peaks
-    at 672 MiB with graph optimizations off, 564 with them on: the fused Gemms' order)."""
+    ``ort_optimized``), then each body's session state its own nodes (``g`` flattened by
+    ``ort_bodies``, ``NodeInfo.scope``). Within one session state a later kernel packs its own
+    copy, which session state frees again as a duplicate of the first (measured: a 64 MiB B
+    read by 2 or 3 MatMuls peaks one packed copy higher than by 1 and keeps one); each session
+    state keeps its own packed copy (``first``: the first kernel of its scope; measured: a 4 MiB
+    W packed in the main graph and in an If branch, or in both branches, keeps two). The
+    weight's source is released only after its last kernel of all packed it (``last``;
+    A..B..A..B peaks higher than A..A..B..B; a batch-chunked ViT-base peaks at 672 MiB with
+    graph optimizations off, 564 with them on: the fused Gemms' order)."""
     names = {n for n, kind in w.names.items() if kind == "prepacked"}
-    calls: list[tuple[int, str]] = []
+    calls: list[tuple[int, str, str]] = []
     seen: set[str] = set()
     if ort_graph is not None:
         for i, node in enumerate(ort_graph.nodes):
             pos = ORT_PREPACK.get(node.op_type, ()) or FUSED_PACKERS.get(node.op_type, ())
             for j in pos:
                 if j < len(node.inputs) and node.inputs[j] in names:
-                    calls.append((i, node.inputs[j]))
+                    calls.append((i, node.inputs[j], node.scope))
                     seen.add(node.inputs[j])
     base = len(ort_graph.nodes) if ort_graph is not None else 0
-    for name in sorted(names - seen):  # not found in ORT's graph: the graph as written
+    for name in sorted(names):  # bodies, and main-graph weights not found in ORT's graph
         t = g.tensors[name]
         for c in sorted(set(t.consumers)):
             node = g.nodes[c]
+            if not node.scope and name in seen:
+                continue  # numbered from ORT's graph above
             pos = ORT_PREPACK.get(node.op_type, ())
             fp16_conv = node.op_type == "Conv" and t.elem_type == FP16
             if any(node.inputs[i] == name for i in pos if i < len(node.inputs)) or fp16_conv:
-                calls.append((base + c, name))
+                calls.append((base + c, name, node.scope))
     calls.sort()
-    first = {n: i for i, n in reversed(calls)}
-    last = {n: i for i, n in calls}
-    return [(i, n, first[n] == i, last[n] == i) for i, n in calls]
+    first = {(n, s): i for i, n, s in reversed(calls)}
+    last = {n: i for i, n, _ in calls}
+    return [(i, n, first[n, s] == i, last[n] == i, s) for i, n, s in calls]
 
 
 def prepacked(g: GraphInfo, w: WeightSplit, ort_graph: GraphInfo | None = None) -> tuple[int, int]:
     """(packed bytes kept, creation transient) of ORT's prepacking. Session state packs the
-    weights in node order (``pack_events``); each weight's source pages (mapped, or its heap
-    copy) are resident from its first kernel's packing to its last one's and released after,
-    a later kernel's duplicate packed copy is freed right after it is made, so the transient
-    is the largest ``packed so far + live sources (+ a duplicate)`` beyond the final packed
-    total (traced: the packed copy is the only large allocation; AlexNet/VGG-19/ZFNet creation
-    peaks +80/+328/+288 MiB measured, +64/+312/+268 predicted; a batch-chunked ViT-base whose
-    two chunks share every B: +213 measured)."""
+    weights in node order (``pack_events``), one kept copy per session state that packs a
+    weight; each weight's source pages (mapped, or its heap copy) are resident from its first
+    kernel's packing to its last one's and released after, a later kernel's duplicate packed
+    copy (same session state) is freed right after it is made, so the transient is the largest
+    ``packed so far + live sources (+ a duplicate)`` beyond the final packed total (traced: the
+    packed copy is the only large allocation; AlexNet/VGG-19/ZFNet creation peaks
+    +80/+328/+288 MiB measured, +64/+312/+268 predicted; a batch-chunked ViT-base whose two
+    chunks share every B: +213 measured)."""
     total = peak = live = 0
     sizes: dict[str, int] = {}  # once per weight: a deduplicated B has one event per reader
-    for _, name, first, last in pack_events(g, w, ort_graph):
+    for _, name, first, last, _ in pack_events(g, w, ort_graph):
         size = sizes.get(name)
         if size is None:
             size = sizes[name] = _packed_size(g, name)
+            live += g.tensors[name].nbytes or 0  # its source, from the first packing on
         if first:
             total += size
-            live += g.tensors[name].nbytes or 0
             peak = max(peak, total + live)
         else:
             peak = max(peak, total + live + size)
@@ -654,9 +661,9 @@ def creation_blocks(
     # a later kernel's duplicate packed copy (``pack_events``) is freed at once and left no
     # measured trace in the heap (a batch-chunked ViT-base kept 352 MiB, its original 343): it
     # is a creation transient only (``prepacked``), not replayed
-    for _, n, first, last in pack_events(g, w, ort_graph):
-        if first:
-            b.alloc(f"pack:{n}", _packed_size(g, n), aligned=True)
+    for _, n, first, last, scope in pack_events(g, w, ort_graph):
+        if first:  # one kept copy per session state (main graph, each body)
+            b.alloc(f"pack:{scope}{n}", _packed_size(g, n), aligned=True)
         if last:
             b.free(f"copy:{n}")
     return b
