@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -176,7 +177,8 @@ def check_dim_names(
     text), saying which symbols there are, or gives a dim a value it can't take.
 
     Why: ``--dim foo=3`` (a typo, or a model with other names) was accepted without a word and
-    the sidecar's sizes fed instead (QA session 14). Called by the commands on the model the
+    the sidecar's sizes fed instead (QA session 14). A model without symbols gets a note on
+    stderr instead: there is nothing a typo could have missed. Called by the commands on the model the
     user gave, not on every rewritten model a pass estimates."""
     known: list[str] = []
     for _, declared in inputs:
@@ -187,8 +189,15 @@ def check_dim_names(
                         known.append(name)
     spaceless = {k.replace(" ", "") for k in known}
     unknown = [k for k in dims or {} if k not in known and k.replace(" ", "") not in spaceless]
-    if unknown:
-        has = ", ".join(known) if known else "none: every input dim is fixed"
+    if unknown and not known:
+        # nothing to bind: a script's generic ``--dim batch=1`` on a static model runs as is
+        print(
+            f"memshrink: note: --dim {', '.join(unknown)} ignored: every input dim of the "
+            "model is fixed",
+            file=sys.stderr,
+        )
+    elif unknown:
+        has = ", ".join(known)
         raise UsageError(
             f"--dim {', '.join(unknown)}: no input of the model has such a dim; its symbols "
             f"are: {has}"

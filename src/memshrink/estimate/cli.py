@@ -112,10 +112,10 @@ def handler(args: argparse.Namespace) -> int:
     check_report_path(args.plot, "--plot")
     dims = parse_dim_args(args.dim)
     if dims and Path(args.model).is_file():  # a --dim naming no symbol: exit 2 (QA session 14)
-        from memshrink.bindings import check_dim_names, graph_input_dims
-        from memshrink.model import load
+        from memshrink.bindings import check_dim_names
+        from memshrink.verify.modelinfo import read_model_io  # the inputs, not the weights
 
-        check_dim_names(dims, graph_input_dims(load(args.model).graph))
+        check_dim_names(dims, [(i.name, i.dims) for i in read_model_io(args.model).inputs])
     est = estimate(
         args.model,
         backend=args.backend,
