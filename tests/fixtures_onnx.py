@@ -189,3 +189,16 @@ def fc_chain(post: str | None, batch: int | str = 8, n: int = 4, k: int = 256) -
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
     model.ir_version = 9
     return model
+
+
+def save_model_as(model: onnx.ModelProto, folder: Path | str, name: str, external: bool) -> str:
+    """Save ``model`` as ``NAME_ext.onnx`` (weights over 1 KiB in ``NAME.data``) or
+    ``NAME_emb.onnx`` (embedded): the two layouts whose weight residency the estimator
+    predicts differently."""
+    path = str(Path(folder) / f"{name}_{'ext' if external else 'emb'}.onnx")
+    if external:
+        onnx.save(model, path, save_as_external_data=True, location=f"{name}.data",
+                  size_threshold=1024)  # fmt: skip
+    else:
+        onnx.save(model, path)
+    return path

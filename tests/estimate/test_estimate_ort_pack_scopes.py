@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from fixtures_onnx import save_model_as
 from onnx import helper, numpy_helper
 
 from memshrink.estimate import estimate
@@ -71,15 +72,7 @@ def _model(kind: str) -> onnx.ModelProto:
 
 
 def _save(tmp_path, kind: str, external: bool) -> str:
-    path = str(tmp_path / f"{kind}_{'ext' if external else 'emb'}.onnx")
-    if external:
-        onnx.save(
-            _model(kind), path, save_as_external_data=True, location=f"{kind}.data",
-            size_threshold=1024,
-        )  # fmt: skip
-    else:
-        onnx.save(_model(kind), path)
-    return path
+    return save_model_as(_model(kind), tmp_path, kind, external)
 
 
 def _stages(path: str) -> dict:
