@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 from memshrink.errors import UsageError
 from memshrink.estimate import ort as ortsim
+from memshrink.estimate.cuda_loop import loop_events
 from memshrink.estimate.graph import GraphInfo, ModelView
 from memshrink.estimate.lifetimes import Buffer, tensor_buffers
 from memshrink.estimate.planners import all_planners, best_fit
@@ -274,12 +275,31 @@ def device_weights(g: GraphInfo) -> list[int]:
     out = []
     for name in g.initializers:
         t = g.tensors[name]
-        if t.folded and not t.consumers:
+        if not t.consumers or _cpu_input_only(g, name):
             continue
         nb = t.nbytes or 0
         if nb and not (t.elem_type == INT64 and nb <= SMALL_INT64):
             out.append(nb)
     return out
+
+
+#: inputs the CUDA EP's control-flow kernels read in CPU memory (``OrtMemTypeCPUInput`` in
+#: ``cuda/controlflow/loop.cc`` and ``if.cc``): Loop's trip count and condition, If's condition
+CPU_INPUT_SLOTS: dict[str, tuple[int, ...]] = {"Loop": (0, 1), "If": (0,)}
+
+
+def _cpu_input_only(g: GraphInfo, name: str) -> bool:
+    """Whether every reader of ``name`` takes it in CPU memory: then ORT leaves it on the host
+    (session 15: a Loop's trip count and condition made no arena request at session creation,
+    where a 1-byte device copy would have taken a 1 MiB region)."""
+    for c in g.tensors[name].consumers:
+        node = g.nodes[c]
+        slots = CPU_INPUT_SLOTS.get(node.op_type, ())
+        if name in node.implicit_inputs or any(
+            x == name and k not in slots for k, x in enumerate(node.inputs)
+        ):
+            return False
+    return True
 
 
 def device_inputs(g: GraphInfo) -> list[int]:
@@ -338,13 +358,19 @@ def simulate_device(
         by_start.setdefault(b.start, []).append(b)
         by_end.setdefault(b.end, []).append(b)
 
+    loops = {
+        s: loop_events(g, g.nodes[i]) for s, i in enumerate(order) if g.nodes[i].op_type == "Loop"
+    }
+
     def run(pattern: bool) -> None:
         held = [arena_.alloc(nb, touch=False) for nb in inputs]
         if pattern and block:
             held.append(arena_.alloc(block, touch=False))
-        chunks = {}
+        chunks: dict[int, Any] = {}
         for s in range(len(order)):
-            for b in by_start.get(s, []):
+            if s in loops:  # the iterations' own requests; the Loop's outputs at their end
+                _replay_loop(arena_, loops[s], by_start.get(s, []), chunks, pattern)
+            for b in by_start.get(s, []) if s not in loops else []:
                 if b.is_output or not pattern:  # planned tensors live in the pattern block
                     chunks[b.id] = arena_.alloc(b.size, touch=False)
             if ws := scratch[s]:
@@ -360,6 +386,27 @@ def simulate_device(
     run(mem_pattern)
     run(mem_pattern)
     return DeviceModel(after_weights, run_1, arena_.reserved, sum(weights), list(arena_.regions))
+
+
+def _replay_loop(
+    arena_: ortsim.BFCArena,
+    events: list[Any],
+    planned: list[Buffer],
+    chunks: dict[int, Any],
+    pattern: bool,
+) -> None:
+    """One Loop step: its iterations' requests (``cuda_loop.loop_events``) in place of the
+    body's one transient block, the Loop's planned outputs where its iterations end."""
+    live: dict[object, Any] = {}
+    for kind, key, nb in events:
+        if kind == "a":
+            live[key] = arena_.alloc(nb, touch=False)
+        elif kind == "f":
+            arena_.free(live.pop(key))
+        else:
+            for b in planned:
+                if not b.transient and (b.is_output or not pattern):
+                    chunks[b.id] = arena_.alloc(b.size, touch=False)
 
 
 CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan"})

@@ -1,0 +1,109 @@
+"""CUDA EP: a Loop's iterations through the arena, its host-side inputs, and which kernels run
+in place (session 15; docs/estimate.md, "CUDA EP", "Session 15")."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from memshrink.estimate import cuda, estimate
+from memshrink.estimate import ort as ortsim
+from memshrink.estimate.cuda_loop import loop_events
+from memshrink.estimate.graph import build_view
+
+MiB = 1 << 20
+F = TensorProto.FLOAT
+C = cuda.CUDA_CALIBRATION
+DIMS = {"batch": 65536}
+
+
+def _loop_model(trips: int = 3) -> onnx.ModelProto:
+    """x [batch, 64] f32 (16 MiB at 65,536) through a Loop whose body adds Tanh(h) to h: one 16 MiB
+    temporary and one 16 MiB carried output per iteration (session 14's ``cf-loop-alone``)."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cin"], ["cout"]),
+         helper.make_node("Tanh", ["h"], ["h1"]),
+         helper.make_node("Add", ["h1", "h"], ["hout"])],
+        "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cin", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("h", F, None)],
+        [helper.make_tensor_value_info("cout", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("hout", F, None)],
+    )  # fmt: skip
+    g = helper.make_graph(
+        [helper.make_node("Loop", ["n", "t", "x"], ["y"], body=body)],
+        "loop",
+        [helper.make_tensor_value_info("x", F, ["batch", 64])],
+        [helper.make_tensor_value_info("y", F, None)],
+        [numpy_helper.from_array(np.array(trips, np.int64), "n"),
+         numpy_helper.from_array(np.array(True), "t")],
+    )  # fmt: skip
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_loop_iterations_hold_the_previous_feed_and_the_output():
+    # Traced on an H200 (session 14, every request to the EP's allocator): each iteration's
+    # carried output is a new tensor, freed only after the next iteration ran; the Loop's output
+    # is allocated after the last iteration, before its feed and fetch are freed.
+    view = build_view(_loop_model(), dims=DIMS)
+    node = view.graph.nodes[0]
+    ev = loop_events(view.graph, node)
+    big = [(kind, key) for kind, key, nb in ev if kind != "a" or nb == 16 * MiB]
+    h1, hout = 1, 2  # the body plan's buffers: cout (0), h1, hout
+    assert big == [
+        ("a", (0, h1)), ("a", (0, hout)), ("f", (0, h1)),
+        ("a", (1, h1)), ("a", (1, hout)), ("f", (1, h1)),
+        ("f", (0, 0)), ("f", (0, hout)),  # iteration 0's fetches, iteration 1's feeds
+        ("a", (2, h1)), ("a", (2, hout)), ("f", (2, h1)),
+        ("outputs", None),
+        ("f", (1, 0)), ("f", (1, hout)), ("f", (2, 0)), ("f", (2, hout)),
+    ]  # fmt: skip
+
+
+def test_a_loop_grows_the_arena_as_measured():
+    # Measured (H200, ORT's arena log, session 14): regions 16 + 16 + 32 + 64 MiB = 128, NVML
+    # 204 MiB over the empty session after its run (+76 outside the arena). Before session 15
+    # one body-sized block predicted 1 + 16 + 16 + 64 (171 MiB). The trip count and the
+    # condition stay on the host (Loop's CPU inputs): no 1 MiB region at session creation.
+    est = estimate(_loop_model(), backend="cuda", dims=DIMS)
+    det = est.prediction.details
+    assert det["arena_regions"] == [16 * MiB, 16 * MiB, 32 * MiB, 64 * MiB]
+    extra = int(C["cuda_run_modules"] + C["cuda_control_flow"])
+    assert est.stage_peaks()["session_creation"] == 0
+    assert est.stage_peaks()["run_1"] == 128 * MiB + extra
+    assert est.stage_peaks()["steady_state"] == 128 * MiB + extra  # no pattern block
+
+
+def test_one_iteration_frees_nothing_before_the_output():
+    view = build_view(_loop_model(trips=1), dims=DIMS)
+    ev = loop_events(view.graph, view.graph.nodes[0])
+    out = ev.index(("outputs", None, 0))
+    assert [k for kind, k, _ in ev[:out] if kind == "f"] == [(0, 1)]  # only the temporary h1
+
+
+def _softmax_model() -> onnx.ModelProto:
+    g = helper.make_graph(
+        [helper.make_node("Add", ["x", "x"], ["a"]),
+         helper.make_node("Softmax", ["a"], ["s"], axis=-1),
+         helper.make_node("Relu", ["s"], ["r"]),
+         helper.make_node("ReduceSum", ["r"], ["y"], keepdims=0)],
+        "sm",
+        [helper.make_tensor_value_info("x", F, [64, 1024])],
+        [helper.make_tensor_value_info("y", F, [])],
+    )  # fmt: skip
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_cuda_softmax_takes_its_own_buffer():
+    # ORT's CPU Softmax is registered MayInplace(0, 0), the CUDA kernel is not (cuda/math/
+    # softmax.cc); CUDA's activations are (cuda/activation/activations.cc).
+    g = build_view(_softmax_model()).graph
+    order = list(range(len(g.nodes)))
+    cpu = ortsim.plan(g, order, fusions=False, cpu=True).kinds
+    gpu = ortsim.plan(g, order, fusions=False, cpu=False).kinds
+    assert (cpu["s"], cpu["r"]) == ("inplace", "inplace")
+    assert (gpu["s"], gpu["r"]) == ("new", "inplace")
