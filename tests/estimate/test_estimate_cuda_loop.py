@@ -18,13 +18,17 @@ C = cuda.CUDA_CALIBRATION
 DIMS = {"batch": 65536}
 
 
-def _loop_model(trips: int = 3) -> onnx.ModelProto:
+def _loop_model(trips: int = 3, two_temps: bool = False) -> onnx.ModelProto:
     """x [batch, 64] f32 (16 MiB at 65,536) through a Loop whose body adds Tanh(h) to h: one 16 MiB
     temporary and one 16 MiB carried output per iteration (session 14's ``cf-loop-alone``)."""
+    temps = [helper.make_node("Tanh", ["h"], ["h1"])]
+    if two_temps:  # Sigmoid's output overlaps Tanh's (not in place: h1 is read again)
+        temps += [helper.make_node("Sigmoid", ["h1"], ["h2"]),
+                  helper.make_node("Add", ["h2", "h1"], ["hout"])]  # fmt: skip
+    else:
+        temps.append(helper.make_node("Add", ["h1", "h"], ["hout"]))
     body = helper.make_graph(
-        [helper.make_node("Identity", ["cin"], ["cout"]),
-         helper.make_node("Tanh", ["h"], ["h1"]),
-         helper.make_node("Add", ["h1", "h"], ["hout"])],
+        [helper.make_node("Identity", ["cin"], ["cout"]), *temps],
         "body",
         [helper.make_tensor_value_info("i", TensorProto.INT64, []),
          helper.make_tensor_value_info("cin", TensorProto.BOOL, []),
@@ -56,12 +60,29 @@ def test_loop_iterations_hold_the_previous_feed_and_the_output():
     h1, hout = 1, 2  # the body plan's buffers: cout (0), h1, hout
     assert big == [
         ("a", (0, h1)), ("a", (0, hout)), ("f", (0, h1)),
-        ("a", (1, h1)), ("a", (1, hout)), ("f", (1, h1)),
+        # from iteration 1 on the body's temporaries come from its own memory-pattern block
+        ("a", (1, "block")), ("a", (1, hout)), ("f", (1, "block")),
         ("f", (0, 0)), ("f", (0, hout)),  # iteration 0's fetches, iteration 1's feeds
-        ("a", (2, h1)), ("a", (2, hout)), ("f", (2, h1)),
+        ("a", (2, "block")), ("a", (2, hout)), ("f", (2, "block")),
         ("outputs", None),
         ("f", (1, 0)), ("f", (1, hout)), ("f", (2, 0)), ("f", (2, hout)),
     ]  # fmt: skip
+    # at the end: the last feed (iteration 1's hout) and fetch (iteration 2's) are still alive
+    tail = ev[ev.index(("outputs", None, 0)) :]
+    assert ("f", (1, hout), 0) in tail and ("f", (2, hout), 0) in tail
+
+
+def test_later_iterations_take_one_block_of_the_bodys_temporaries():
+    # Traced (H200, session 14): a scripted Loop (Gemm, Tanh, Mul, If on x [65536, 32] f32)
+    # requested the Gemm's and Tanh's 8 MiB outputs one by one in iteration 0 and one 16 MiB
+    # block in iteration 1. Here Tanh and Sigmoid outputs (16 MiB each) overlap at Sigmoid:
+    # the block is their best-fit peak, 32 MiB.
+    view = build_view(_loop_model(trips=2, two_temps=True), dims=DIMS)
+    ev = loop_events(view.graph, view.graph.nodes[0])
+    first = [nb for kind, k, nb in ev if kind == "a" and k[0] == 0 and nb >= MiB]
+    assert first == [16 * MiB, 16 * MiB, 16 * MiB]  # Tanh, Sigmoid, the carried Add
+    second = [(k[1], nb) for kind, k, nb in ev if kind == "a" and k[0] == 1 and nb >= MiB]
+    assert second == [("block", 32 * MiB), (3, 16 * MiB)]
 
 
 def test_a_loop_grows_the_arena_as_measured():

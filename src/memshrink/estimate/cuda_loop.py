@@ -5,8 +5,14 @@ iteration's carried outputs (fetches) are new arena tensors, and they become the
 iteration's feeds, released only after that iteration ran. After the last iteration the
 Loop's outputs are allocated and the last fetches copied into them, then feeds and fetches
 are released; per-iteration scan outputs stay until they are concatenated into the output.
-So while a Loop runs, the arena holds the previous iteration's carried state *and* the current
-body's tensors, and at the end the last feed, the last fetch and the output: traced on an
+From the second iteration on, the body runs with its own memory pattern (ORT keeps one per
+subgraph session state and input shapes): its planned tensors come from one block of the first
+iteration's best-fit peak, requested when the iteration starts and freed when it ends; its
+outputs are still requested one by one. So while a Loop runs, the arena holds the previous
+iteration's carried state *and* the current body's tensors, and at the end the last feed, the
+last fetch and the output. Traced: torch.jit.script's Loop of a Gemm, Tanh, Mul and an If
+(x [65536, 32] f32, 2 iterations) requested the Gemm's and Tanh's 8 MiB outputs in iteration 0
+and one 16 MiB block in iteration 1 (arena regions 1 + 8 + 8 + 16 + 32 MiB). And on an
 H200 (every request to the EP's allocator, session 14, ``docs/bench/cuda_alloc_trace.py``):
 a 3-iteration Loop carrying a 16 MiB tensor requested x, then per iteration its 16 MiB output
 (iteration 0's freed after iteration 1), then the 16 MiB output: four 16 MiB tensors alive at
@@ -44,6 +50,7 @@ def loop_events(g: GraphInfo, node: NodeInfo) -> list[Event]:
     ``("f", key, 0)`` and one ``("outputs", None, 0)`` where the Loop's own outputs (planned
     in the outer graph) are allocated, before the last feeds and fetches are released."""
     from memshrink.estimate import ort as ortsim
+    from memshrink.estimate.planners import best_fit
 
     if node.op_type != "Loop" or not node.subgraphs:
         return [("outputs", None, 0)]
@@ -74,19 +81,28 @@ def loop_events(g: GraphInfo, node: NodeInfo) -> list[Event]:
     events: list[Event] = []
     prev: list[object] = []  # the previous iteration's carried fetches = this one's feeds
     scans: list[object] = []
+    temps = [b for b in bufs if roles[b.id] == "temp"]
+    block = best_fit(temps, ortsim.ALLOC_ALIGN)[0] if temps else 0
     for k in range(replayed):
         cur: list[object] = []
+        pattern = k > 0 and block > 0  # the body's own memory pattern from its second run
+        if pattern:
+            events.append(("a", (k, "block"), block))
         for s in order:
             for bid in starts.get(s, []):
                 key = (k, bid)
+                if roles[bid] == "temp" and pattern:
+                    continue
                 events.append(("a", key, size[bid]))
                 if roles[bid] == "carried":
                     cur.append(key)
                 elif roles[bid] == "scan":
                     scans.append(key)
             for bid in ends.get(s, []):
-                if roles[bid] == "temp":
+                if roles[bid] == "temp" and not pattern:
                     events.append(("f", (k, bid), 0))
+        if pattern:
+            events.append(("f", (k, "block"), 0))
         if k < replayed - 1:
             events += [("f", key, 0) for key in prev]
             prev = cur
