@@ -98,6 +98,11 @@ class _Builder:
         return v
 
     def value(self, base: str, like: ir.Value, shape: Shape) -> ir.Value:
+        """A new value shaped ``shape`` of ``like``'s type; without a type, no declared shape
+        either (ONNX has no shape without an element type: the save failed on a Whisper
+        encoder whose attention Reshapes the exporter left untyped, session 15)."""
+        if like.type is None or like.dtype is None:
+            return ir.Value(name=self.name(base))
         return ir.Value(name=self.name(base), shape=ir.Shape(list(shape)), type=like.type)
 
     def node(self, op: str, inputs: list[ir.Value | None], outputs: list[ir.Value], *,
