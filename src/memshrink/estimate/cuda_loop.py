@@ -10,11 +10,11 @@ subgraph session state and input shapes): its planned tensors come from one bloc
 iteration's best-fit peak, requested when the iteration starts and freed when it ends; its
 outputs are still requested one by one. So while a Loop runs, the arena holds the previous
 iteration's carried state *and* the current body's tensors, and at the end the last feed, the
-last fetch and the output. Traced: torch.jit.script's Loop of a Gemm, Tanh, Mul and an If
-(x [65536, 32] f32, 2 iterations) requested the Gemm's and Tanh's 8 MiB outputs in iteration 0
-and one 16 MiB block in iteration 1 (arena regions 1 + 8 + 8 + 16 + 32 MiB). And on an
-H200 (every request to the EP's allocator, session 14, ``docs/bench/cuda_alloc_trace.py``):
-a 3-iteration Loop carrying a 16 MiB tensor requested x, then per iteration its 16 MiB output
+last fetch and the output. Traced on an H200 (every request to the EP's allocator, session
+14, ``docs/bench/cuda_alloc_trace.py``): torch.jit.script's Loop of a Gemm, Tanh, Mul and an
+If (x [65536, 32] f32, 2 iterations) requested the Gemm's and Tanh's 8 MiB outputs in
+iteration 0 and one 16 MiB block in iteration 1 (arena regions 1 + 8 + 8 + 16 + 32 MiB); a
+3-iteration Loop carrying a 16 MiB tensor requested x, then per iteration its 16 MiB output
 (iteration 0's freed after iteration 1), then the 16 MiB output: four 16 MiB tensors alive at
 the end; the arena log of a Loop whose body adds a 16 MiB temporary grew 16 + 16 + 32 + 64 MiB
 regions (one body's lower bound, the rule before session 15, predicted 1 + 16 + 16 + 64).
