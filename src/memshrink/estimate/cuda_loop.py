@@ -67,7 +67,7 @@ def loop_events(g: GraphInfo, node: NodeInfo) -> list[Event]:
         ends.setdefault(b.end, []).append(b.id)
     size = {b.id: b.size for b in bufs}
 
-    def role(bid: int) -> str:
+    def role(bid: int) -> str:  # body outputs: the condition and carried values, then scans
         b = next(x for x in bufs if x.id == bid)
         pos = [out_pos[t] for t in b.tensors if t in out_pos]
         if not b.is_output or not pos:
