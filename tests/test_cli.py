@@ -332,3 +332,30 @@ def test_a_dim_the_model_cannot_take_is_exit_2(
     err = capsys.readouterr().err
     assert says in err and len(err.strip().splitlines()) == 1, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+
+
+def test_an_unanticipated_full_disk_is_exit_7(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A write no command wraps (QA session 15: a full TMPDIR) is the disk's fault: one line,
+    exit 7, not "internal error" (exit 1); other OSErrors stay internal errors."""
+    import errno
+
+    import memshrink.commands as commands
+
+    def full(args: object) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device", "/tmp/x/feeds.npz")
+
+    monkeypatch.setattr(commands, "cmd_passes", full)
+    assert main(["passes"]) == 7
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "memshrink: error: out of disk space (or file size limit) while writing /tmp/x/feeds.npz"
+    ]
+
+    def other(args: object) -> int:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(commands, "cmd_passes", other)
+    assert main(["passes"]) == 1
+    assert "internal error: OSError" in capsys.readouterr().err
