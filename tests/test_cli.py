@@ -359,3 +359,27 @@ def test_an_unanticipated_full_disk_is_exit_7(
     monkeypatch.setattr(commands, "cmd_passes", other)
     assert main(["passes"]) == 1
     assert "internal error: OSError" in capsys.readouterr().err
+
+
+def test_a_failed_demo_removes_the_folder_it_made(tmp_path: Path) -> None:
+    """QA session 15: on a full disk ``demo --out DIR`` left DIR (empty, or with the 16 MiB
+    demo.onnx) though it said "nothing written". A file-size limit (``ulimit -f``) of 4 MiB
+    fails the demo model's write as a full disk does; a folder the user had is kept."""
+    import resource
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4 << 20, 4 << 20))
+
+    made, had = tmp_path / "demo", tmp_path / "had"
+    had.mkdir()
+    for out in (made, had):
+        proc = subprocess.run(
+            [sys.executable, "-m", "memshrink.cli", "demo", "--out", str(out)],
+            capture_output=True, text=True, timeout=300, preexec_fn=limit,
+        )  # fmt: skip
+        assert proc.returncode == 7, proc.stderr[-2000:]
+        assert (
+            proc.stderr.strip().splitlines()[-1].startswith("memshrink: error: out of disk space")
+        )
+    assert not made.exists()
+    assert had.is_dir() and not [p.name for p in had.iterdir() if not p.name.startswith(".")]
