@@ -169,7 +169,8 @@ def test_demo_on_a_full_disk_is_a_one_line_error_and_leaves_no_model(tmp_path: P
     )
     assert proc.returncode == 7, proc.stderr
     assert "out of disk space" in proc.stderr and "demo.onnx" in proc.stderr
-    assert "Traceback" not in proc.stderr and list(out.iterdir()) == []
+    # the folder the demo made itself goes too (QA session 15)
+    assert "Traceback" not in proc.stderr and not out.exists()
     (tmp_path / "file").write_text("x")
     code = main(["demo", "--out", str(tmp_path / "file" / "d")])  # a file where a folder goes
     assert code == 7

@@ -40,9 +40,10 @@ passes take --json PATH, or --json - to print JSON instead of the table (keys: d
 
 exit codes: 0 ok, 1 failure, 2 usage error, 3 outputs differ, 4 over a memory
 budget, 5 a backend failed (see `memshrink verify --help`), 6 the input model
-cannot be used (truncated, not ONNX, broken external data, unknown opset), 7 the
-output cannot be written (folder missing or read-only, out of space), 130/143
-interrupted by SIGINT/SIGTERM (nothing written), 141 stdout closed early (| head).
+cannot be used (truncated, not ONNX, broken external data, unknown opset, malformed
+functions or domains), 7 the output or the temp folder cannot be written (folder
+missing or read-only, out of space), 130/143 interrupted by SIGINT/SIGTERM (nothing
+written; verify's measuring processes stopped), 141 stdout closed early (| head).
 """
 
 

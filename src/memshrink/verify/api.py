@@ -69,7 +69,7 @@ def _workdir(prefix: str, parent: str | os.PathLike | None) -> Iterator[Path]:
     where = parent or tempfile.gettempdir()
     with (
         sigterm_as_exception(_terminated),
-        disk_full_in(where, f"{prefix.strip('-')}'s temp files"),
+        disk_full_in(where, f"{prefix.strip('-').removeprefix('memshrink-')}'s temp files"),
         tempfile.TemporaryDirectory(prefix=prefix, dir=parent) as tmp,
     ):
         yield Path(tmp)
