@@ -381,8 +381,14 @@ def _die_with_parent(parent_pid: int | None) -> None:
         libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
     except (OSError, AttributeError):  # pragma: no cover - no libc prctl
         return
-    if parent_pid is not None and os.getppid() != parent_pid:
-        os._exit(EXIT_FAILED)  # the parent died before the request: nobody reads our result
+    if parent_pid is None:
+        return
+    try:  # not getppid(): an interpreter wrapper (--python-for a script) may sit in between
+        os.kill(parent_pid, 0)
+    except ProcessLookupError:
+        os._exit(EXIT_FAILED)  # verify died before the request: nobody reads our result
+    except PermissionError:
+        pass
 
 
 def _is_disk_full(exc: BaseException) -> bool:
