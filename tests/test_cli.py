@@ -149,6 +149,21 @@ def test_demo_runs(tmp_path: Path) -> None:
 
     feeds = {"input_ids": np.arange(64, dtype=np.int64).reshape(1, 64)}
     assert_bit_identical(run_ort(src, feeds), run_ort(dst, feeds))
+    assert "rm -r" not in proc.stdout  # the user's own folder: no clean-up hint
+
+
+def test_demo_in_a_temp_folder_says_it_stays(tmp_path: Path) -> None:
+    """Without --out the demo's 32 MiB go to a temp folder that stays for the printed ``next:``
+    command: the last line says where and how to remove it (QA session 15)."""
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "memshrink.cli", "demo", "--passes", "safe"],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (folder,) = [p for p in tmp_path.iterdir() if p.name.startswith("memshrink-demo-")]
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith(f"the demo's files stay in {folder} (") and f"rm -r {folder}" in last
 
 
 def test_demo_on_a_full_disk_is_a_one_line_error_and_leaves_no_model(tmp_path: Path) -> None:

@@ -588,6 +588,13 @@ def _demo_in(out_dir: Path, args: argparse.Namespace, write_demo_model: Any) -> 
         + f" (total {format_bytes(size_out)})"
     )
     print(f"next: memshrink verify {src} {dst} --backends cpu,openvino")
+    if not args.out:
+        # QA session 15: 16 runs had left 500 MB of memshrink-demo-* in a shared /tmp
+        total = sum(f.stat().st_size for f in out_dir.iterdir() if f.is_file())
+        print(
+            f"the demo's files stay in {out_dir} ({format_bytes(total)}): "
+            f"rm -r {out_dir} when done, or give --out DIR"
+        )
     return code
 
 
