@@ -36,10 +36,6 @@ from memshrink.estimate.stages import BackendPrediction, Stage
 from memshrink.estimate.weights import WeightSplit, split_weights
 
 MiB = 1 << 20
-# ORT's Graph constructor turns Constant nodes into initializers before it makes any Node
-# (graph.cc): they cost no per-node session memory (300 Constants measured +0.01 MiB anon,
-# docs/estimate.md "Session 15").
-ORT_NO_NODE = frozenset({"Constant"})
 # Fixed per-runtime overheads (bytes), measured once (docs/estimate.md, "Calibration").
 CALIBRATION: dict[str, float] = {
     # ONNX Runtime CPU, default graph optimization level (ORT_ENABLE_ALL), x86-64.
@@ -163,7 +159,7 @@ def _ort_cpu(
         )
     ovh = int(
         c["ort_session_anon"]
-        + c["ort_session_anon_per_node"] * node_count(view.graph, ORT_NO_NODE)
+        + c["ort_session_anon_per_node"] * node_count(view.graph)
         + c["ort_session_file"]
         + trees
         + view.metadata_bytes

@@ -150,15 +150,12 @@ class GraphInfo:
     declared_unk: frozenset[str] = frozenset()
 
 
-def node_count(g: GraphInfo, skip: frozenset[str] = frozenset()) -> int:
+def node_count(g: GraphInfo) -> int:
     """Nodes of ``g`` and of every If / Loop / Scan body in it, at any depth: ORT makes a
     session state with kernels for each body and OpenVINO reads each body into its own
     ov.Model, so a body's nodes cost what the main graph's do (an Optimum merged decoder:
-    one If over two ~600-node decoders, docs/estimate.md, "Session 12: subgraph nodes").
-    ``skip``: op types not counted (ORT's graph never makes a node of a ``Constant``)."""
-    return sum(
-        1 + sum(node_count(s, skip) for s in n.subgraphs) for n in g.nodes if n.op_type not in skip
-    )
+    one If over two ~600-node decoders, docs/estimate.md, "Session 12: subgraph nodes")."""
+    return sum(1 + sum(node_count(s) for s in n.subgraphs) for n in g.nodes)
 
 
 # Never constant-folded by ONNX Runtime (non-deterministic, or kept for QDQ fusion).
