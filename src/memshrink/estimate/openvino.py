@@ -951,8 +951,12 @@ def ov_buffers(
     dynamic: bool = True,
     precision: str = "f32",
     gelu: bool = True,
+    plain_eltwise: bool = False,
 ) -> list[Buffer]:
     """Activation buffers after the plugin's fusions.
+
+    ``plain_eltwise``: dynamic shapes (any dynamic dim, the batch's too): no Snippets, so
+    element-wise chains fuse only the plain way (``ov_eltwise.fused_eltwise``'s ``plain``).
 
     ``gelu``: plan a decomposed GELU as one op (``ov_gelu``); the ORT OpenVINO EP's
     partitioned workspaces keep the op-by-op plan their factors were fitted on.
@@ -1047,7 +1051,7 @@ def ov_buffers(
     in_gelu = {
         g.tensors[t].producer for gl in gels for t in [*gl.inner, gl.output] if t in g.tensors
     }
-    chains = ov_eltwise.fused_eltwise(g, {p for p in in_gelu if p is not None})
+    chains = ov_eltwise.fused_eltwise(g, {p for p in in_gelu if p is not None}, plain_eltwise)
     chain_read = ov_eltwise.extend_lifetimes(g, chains, owner, pos)
     half = precision != "f32"
     if half:
@@ -1442,7 +1446,9 @@ def predict(
     # Dynamic shapes: no Snippets tokenization, element-wise ops stay plain Eltwise nodes
     # (BERT-base after ``all``: 78 Eltwise, 0 Subgraph in the runtime model).
     n_sub = 0 if dynamic else subgraph_count(g, gone)
-    bufs = ov_buffers(g, order, dynamic and not batch_only_dynamic(view), precision)
+    bufs = ov_buffers(
+        g, order, dynamic and not batch_only_dynamic(view), precision, plain_eltwise=dynamic
+    )
     half = precision != "f32"
     tail = precision_tail(g) if half else set()
     pos = positions(order)
