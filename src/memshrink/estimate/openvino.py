@@ -50,6 +50,7 @@ from memshrink.estimate import (
     ov_gelu,
     ov_kinds,
     ov_layout,
+    ov_norm,
     ov_plain,
     ov_read,
     ov_read_pages,
@@ -1099,6 +1100,8 @@ def ov_buffers(
                 # infer growth as the plain chain (10 MiB, 2026-11-27)
                 end, summed.size = max(end, summed.end), 0
             bufs.append(Buffer(len(bufs), size, 0, end, [name + "/reorder"]))
+    # a LayerNorm over the last axis of a 4-D tensor runs decomposed (``ov_norm``)
+    bufs += ov_norm.decomposed_layer_norms(g, pos, half, len(bufs))
     return [b for b in bufs if b.tensors or b.transient]
 
 
