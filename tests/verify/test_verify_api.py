@@ -98,6 +98,11 @@ def test_crashing_backend_is_reported_and_others_still_run(models, monkeypatch) 
     crashed = report.run("rewritten", "openvino")
     assert crashed is not None and crashed.status == "crashed"
     assert "SIGSEGV" in (crashed.error or "")
+    # where it died and whose code it was (the runtime's, not memshrink's)
+    assert "after its 'read' stage" in (crashed.error or "")
+    assert "the runtime (openvino" in (crashed.error or "") and "not memshrink" in (
+        crashed.error or ""
+    )
     assert [s["name"] for s in crashed.stages] == ["read"]  # stages done before the crash survive
     assert report.run("original", "openvino").status == "ok"  # type: ignore[union-attr]
     assert report.comparisons[0].status == "match"  # cpu still verified

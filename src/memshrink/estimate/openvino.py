@@ -50,6 +50,7 @@ from memshrink.estimate import (
     ov_gelu,
     ov_kinds,
     ov_layout,
+    ov_norm,
     ov_plain,
     ov_read,
     ov_read_pages,
@@ -951,8 +952,12 @@ def ov_buffers(
     dynamic: bool = True,
     precision: str = "f32",
     gelu: bool = True,
+    plain_eltwise: bool = False,
 ) -> list[Buffer]:
     """Activation buffers after the plugin's fusions.
+
+    ``plain_eltwise``: dynamic shapes (any dynamic dim, the batch's too): no Snippets, so
+    element-wise chains fuse only the plain way (``ov_eltwise.fused_eltwise``'s ``plain``).
 
     ``gelu``: plan a decomposed GELU as one op (``ov_gelu``); the ORT OpenVINO EP's
     partitioned workspaces keep the op-by-op plan their factors were fitted on.
@@ -1047,7 +1052,7 @@ def ov_buffers(
     in_gelu = {
         g.tensors[t].producer for gl in gels for t in [*gl.inner, gl.output] if t in g.tensors
     }
-    chains = ov_eltwise.fused_eltwise(g, {p for p in in_gelu if p is not None})
+    chains = ov_eltwise.fused_eltwise(g, {p for p in in_gelu if p is not None}, plain_eltwise)
     chain_read = ov_eltwise.extend_lifetimes(g, chains, owner, pos)
     half = precision != "f32"
     if half:
@@ -1095,6 +1100,8 @@ def ov_buffers(
                 # infer growth as the plain chain (10 MiB, 2026-11-27)
                 end, summed.size = max(end, summed.end), 0
             bufs.append(Buffer(len(bufs), size, 0, end, [name + "/reorder"]))
+    # a LayerNorm over the last axis of a 4-D tensor runs decomposed (``ov_norm``)
+    bufs += ov_norm.decomposed_layer_norms(g, pos, half, len(bufs))
     return [b for b in bufs if b.tensors or b.transient]
 
 
@@ -1442,7 +1449,9 @@ def predict(
     # Dynamic shapes: no Snippets tokenization, element-wise ops stay plain Eltwise nodes
     # (BERT-base after ``all``: 78 Eltwise, 0 Subgraph in the runtime model).
     n_sub = 0 if dynamic else subgraph_count(g, gone)
-    bufs = ov_buffers(g, order, dynamic and not batch_only_dynamic(view), precision)
+    bufs = ov_buffers(
+        g, order, dynamic and not batch_only_dynamic(view), precision, plain_eltwise=dynamic
+    )
     half = precision != "f32"
     tail = precision_tail(g) if half else set()
     pos = positions(order)

@@ -70,11 +70,27 @@ def _single_reader(g: GraphInfo, name: str) -> int | None:
     return next(iter(readers))
 
 
-def fused_eltwise(g: GraphInfo, exclude: Collection[int] = ()) -> list[FusedEltwise]:
+def _parent(g: GraphInfo, name: str) -> int | str:
+    """The plugin node an edge comes from: its producer, or the tensor itself (a graph input's
+    Parameter, a weight's Constant)."""
+    p = g.tensors[name].producer
+    return name if p is None else p
+
+
+def fused_eltwise(
+    g: GraphInfo, exclude: Collection[int] = (), plain: bool = False
+) -> list[FusedEltwise]:
     """Chains of binary element-wise ops that start at an op on two activations and absorb
     each single reader that is a binary element-wise op too, while the fused node reads at
     most ``MAX_INPUTS`` edges. Only chains of two or more members are returned (a lone op is
-    planned as it is). ``exclude``: nodes already one op of another kind (a GELU's)."""
+    planned as it is). ``exclude``: nodes already one op of another kind (a GELU's).
+
+    ``plain``: the ops stay plain ``Eltwise`` nodes (dynamic shapes: no Snippets), fused by
+    ``FuseEltwiseAndSimple`` alone, which refuses a child that reads a node the chain already
+    reads ("avoid cycle dependencies", ``graph_optimizer.cpp``): ConvNeXt-V2's GRN
+    ``y = gamma * (x * Nx) + beta + x`` stops before the final ``+ x``, so ``x``, the fused
+    result and the sum are alive together (runtime model, dynamic batch: ``Power, Nx, gm, gm1,
+    ga1`` as one Eltwise and ``ga2`` alone; static: one Snippets ``Subgraph``)."""
     taken: set[int] = set(exclude)
     groups: list[FusedEltwise] = []
     for node in g.nodes:
@@ -84,6 +100,7 @@ def fused_eltwise(g: GraphInfo, exclude: Collection[int] = ()) -> list[FusedEltw
             continue
         members = [node.index]
         edges = list(dict.fromkeys(_edges(g, node.inputs)))
+        parents = {_parent(g, e) for e in edges}
         out = node.outputs[0]
         while True:
             c = _single_reader(g, out)
@@ -92,13 +109,15 @@ def fused_eltwise(g: GraphInfo, exclude: Collection[int] = ()) -> list[FusedEltw
             child = g.nodes[c]
             if not child.outputs or not child.outputs[0]:
                 break
-            more = [
-                e for e in dict.fromkeys(_edges(g, child.inputs)) if e != out and e not in edges
-            ]
+            others = [e for e in dict.fromkeys(_edges(g, child.inputs)) if e != out]
+            if plain and any(_parent(g, e) in parents for e in others):
+                break
+            more = [e for e in others if e not in edges]
             if len(edges) + len(more) > MAX_INPUTS:
                 break
             members.append(c)
             edges += more
+            parents.update(_parent(g, e) for e in more)
             out = child.outputs[0]
         if len(members) < 2:
             continue

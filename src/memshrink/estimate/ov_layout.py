@@ -22,6 +22,12 @@ from memshrink.estimate.lifetimes import Buffer
 from memshrink.estimate.weights import FLOAT
 
 CONVS = frozenset({"Conv", "ConvTranspose"})
+#: Ops whose 4-D / 5-D output is channels-last whatever their input's layout, and which read
+#: a planar input through a channels-last copy: Conv, and ``Interpolate`` (ONNX ``Resize``),
+#: whose first implementation on an AVX-512 host is the ``nspc`` JIT kernel (runtime model of
+#: SegFormer's decode head, native f32: ``Reshape -> Reorder abcd_acdb -> Interpolate ->
+#: Concat -> Conv``, no Reorder between the Concat and the Conv).
+CL_MAKERS = CONVS | {"Resize", "Upsample"}
 #: Rank-changing views: the plugin runs them on the planar layout only.
 PLANAR_READERS = frozenset({"Reshape", "Flatten"})
 #: Ops whose 4-D / 5-D output the plugin writes planar.
@@ -36,16 +42,38 @@ def _first_activation(g: GraphInfo, node: int) -> str | None:
     return None
 
 
+def _concat_layout(g: GraphInfo, idx: int, known: Mapping[str, str]) -> str | None:
+    """``Concat::selectOptimalPrimitiveDescriptor``: the layout most of its parents' outputs and
+    its readers' inputs have (a Conv / Resize reader wants channels-last, a planar maker or
+    reader planar); a tie goes to channels-last. tf2onnx's NHWC CNN concatenates a planar
+    ``Transpose`` with a Conv's output before a Conv: runtime model ``Transpose -> Reorder
+    (abcd_acdb) -> Concatenation -> Convolution``."""
+    node = g.nodes[idx]
+    votes = [known[i] for i in node.inputs if i and i in known]
+    for o in node.outputs[:1]:
+        for c in g.tensors[o].consumers if o in g.tensors else []:
+            op = g.nodes[c].op_type
+            if op in CL_MAKERS:
+                votes.append("cl")
+            elif op in PLANAR_MAKERS or op in PLANAR_READERS:
+                votes.append("planar")
+    if not votes:
+        return None
+    return "cl" if votes.count("cl") >= votes.count("planar") else "planar"
+
+
 def layouts(g: GraphInfo, order: list[int], keeps: frozenset[str]) -> dict[str, str]:
     """Tensor -> ``"cl"`` (a Conv's channels-last layout) or ``"planar"``, for the 4-D / 5-D
     tensors whose layout follows from their producer; others are absent (unknown)."""
     out: dict[str, str] = {}
     for idx in order:
         node = g.nodes[idx]
-        if node.op_type in CONVS:
+        if node.op_type in CL_MAKERS:
             lay: str | None = "cl"
         elif node.op_type in PLANAR_MAKERS:
             lay = "planar"
+        elif node.op_type == "Concat":
+            lay = _concat_layout(g, idx, out)
         elif node.op_type in keeps:
             src = _first_activation(g, idx)
             lay = out.get(src) if src else None
@@ -126,13 +154,21 @@ def layout_copies(
             convs = [
                 pos[c]
                 for c in t.consumers
-                if g.nodes[c].op_type in CONVS and c in pos and g.nodes[c].inputs[0] == name
+                if c in pos
+                and (
+                    (g.nodes[c].op_type in CL_MAKERS and g.nodes[c].inputs[0] == name)
+                    or _cl_concat(g, c, lay)
+                )
             ]
             if convs:
                 out.append(
                     Buffer(0, size(name, name), pos[t.producer], max(convs), [name + "/to_cl"])
                 )
-                moved.update((name, c) for c in t.consumers if g.nodes[c].op_type in CONVS)
+                moved.update(
+                    (name, c)
+                    for c in t.consumers
+                    if g.nodes[c].op_type in CL_MAKERS or _cl_concat(g, c, lay)
+                )
     if moved:
         if not dynamic:
             copied = {t for t, _ in moved} | {b.tensors[0].rsplit("/", 1)[0] for b in out}
@@ -144,6 +180,12 @@ def layout_copies(
             )
         _shorten(g, pos, bufs, moved)
     return out
+
+
+def _cl_concat(g: GraphInfo, node: int, lay: Mapping[str, str]) -> bool:
+    """A Concat that runs channels-last: its planar inputs are reordered before it."""
+    out = g.nodes[node].outputs
+    return g.nodes[node].op_type == "Concat" and bool(out) and lay.get(out[0]) == "cl"
 
 
 def _shorten(

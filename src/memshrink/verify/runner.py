@@ -128,6 +128,28 @@ def _signal_text(rc: int) -> str:
     return f"crashed with {name}"
 
 
+def _crash_text(rc: int, child: Mapping[str, Any], backend: str) -> str:
+    """Say where a child died and whose code it was: a signal other than SIGKILL is the
+    runtime's native code failing (onnxruntime-openvino 1.24.1 segfaults creating sessions for a
+    legacy DLRM export and a tf2onnx bidirectional LSTM / GRU), which a bare "crashed with
+    SIGSEGV" did not tell apart from a memshrink bug."""
+    text = _signal_text(rc)
+    if -rc == signal.SIGKILL:
+        return text
+    done = [str(s.get("name")) for s in child.get("stages") or [] if isinstance(s, dict)]
+    where = (
+        f"after its {done[-1]!r} stage"
+        if done
+        else "before its first stage finished (loading the model, creating the session)"
+    )
+    rt = child.get("runtime") or {}
+    who = f"{rt.get('name')} {rt.get('version')}".strip() if rt.get("name") else backend
+    return (
+        f"{text} {where}: the runtime ({who}, backend {backend}) failed in its own native code, "
+        "not memshrink; the other backends' results stand"
+    )
+
+
 def _child_env() -> dict[str, str]:
     env = dict(os.environ)
     src = str(Path(memshrink.__file__).resolve().parent.parent)
@@ -216,7 +238,9 @@ def run_child(
         )
     elif proc.returncode is not None and proc.returncode < 0:
         res.status = "crashed"
-        res.error = _signal_text(proc.returncode) + (f"; output: {text}" if text else "")
+        res.error = _crash_text(proc.returncode, res.child, backend) + (
+            f"; output: {text}" if text else ""
+        )
     elif proc.returncode == 0 and res.child.get("status") == STATUS_OK:
         res.status = STATUS_OK
         if keep_outputs:
