@@ -15,9 +15,7 @@ def _body(tag: str, inner: onnx.GraphProto | None = None) -> onnx.GraphProto:
     nodes = [oh.make_node("Identity", ["x"], [f"{tag}_y"])]
     if inner is not None:  # an If nested in this body, both branches the same inner graph
         nodes.append(
-            oh.make_node(
-                "If", ["c"], [f"{tag}_z"], then_branch=inner, else_branch=_body(f"{tag}e")
-            )
+            oh.make_node("If", ["c"], [f"{tag}_z"], then_branch=inner, else_branch=_body(f"{tag}e"))
         )
     return oh.make_graph(nodes, tag, [], [oh.make_tensor_value_info(f"{tag}_y", F, [2])])
 

@@ -78,18 +78,22 @@ class ChildOnnxsim:
         return result, status == _OK
 
 
+#: The child's program: the working folder off ``sys.path`` (a file there named like a module
+#: onnxsim imports would shadow it), then ``child_main``.
+_CHILD_CODE = (
+    "import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; "
+    "from memshrink.onnxsim_child import child_main; child_main()"
+)
+
+
 def _run_child(data: bytes, options: dict[str, Any]) -> bytes:
     """The child's stdout for ``data`` on stdin (its stderr is ours: onnxsim's warnings)."""
     env = dict(os.environ)
     # the child imports this memshrink (a test or bench may have put it on sys.path only)
     here = str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
-    code = (
-        "import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; "
-        "from memshrink.onnxsim_child import child_main; child_main()"
-    )
     proc = subprocess.run(
-        [sys.executable, "-c", code, json.dumps(options)],
+        [sys.executable, "-c", _CHILD_CODE, json.dumps(options)],
         input=data,
         stdout=subprocess.PIPE,
         env=env,
