@@ -89,3 +89,28 @@ def test_the_pass_leaves_onnxsim_and_onnx_runtime_out_of_our_process(tmp_path: P
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "[]"
+
+
+def test_the_child_runs_this_memshrink_when_only_sys_path_names_it(tmp_path: Path) -> None:
+    """A script that put ``src`` on ``sys.path`` itself (no PYTHONPATH): the child imports
+    the same memshrink, not whichever the bare interpreter finds (an older one may lack
+    ``onnxsim_child``)."""
+    import os
+
+    src = Path(onnxsim_child.__file__).resolve().parents[1]
+    path = tmp_path / "m.onnx"
+    onnx.save_model(_foldable(), path)
+    code = (
+        f"import sys; sys.path.insert(0, {str(src)!r})\n"
+        "import onnx\n"
+        "from memshrink.onnxsim_child import ChildOnnxsim\n"
+        f"m, ok = ChildOnnxsim().simplify(onnx.load({str(path)!r}), **{OPTIONS!r})\n"
+        "print(ok, [n.op_type for n in m.graph.node])\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env,
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "True ['Mul']"

@@ -79,24 +79,29 @@ class ChildOnnxsim:
 
 
 #: The child's program: the working folder off ``sys.path`` (a file there named like a module
-#: onnxsim imports would shadow it), then ``child_main``.
-_CHILD_CODE = (
-    "import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; "
-    "from memshrink.onnxsim_child import child_main; child_main()"
-)
+#: onnxsim imports would shadow it); our ``memshrink`` first on it only where the path finds
+#: another one (a test or bench that put ``src`` on ``sys.path`` itself: the installed one may
+#: be older), never site-packages before the standard library; then ``child_main``.
+_CHILD_CODE = """
+import importlib.util, os, sys
+here = sys.argv[2]
+sys.path[:] = [p for p in sys.path if p not in ("", ".")]
+spec = importlib.util.find_spec("memshrink")
+found = [os.path.realpath(os.path.dirname(p)) for p in (spec and spec.submodule_search_locations) or []]
+if here not in found:
+    sys.path.insert(0, here)
+from memshrink.onnxsim_child import child_main
+child_main()
+"""
 
 
 def _run_child(data: bytes, options: dict[str, Any]) -> bytes:
     """The child's stdout for ``data`` on stdin (its stderr is ours: onnxsim's warnings)."""
-    env = dict(os.environ)
-    # the child imports this memshrink (a test or bench may have put it on sys.path only)
-    here = str(Path(__file__).resolve().parents[1])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
+    here = os.path.realpath(Path(__file__).resolve().parents[1])  # this memshrink's folder
     proc = subprocess.run(
-        [sys.executable, "-c", _CHILD_CODE, json.dumps(options)],
+        [sys.executable, "-c", _CHILD_CODE, json.dumps(options), here],
         input=data,
         stdout=subprocess.PIPE,
-        env=env,
         check=False,
     )
     if proc.returncode != 0 or proc.stdout[:1] not in (_OK, _CHECK_FAILED, _RAISED):
