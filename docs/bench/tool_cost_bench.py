@@ -44,10 +44,10 @@ def _hwm_kib(pid: int) -> int | None:
     return None
 
 
-def run_measured(cmd: list[str]) -> dict:
+def run_measured(cmd: list[str], env: dict[str, str] | None = None) -> dict:
     """Run ``cmd``; wall seconds, own peak (polled VmHWM), tree peak (wait4), exit code."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     own = 0
     while True:
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG)

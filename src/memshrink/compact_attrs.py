@@ -26,6 +26,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from memshrink.irgraphs import graphs
 from memshrink.protoscan import _encode_varint, _key, _len_field
 from memshrink.protowalk import all_graphs
 from memshrink.protowire import LEN, iter_fields
@@ -199,7 +200,7 @@ def drop_large_lists(proto: onnx.ModelProto) -> int:
 
 
 def _ir_nodes(model: ir.Model) -> Iterator[ir.Node]:
-    for graph in model.graphs():
+    for graph in graphs(model):
         yield from graph
     for function in model.functions.values():
         yield from ir.traversal.RecursiveGraphIterator(function)

@@ -24,6 +24,7 @@ import onnx
 import onnx_ir as ir
 
 from memshrink.errors import ModelLoadError, PassError
+from memshrink.irgraphs import graphs
 from memshrink.local_function_checks import check_functions
 
 FunctionId = tuple[str, str, str]
@@ -109,7 +110,7 @@ class _Inliner:
         self.skip = skip
         self.values: set[str] = set()
         self.nodes: set[str] = set()
-        for graph in model.graphs():  # every name of every (sub)graph: SSA across scopes
+        for graph in graphs(model):  # every name of every (sub)graph: SSA across scopes
             self.values.update(v.name for v in graph.inputs if v.name)
             self.values.update(graph.initializers)
             for node in graph:
@@ -292,7 +293,7 @@ class _Inliner:
 
 
 def _used_domains(model: ir.Model) -> set[str]:
-    used = {_dom(n.domain) for g in model.graphs() for n in g}
+    used = {_dom(n.domain) for g in graphs(model) for n in g}
     for fn in model.functions.values():
         used.update(_dom(n.domain) for n in _calls(fn))
     return used
@@ -301,7 +302,7 @@ def _used_domains(model: ir.Model) -> set[str]:
 def _remove_unused_functions(model: ir.Model) -> None:
     """Drop functions no graph calls, directly or through a kept function."""
     reached: set[FunctionId] = set()
-    todo = [n.op_identifier() for g in model.graphs() for n in g]
+    todo = [n.op_identifier() for g in graphs(model) for n in g]
     while todo:
         fid = todo.pop()
         if fid in model.functions and fid not in reached:
@@ -326,7 +327,7 @@ def calls_functions(model: ir.Model) -> bool:
     """Whether any graph of the model calls one of its local functions."""
     if not model.functions:
         return False
-    return any(n.op_identifier() in model.functions for g in model.graphs() for n in g)
+    return any(n.op_identifier() in model.functions for g in graphs(model) for n in g)
 
 
 def inline_functions(model: ir.Model) -> InlineReport:

@@ -19,6 +19,7 @@ import onnx_ir as ir
 
 from memshrink import compact_attrs, opaque_types
 from memshrink.errors import ExternalDataError, ModelLoadError, UsageError
+from memshrink.irgraphs import graphs
 from memshrink.local_function_checks import check_function_protos
 from memshrink.protoscan import scan_model_file
 
@@ -235,7 +236,7 @@ def iter_tensor_slots(model: ir.Model):
     Covers initializers of every (sub)graph and tensor-valued node attributes, so
     savers and passes can swap a tensor without knowing where it lives.
     """
-    for graph in model.graphs():
+    for graph in graphs(model):
         for value in list(graph.initializers.values()):
             if value.const_value is not None:
                 yield value.const_value, _initializer_setter(value)

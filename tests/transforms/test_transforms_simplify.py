@@ -51,6 +51,36 @@ def test_simplify_folds_constant_subgraph(tmp_path: Path) -> None:
     )
 
 
+def test_simplify_drops_onnxsims_report_and_keeps_the_users_metadata(tmp_path: Path) -> None:
+    """onnxsim writes ``onnxsim.*`` model metadata (its options, every removed node's name);
+    ORT keeps model metadata for the session's life, so the pass removes what onnxsim added."""
+    pytest.importorskip("onnxsim")
+    g = helper.make_graph(
+        [
+            helper.make_node("Add", ["c1", "c2"], ["c3"]),
+            helper.make_node("Mul", ["x", "c3"], ["y"]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", 1, [4, 128])],
+        [helper.make_tensor_value_info("y", 1, [4, 128])],
+        [
+            numpy_helper.from_array(np.full((128,), 2.0, np.float32), "c1"),
+            numpy_helper.from_array(np.full((128,), 3.0, np.float32), "c2"),
+        ],
+    )
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    helper.set_model_props(proto, {"author": "me", "onnxsim.mine": "kept: the input had it"})
+    path = tmp_path / "c.onnx"
+    onnx.save_model(proto, path)
+    result = get_pass("simplify")().run(load(path), PassContext())
+    assert result.modified and result.model is not None, result.stats
+    assert dict(result.model.metadata_props) == {
+        "author": "me",
+        "onnxsim.mine": "kept: the input had it",
+    }
+    assert result.stats["onnxsim_metadata_dropped"] >= 10  # onnxsim 0.4+ writes ~20 keys
+
+
 def test_simplify_of_shape_arithmetic_only_is_exact(tmp_path: Path) -> None:
     """Folding a Shape -> Gather -> Concat -> Reshape chain touches no float arithmetic: the run
     is exact, so the pipeline records no tolerance and verify stays strict."""
@@ -193,7 +223,7 @@ def test_onnxsim_import_keeps_torch_out_and_importable() -> None:
 
     code = (
         "import sys\n"
-        "from memshrink.transforms.simplify import import_onnxsim\n"
+        "from memshrink.onnxsim_child import import_onnxsim\n"
         "m = import_onnxsim()\n"
         "assert hasattr(m, 'simplify')\n"
         # no torch, and no None placeholder left that would make a later `import torch` fail

@@ -51,8 +51,8 @@ class _Recorder:
 
 @pytest.fixture
 def recorder(monkeypatch: pytest.MonkeyPatch) -> _Recorder:
-    rec = _Recorder(pytest.importorskip("onnxsim") and simplify.import_onnxsim())
-    monkeypatch.setattr(simplify, "import_onnxsim", lambda: rec)
+    rec = _Recorder(pytest.importorskip("onnxsim") and simplify.simplifier())
+    monkeypatch.setattr(simplify, "simplifier", lambda: rec)
     return rec
 
 

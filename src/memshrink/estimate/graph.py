@@ -40,6 +40,7 @@ from memshrink.compact_attrs import (
 from memshrink.errors import ModelLoadError, UnboundDimensionError, UsageError
 from memshrink.estimate import dd_bounds, shape_values
 from memshrink.estimate.ort_metadata import kept_string_bytes
+from memshrink.irgraphs import graphs as ir_graphs
 from memshrink.local_functions import calls_functions, inline_functions
 from memshrink.transforms.weight_io import read_array
 
@@ -1133,7 +1134,7 @@ def build_view(
     # bodies' own initializers (a BeamSearch decoder's weights): stored size and location
     # for the runtimes' body-weight rules (``ort_bodies``); the totals stay the main graph's
     body_bytes = body_ext = 0
-    for sg in irm.graphs():
+    for sg in ir_graphs(irm):
         if sg is g:
             continue
         for name, v in sg.initializers.items():

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import onnx_ir as ir
 
+from memshrink.irgraphs import graphs
 from memshrink.manager import Pass, PassContext, PassResult
 from memshrink.transforms import register
 
@@ -109,7 +110,7 @@ class DedupWeightsPass(Pass):
 
     def run(self, model: ir.Model, context: PassContext) -> PassResult:
         merged = merged_bytes = hashed = 0
-        for graph in model.graphs():
+        for graph in graphs(model):
             protected = frozenset(graph.inputs) | frozenset(graph.outputs)
             groups: dict[tuple, list[ir.Value]] = defaultdict(list)
             for value in graph.initializers.values():

@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
+from memshrink.irgraphs import graphs
 from memshrink.manager import Pass, PassContext, PassResult
 from memshrink.transforms import register
 from memshrink.transforms.chunking.choice import RISE, RISE_BYTES
@@ -62,7 +63,7 @@ _EQUAL_SINCE = {
 
 def _graphs(model: ir.Model) -> list[Any]:
     """Every graph of the model: the main graph, its subgraphs and the functions' bodies."""
-    return [*model.graphs(), *(f.graph for f in model.functions.values())]
+    return [*graphs(model), *(f.graph for f in model.functions.values())]
 
 
 def _opset(model: ir.Model) -> int:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import onnx_ir as ir
 
+from memshrink.irgraphs import graphs
 from memshrink.manager import Pass, PassContext, PassResult
 from memshrink.model import META_SAVE, META_SOURCE, iter_tensor_slots
 from memshrink.transforms import register
@@ -90,7 +91,7 @@ def loop_body_weights(model: ir.Model) -> set[str]:
     source = (model.meta.get(META_SOURCE) or {}).get("path")
     source = os.path.realpath(source) if source else None
     names: set[str] = set()
-    for graph in model.graphs():
+    for graph in graphs(model):
         for node in graph:
             if node.op_type not in _LOOP_OPS or node.domain not in ("", "ai.onnx"):
                 continue
@@ -143,7 +144,7 @@ class ExternalDataPass(Pass):
                 raise UsageError(f"external-data.{key} must be a power of two, got {value}")
         moved_constants = moved_constant_bytes = 0
         if o.constants_to_initializers and model.ir_version >= 4:
-            for graph in model.graphs():
+            for graph in graphs(model):
                 for node in list(graph):
                     moved = _constant_to_initializer(graph, node, o.threshold)
                     if moved:

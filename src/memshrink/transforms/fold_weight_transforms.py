@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
+from memshrink.irgraphs import graphs
 from memshrink.manager import Pass, PassContext, PassResult
 from memshrink.transforms import register
 from memshrink.transforms.tied_matmul import swap_tied_matmul
@@ -191,7 +192,7 @@ class FoldWeightTransformsPass(Pass):
         self._shared = (
             self.options.fold_shared and context.deploy_only and context.backend != "openvino"
         )
-        for graph in model.graphs():
+        for graph in graphs(model):
             changed = True
             while changed:
                 changed = False

@@ -17,6 +17,7 @@ from onnx_ir.passes.common import (
     RemoveUnusedOpsetsPass,
 )
 
+from memshrink.irgraphs import graphs
 from memshrink.manager import Pass, PassContext, PassResult
 from memshrink.transforms import register
 
@@ -26,7 +27,7 @@ def _counts(model: ir.Model) -> tuple[int, int, int, int, int, int]:
     # RemoveUnusedNodesPass also drops unused trailing outputs (Dropout's mask): the
     # runtime no longer allocates them, so they count as a change.
     outputs = sum(len(node.outputs) for node in nodes)
-    inits = [v for g in model.graphs() for v in g.initializers.values()]
+    inits = [v for g in graphs(model) for v in g.initializers.values()]
     init_bytes = sum(v.const_value.nbytes for v in inits if v.const_value is not None)
     return (
         len(nodes),
@@ -39,7 +40,7 @@ def _counts(model: ir.Model) -> tuple[int, int, int, int, int, int]:
 
 
 def _remove_unused_subgraph_initializers(model: ir.Model) -> None:
-    for graph in model.graphs():
+    for graph in graphs(model):
         if graph is model.graph:
             continue  # the main graph is handled by RemoveUnusedNodesPass
         keep = frozenset(graph.inputs) | frozenset(graph.outputs)

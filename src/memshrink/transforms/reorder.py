@@ -75,7 +75,16 @@ def bound_view(model: ir.Model, context: PassContext) -> ModelView | str:
 
 
 def permuted(g: GraphInfo, order: Sequence[int]) -> GraphInfo:
-    """``g`` with its nodes renumbered so that ``order`` is the file order (shallow copies)."""
+    """``g`` with its nodes renumbered so that ``order`` is the file order (shallow copies).
+
+    An order that is already the file order (the original order scored, ``D(F) = F`` on a
+    chain) shares ``g``'s node and tensor objects, which are equal to the copies and which
+    the scorers only read (a 5,000-node copy: ~40 ms, 40 per ``optimize``). Either way the
+    result has only the fields below (the others at their defaults), as before."""
+    if len(order) == len(g.nodes) and all(old == new for new, old in enumerate(order)):
+        return GraphInfo(
+            list(g.nodes), dict(g.tensors), g.inputs, g.outputs, g.initializers, g.unknown
+        )
     remap = {old: new for new, old in enumerate(order)}
     nodes = []
     for new, old in enumerate(order):

@@ -19,7 +19,6 @@ lowered ORT CPU but measured the ORT OpenVINO EP's run peak 115-119 -> 126 MiB
 
 from __future__ import annotations
 
-import sys
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -29,32 +28,19 @@ import onnx_ir as ir
 from memshrink import opaque_types
 from memshrink.manager import Pass, PassContext, PassResult
 from memshrink.model import META_SOURCE, iter_tensor_slots
+from memshrink.onnxsim_child import ChildOnnxsim, available
 from memshrink.transforms import register
 from memshrink.transforms.chunking.choice import CAP_BYTES, PREFER_CAP, over_cap
 from memshrink.transforms.predicted import predicted_peak
 from memshrink.transforms.simplify_lists import skeleton_simplify
 
 
-def import_onnxsim() -> Any:
-    """``import onnxsim`` without the PyTorch it imports eagerly and never uses to simplify.
-
-    onnxsim 0.8's package ``__init__`` imports its PPQ bridge, which tries ``import torch``
-    inside ``try/except Exception``: with the benchmark suite's PyTorch installed that costs
-    ~190 MiB RSS and ~8 s, more than the simplification itself (measured: simplifying
-    MobileNetV2 peaked at 404 MiB, 217 MiB with torch kept out). Where torch is not loaded
-    yet, it is hidden for the duration of the import only; a later ``import torch`` works.
-    """
-    if "onnxsim" in sys.modules or "torch" in sys.modules:
-        import onnxsim
-
-        return onnxsim
-    sys.modules["torch"] = None  # type: ignore[assignment]  # import raises ImportError
-    try:
-        import onnxsim
-    finally:
-        if sys.modules.get("torch", False) is None:
-            del sys.modules["torch"]
-    return onnxsim
+def simplifier() -> Any:
+    """What runs ``onnxsim.simplify``: onnxsim in a child process (``onnxsim_child``), so
+    its imports and copies leave with the child; ImportError when onnxsim is missing."""
+    if not available():
+        raise ImportError("No module named 'onnxsim'")
+    return ChildOnnxsim()
 
 
 @register
@@ -93,7 +79,7 @@ class SimplifyPass(Pass):
                 },
             )
         try:
-            onnxsim = import_onnxsim()
+            onnxsim = simplifier()
         except ImportError as exc:
             return PassResult(
                 modified=False, stats={"reason": f"skipped: onnxsim unavailable ({exc})"}
@@ -102,11 +88,10 @@ class SimplifyPass(Pass):
         try:
             simplified, ok, lists = skeleton_simplify(model, onnxsim, o)
         except Exception as exc:  # onnxsim raises many types; the model stays as it was
+            kind = getattr(exc, "kind", type(exc).__name__)  # the child's exception type
             return PassResult(
                 modified=False,
-                stats={
-                    "reason": f"skipped: onnxsim failed: {type(exc).__name__}: {str(exc)[:200]}"
-                },
+                stats={"reason": f"skipped: onnxsim failed: {kind}: {str(exc)[:200]}"},
             )
         if not ok:
             return PassResult(modified=False, stats={"reason": "skipped: onnxsim's check failed"})
@@ -116,9 +101,12 @@ class SimplifyPass(Pass):
         if changed:
             return PassResult(modified=False, stats={"reason": f"skipped: onnxsim {changed}"})
         opaque_types.carry(model, new_model)
+        dropped = drop_onnxsim_report(model, new_model)
         new_model.meta[META_SOURCE] = dict(model.meta.get(META_SOURCE) or {}, path=None)
         nodes_after = sum(1 for _ in new_model.graph)
         stats: dict[str, object] = {"nodes_before": nodes_before, "nodes_after": nodes_after}
+        if dropped:
+            stats["onnxsim_metadata_dropped"] = dropped
         before, after = predicted_peak(model, context), predicted_peak(new_model, context)
         if before is not None and after is not None:
             stats.update(predicted_peak_before=before, predicted_peak_after=after)
@@ -140,6 +128,18 @@ class SimplifyPass(Pass):
         exact = _float_arithmetic(model) == _float_arithmetic(new_model)
         stats["float_arithmetic_changed"] = not exact
         return PassResult(modified=True, stats=stats, model=new_model, exact=exact)
+
+
+def drop_onnxsim_report(before: ir.Model, after: ir.Model) -> int:
+    """Remove the ``onnxsim.*`` model metadata onnxsim adds (its options and the names of every
+    node and value it removed: kilobytes on a real model). ONNX Runtime keeps model metadata for
+    the session's life (docs/estimate.md, session 15), so this report would cost the user memory
+    at inference for nothing; metadata the input already had is kept. Returns how many keys."""
+    added = [k for k in after.metadata_props
+             if k.startswith("onnxsim.") and k not in before.metadata_props]  # fmt: skip
+    for key in added:
+        del after.metadata_props[key]
+    return len(added)
 
 
 def _spared(o: SimplifyPass.Options, context: PassContext) -> list[str]:
