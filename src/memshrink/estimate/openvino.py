@@ -48,6 +48,7 @@ from memshrink.estimate import (
     ov_dyn_nodes,
     ov_eltwise,
     ov_gelu,
+    ov_if,
     ov_kinds,
     ov_layout,
     ov_plain,
@@ -991,6 +992,26 @@ def ov_buffers(
         keep.tensors.extend(drop.tensors)
         drop.tensors = []
         drop.size = 0
+
+    # an If whose condition follows from static dims is replaced by its branch at compile: a
+    # branch of views is a view of the outer tensor, no body, no copy (``ov_if``)
+    for node in g.nodes:
+        srcs = ov_if.view_sources(g, node) if node.op_type == "If" else None
+        if srcs is None:
+            continue
+        for b in bufs:
+            if b.transient and b.producer == node.index:
+                b.size = 0
+        for out, src in zip(node.outputs, srcs, strict=True):
+            if src == "":  # an Identity: the runtime graph keeps an Identity node that copies
+                continue
+            bo, bs = owner.get(out), owner.get(src)
+            if bo is None or bo.is_output or bo is bs:
+                continue
+            if bs is None:  # a view of a graph input or weight: no memory of its own
+                bo.size = 0
+            else:
+                merge(bs, bo, bs.size)
 
     over_input: dict[str, str] = {}
     for f in fusions(g):
