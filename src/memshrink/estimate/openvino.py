@@ -1002,10 +1002,10 @@ def ov_buffers(
         for b in bufs:
             if b.transient and b.producer == node.index:
                 b.size = 0
-        for out, src in zip(node.outputs, srcs, strict=True):
-            if src == "":  # an Identity: the runtime graph keeps an Identity node that copies
+        for out, view_of in zip(node.outputs, srcs, strict=True):
+            if view_of == "":  # an Identity: the runtime graph keeps an Identity node that copies
                 continue
-            bo, bs = owner.get(out), owner.get(src)
+            bo, bs = owner.get(out), owner.get(view_of)
             if bo is None or bo.is_output or bo is bs:
                 continue
             if bs is None:  # a view of a graph input or weight: no memory of its own

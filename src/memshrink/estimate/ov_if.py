@@ -69,12 +69,11 @@ def _values(
         return _values(g, ins[0], prod, depth + 1)
     if op == "Gather" and len(ins) == 2 and node.attrs.get("axis", 0) == 0:
         data, idx = _values(g, ins[0], prod, depth + 1), _values(g, ins[1], prod, depth + 1)
-        if data is None or idx is None or None in idx:
+        if data is None or idx is None:
             return None
         n = len(data)
-        if any(not -n <= int(i) < n for i in idx):  # type: ignore[operator]
-            return None
-        return tuple(data[int(i)] for i in idx)  # type: ignore[call-overload]
+        picks = [i for i in idx if i is not None and -n <= i < n]
+        return tuple(data[i] for i in picks) if len(picks) == len(idx) else None
     if op in _CMP and len(ins) == 2:
         a, b = _values(g, ins[0], prod, depth + 1), _values(g, ins[1], prod, depth + 1)
         if a is None or b is None or (len(a) != len(b) and 1 not in (len(a), len(b))):
