@@ -47,6 +47,7 @@ from typing import Any
 from memshrink.estimate import (
     ov_dyn_nodes,
     ov_eltwise,
+    ov_expand,
     ov_gelu,
     ov_if,
     ov_kinds,
@@ -1012,6 +1013,16 @@ def ov_buffers(
                 bo.size = 0
             else:
                 merge(bs, bo, bs.size)
+
+    # an Expand read only by element-wise ops: they broadcast its input themselves (the
+    # plugin's Broadcast after them is in place): no buffer of its own (``ov_expand``)
+    for name, data in ov_expand.absorbed(g).items():
+        be, bs = owner.get(name), owner.get(data)
+        if be is None or be.is_output or be is bs or be.tensors != [name]:
+            continue
+        if bs is not None:
+            bs.end = max(bs.end, be.end)
+        be.size = 0
 
     over_input: dict[str, str] = {}
     for f in fusions(g):
