@@ -1,8 +1,9 @@
 """OpenVINO CPU: an Expand read only by element-wise ops takes no buffer of its own.
 
 The plugin's Eltwise nodes broadcast their inputs, so an ``Expand`` whose every reader is an
-element-wise op is not materialised: the runtime graph keeps a ``Broadcast`` node, but the
-Eltwise reads the small input and the Broadcast after it works in place. Measured
+element-wise op costs nothing measurable: the runtime graph still lists a bf16 ``Broadcast``
+node (ordered after the Eltwise), but the process holds what the graph without the Expand
+holds. Measured
 (docs/estimate.md, "Session 15: If nodes folded at compile", Broadcasts at bf16): MatMul ->
 ReduceMax -> Expand to [N, 256] -> Add -> MatMul on x [N, 256], N = 65,536 symbolic, infer 3
 329.6 MiB against 328.6 for the same graph without the Expand (one bf16 [N, 256] would be
