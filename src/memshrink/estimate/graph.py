@@ -119,6 +119,8 @@ class NodeInfo:
     outputs: list[str]
     implicit_inputs: list[str] = field(default_factory=list)  # outer names used by subgraphs
     subgraphs: list[GraphInfo] = field(default_factory=list)
+    # the attribute each of ``subgraphs`` comes from (If: "then_branch" / "else_branch")
+    subgraph_attrs: list[str] = field(default_factory=list)
     attrs: dict[str, Any] = field(default_factory=dict)  # int/float/string(s) attributes only
     meta: dict[str, str] = field(default_factory=dict)  # metadata_props (memshrink.inplace)
     # the body a node of a flattened graph comes from (``ort_bodies``): "" = the main graph;
@@ -937,12 +939,14 @@ def _build_graph(
     local = set(input_names) | set(init_names)
     for idx, np_ in enumerate(gp.node):
         subgraphs: list[GraphInfo] = []
+        sub_attrs: list[str] = []
         implicit: list[str] = []
         for attr in np_.attribute:
             graphs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
             for sg in graphs:
                 sub = _build_graph(sg, sym, conc, init_info, outer | local)
                 subgraphs.append(sub)
+                sub_attrs.append(attr.name)
                 implicit.extend(_free_names(sg))
         node = NodeInfo(
             index=idx,
@@ -953,6 +957,7 @@ def _build_graph(
             outputs=list(np_.output),
             implicit_inputs=sorted({n for n in implicit if n in local or n in tensors}),
             subgraphs=subgraphs,
+            subgraph_attrs=sub_attrs,
             attrs=_small_attrs(np_),
             meta={m.key: m.value for m in getattr(np_, "metadata_props", [])},
         )

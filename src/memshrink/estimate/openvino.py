@@ -47,7 +47,9 @@ from typing import Any
 from memshrink.estimate import (
     ov_dyn_nodes,
     ov_eltwise,
+    ov_expand,
     ov_gelu,
+    ov_if,
     ov_kinds,
     ov_layout,
     ov_norm,
@@ -996,6 +998,36 @@ def ov_buffers(
         keep.tensors.extend(drop.tensors)
         drop.tensors = []
         drop.size = 0
+
+    # an If whose condition follows from static dims is replaced by its branch at compile: a
+    # branch of views is a view of the outer tensor, no body, no copy (``ov_if``)
+    for node in g.nodes:
+        srcs = ov_if.view_sources(g, node) if node.op_type == "If" else None
+        if srcs is None:
+            continue
+        for b in bufs:
+            if b.transient and b.producer == node.index:
+                b.size = 0
+        for out, view_of in zip(node.outputs, srcs, strict=True):
+            if view_of == "":  # an Identity: the runtime graph keeps an Identity node that copies
+                continue
+            bo, bs = owner.get(out), owner.get(view_of)
+            if bo is None or bo.is_output or bo is bs:
+                continue
+            if bs is None:  # a view of a graph input or weight: no memory of its own
+                bo.size = 0
+            else:
+                merge(bs, bo, bs.size)
+
+    # an Expand read only by element-wise ops: they broadcast its input themselves (the
+    # plugin's Broadcast after them is in place): no buffer of its own (``ov_expand``)
+    for name, data in ov_expand.absorbed(g).items():
+        be, bs = owner.get(name), owner.get(data)
+        if be is None or be.is_output or be is bs or be.tensors != [name]:
+            continue
+        if bs is not None:
+            bs.end = max(bs.end, be.end)
+        be.size = 0
 
     over_input: dict[str, str] = {}
     for f in fusions(g):
