@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 from memshrink.manager import PassContext
 from memshrink.model import load
 from memshrink.transforms import get_pass
-from memshrink.transforms.simplify import quantizes_activations
+from memshrink.transforms.quantized import quantizes_activations
 
 F = TensorProto.FLOAT
 
