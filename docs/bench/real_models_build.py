@@ -34,7 +34,11 @@ GRU, a ``tf.while_loop`` carrying six values, Keras transformer blocks; jax2onnx
 onnxscript with opset-18 forms (Col2Im, ReduceMean axes input, Split num_outputs,
 ScatterElements max), a DLRM-style recommender (EmbeddingBag), a TTS length regulator, a
 PointNet / DGCNN kNN (TopK), TrOCR (vision encoder-decoder), wav2vec2 on 30 s of audio,
-SegFormer at 512², HF ConvNeXt-V2 (GRN).
+SegFormer at 512², HF ConvNeXt-V2 (GRN). Session 15: files other tools touched: ORT's
+optimizer then ``quantize_dynamic``, QDQ per-channel BERT, ``MatMulNBitsQuantizer`` (asymmetric
+at accuracy level 4; its QDQ int4 form), ORT's saved optimized models (nchwc CNN, extended
+BERT), onnxconverter-common fp16 of the U-Net and the YOLO detector, onnxslim / onnxsim outputs,
+skl2onnx ColumnTransformer / TF-IDF / kNN pipelines (side packages: ``REAL_MODELS_ML_SITE``).
 """
 
 from __future__ import annotations
