@@ -18,7 +18,7 @@ examples:
   python -m models build --all               # everything but the >2 GB model (~5 CPU-min)
   python -m models build gpt2-large-ext      # the >2 GB model, only when named (or --big)
   python -m models build --tag ci --out /tmp/suite
-  python -m models measure --all --out docs/models-measured.json
+  python -m models measure --all --json docs/models-measured.json   # docs/models.md's table
 """
 
 
@@ -94,7 +94,8 @@ def _cmd_measure(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The suite's command line (``main`` parses with it; tests parse the help's examples)."""
     parser = argparse.ArgumentParser(
         prog="python -m models",
         description="Build memshrink's benchmark model suite (real architectures, seeded weights).",
@@ -126,8 +127,17 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--timeout", type=float, default=600, help="seconds per model")
             p.add_argument("--json", metavar="PATH", help="write results as JSON (- = stdout)")
         p.set_defaults(func=func)
+    return parser
 
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
+    out = getattr(args, "out", None)
+    if out and (Path(out).suffix in (".json", ".onnx") or Path(out).is_file()):
+        # QA session 15: the help's own example gave `measure --out docs/models-measured.json`,
+        # which would have built every model into a folder of that name
+        parser.error(f"--out {out}: --out is the models folder; write results with --json PATH")
     try:
         return int(args.func(args))
     except KeyError as exc:

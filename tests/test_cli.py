@@ -149,6 +149,21 @@ def test_demo_runs(tmp_path: Path) -> None:
 
     feeds = {"input_ids": np.arange(64, dtype=np.int64).reshape(1, 64)}
     assert_bit_identical(run_ort(src, feeds), run_ort(dst, feeds))
+    assert "rm -r" not in proc.stdout  # the user's own folder: no clean-up hint
+
+
+def test_demo_in_a_temp_folder_says_it_stays(tmp_path: Path) -> None:
+    """Without --out the demo's 32 MiB go to a temp folder that stays for the printed ``next:``
+    command: the last line says where and how to remove it (QA session 15)."""
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "memshrink.cli", "demo", "--passes", "safe"],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (folder,) = [p for p in tmp_path.iterdir() if p.name.startswith("memshrink-demo-")]
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith(f"the demo's files stay in {folder} (") and f"rm -r {folder}" in last
 
 
 def test_demo_on_a_full_disk_is_a_one_line_error_and_leaves_no_model(tmp_path: Path) -> None:
@@ -169,7 +184,8 @@ def test_demo_on_a_full_disk_is_a_one_line_error_and_leaves_no_model(tmp_path: P
     )
     assert proc.returncode == 7, proc.stderr
     assert "out of disk space" in proc.stderr and "demo.onnx" in proc.stderr
-    assert "Traceback" not in proc.stderr and list(out.iterdir()) == []
+    # the folder the demo made itself goes too (QA session 15)
+    assert "Traceback" not in proc.stderr and not out.exists()
     (tmp_path / "file").write_text("x")
     code = main(["demo", "--out", str(tmp_path / "file" / "d")])  # a file where a folder goes
     assert code == 7
@@ -332,3 +348,54 @@ def test_a_dim_the_model_cannot_take_is_exit_2(
     err = capsys.readouterr().err
     assert says in err and len(err.strip().splitlines()) == 1, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+
+
+def test_an_unanticipated_full_disk_is_exit_7(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A write no command wraps (QA session 15: a full TMPDIR) is the disk's fault: one line,
+    exit 7, not "internal error" (exit 1); other OSErrors stay internal errors."""
+    import errno
+
+    import memshrink.commands as commands
+
+    def full(args: object) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device", "/tmp/x/feeds.npz")
+
+    monkeypatch.setattr(commands, "cmd_passes", full)
+    assert main(["passes"]) == 7
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "memshrink: error: out of disk space (or file size limit) while writing /tmp/x/feeds.npz"
+    ]
+
+    def other(args: object) -> int:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(commands, "cmd_passes", other)
+    assert main(["passes"]) == 1
+    assert "internal error: OSError" in capsys.readouterr().err
+
+
+def test_a_failed_demo_removes_the_folder_it_made(tmp_path: Path) -> None:
+    """QA session 15: on a full disk ``demo --out DIR`` left DIR (empty, or with the 16 MiB
+    demo.onnx) though it said "nothing written". A file-size limit (``ulimit -f``) of 4 MiB
+    fails the demo model's write as a full disk does; a folder the user had is kept."""
+    import resource
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4 << 20, 4 << 20))
+
+    made, had = tmp_path / "demo", tmp_path / "had"
+    had.mkdir()
+    for out in (made, had):
+        proc = subprocess.run(
+            [sys.executable, "-m", "memshrink.cli", "demo", "--out", str(out)],
+            capture_output=True, text=True, timeout=300, preexec_fn=limit,
+        )  # fmt: skip
+        assert proc.returncode == 7, proc.stderr[-2000:]
+        assert (
+            proc.stderr.strip().splitlines()[-1].startswith("memshrink: error: out of disk space")
+        )
+    assert not made.exists()
+    assert had.is_dir() and not [p.name for p in had.iterdir() if not p.name.startswith(".")]

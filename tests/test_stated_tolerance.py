@@ -137,5 +137,6 @@ def test_the_safe_preset_states_no_tolerance_and_all_states_chunks() -> None:
 
     assert all(p.tolerance is None for p in resolve_pipeline("safe", {}))
     stated = {p.name: p.tolerance for p in resolve_pipeline("all", {}) if p.tolerance}
-    assert stated == {"simplify": (1e-5, 1e-4), "chunk": (1e-4, 1e-4), "recompute": (1e-4, 1e-4)}
+    assert stated == {"simplify": (1e-5, 1e-4), "chunk": (1e-4, 1e-4), "recompute": (1e-4, 1e-4),
+                      "fc-weight-first": (1e-4, 1e-4)}  # fmt: skip
     assert all(p.exact is not True for p in resolve_pipeline("all", {}) if p.tolerance)

@@ -34,6 +34,29 @@ def temp_path_for(final: Path) -> Path:
     return final.with_name(f".{final.name}.tmp-{os.getpid()}-{threading.get_ident() % 100000}")
 
 
+def is_disk_full(exc: BaseException) -> bool:
+    """Out of space, over a quota or over the file-size limit (``ulimit -f``)."""
+    return isinstance(exc, OSError) and exc.errno in _DISK_FULL
+
+
+@contextlib.contextmanager
+def disk_full_in(folder: str | os.PathLike, what: str) -> Iterator[None]:
+    """Turn a full disk while writing into ``folder`` into one line, exit 7.
+
+    Why: ``verify`` and ``profile`` write their feeds, specs and the children's results into
+    a temp folder; a full ``TMPDIR`` printed "internal error: OSError: [Errno 28]" (exit 1)
+    (QA session 15). ``what`` says whose files they are."""
+    try:
+        yield
+    except OSError as exc:
+        if not is_disk_full(exc):
+            raise
+        raise ModelSaveError(
+            f"out of disk space (or file size limit) in {folder} while writing {what}; free "
+            "space there or set TMPDIR to a folder with room"
+        ) from exc
+
+
 def describe_os_error(exc: OSError, path: Path) -> ModelSaveError:
     if exc.errno in _DISK_FULL:
         return ModelSaveError(f"out of disk space (or file size limit) while writing {path}")
@@ -45,13 +68,18 @@ def describe_os_error(exc: OSError, path: Path) -> ModelSaveError:
 
 
 @contextlib.contextmanager
-def sigterm_as_exception() -> Iterator[None]:
-    """Turn SIGTERM into SaveInterrupted (main thread only) so cleanup code runs."""
+def sigterm_as_exception(
+    make: Callable[[int], BaseException] | None = None,
+) -> Iterator[None]:
+    """Turn SIGTERM into an exception (main thread only) so cleanup code runs: by default
+    SaveInterrupted; ``make(signum)`` builds another (``verify`` stops its children)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def handler(signum: int, frame: object) -> None:
+        if make is not None:
+            raise make(signum)
         raise SaveInterrupted(
             f"interrupted by signal {signal.Signals(signum).name}; nothing written", signum
         )

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from memshrink import __version__
-from memshrink.errors import MemshrinkError, ModelSaveError, UsageError
+from memshrink.errors import EXIT_CANNOT_WRITE, MemshrinkError, ModelSaveError, UsageError
 
 #: Packages contributing subcommands through ``<module>.register(subparsers)``.
 PLUGIN_CLI_MODULES = (
@@ -40,9 +40,10 @@ passes take --json PATH, or --json - to print JSON instead of the table (keys: d
 
 exit codes: 0 ok, 1 failure, 2 usage error, 3 outputs differ, 4 over a memory
 budget, 5 a backend failed (see `memshrink verify --help`), 6 the input model
-cannot be used (truncated, not ONNX, broken external data, unknown opset), 7 the
-output cannot be written (folder missing or read-only, out of space), 130/143
-interrupted by SIGINT/SIGTERM (nothing written), 141 stdout closed early (| head).
+cannot be used (truncated, not ONNX, broken external data, unknown opset, malformed
+functions or domains), 7 the output or the temp folder cannot be written (folder
+missing or read-only, out of space), 130/143 interrupted by SIGINT/SIGTERM (nothing
+written; verify's measuring processes stopped), 141 stdout closed early (| head).
 """
 
 
@@ -164,15 +165,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 141
-    except Exception as exc:  # an internal bug: still one line unless --debug
+    except OSError as exc:
+        from memshrink.atomic import is_disk_full
+
+        if not is_disk_full(exc):
+            return _internal_error(exc, debug)
+        # a write no command anticipated (a temp file, a cache): still the disk's fault, exit 7
         if debug:
             traceback.print_exc()
-        else:
-            print(
-                f"memshrink: internal error: {type(exc).__name__}: {exc} (rerun with --debug for details)",
-                file=sys.stderr,
-            )
-        return 1
+        where = f" while writing {exc.filename}" if exc.filename else ""
+        print(f"memshrink: error: out of disk space (or file size limit){where}", file=sys.stderr)
+        return EXIT_CANNOT_WRITE
+    except Exception as exc:  # an internal bug: still one line unless --debug
+        return _internal_error(exc, debug)
+
+
+def _internal_error(exc: Exception, debug: bool) -> int:
+    if debug:
+        traceback.print_exc()
+    else:
+        print(
+            f"memshrink: internal error: {type(exc).__name__}: {exc} (rerun with --debug for details)",
+            file=sys.stderr,
+        )
+    return 1
 
 
 def require(condition: bool, message: str) -> None:

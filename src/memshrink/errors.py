@@ -43,6 +43,16 @@ class ModelSaveError(MemshrinkError):
     exit_code = EXIT_CANNOT_WRITE
 
 
+class Interrupted(MemshrinkError):
+    """SIGTERM stopped a command that runs child processes (``verify``, ``profile``): they
+    were stopped and the temp files removed. Exits 128 + the signal number (143), as a shell
+    reports a process that signal ended."""
+
+    def __init__(self, message: str, signum: int) -> None:
+        super().__init__(message)
+        self.exit_code = 128 + int(signum)
+
+
 class PassError(MemshrinkError):
     """A pass failed in a way that leaves no valid model."""
 

@@ -25,6 +25,8 @@ STANDARD = frozenset({"", "ai.onnx.ml", "ai.onnx.preview", "ai.onnx.preview.trai
 _RUNTIME = frozenset(
     {"com.microsoft", "com.microsoft.nchwc", "com.ms.internal.nhwc", "org.openvinotoolkit"}
 )
+#: Domains a runtime knows without an ``opset_import`` (``model.check_node_domains``).
+RUNTIME_DOMAINS = _RUNTIME
 _ORT_DOMAINS = frozenset({"com.microsoft", "com.microsoft.nchwc", "com.ms.internal.nhwc"})
 
 

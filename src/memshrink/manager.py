@@ -384,9 +384,12 @@ def _pass_os_error(name: str, exc: OSError) -> MemshrinkError:
     from memshrink.errors import ModelSaveError
 
     if exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+        import tempfile
+
         from memshrink.transforms.weight_io import SpillFile
 
-        where = SpillFile.directory or "the temp folder"
+        # the API's runs (no output folder yet) spill into the temp folder: name it (QA 15)
+        where = SpillFile.directory or f"the temp folder {tempfile.gettempdir()} (TMPDIR)"
         return ModelSaveError(
             f"out of disk space (or file size limit) while pass {name!r} wrote rewritten "
             f"weights to its spill file in {where}; nothing written"

@@ -135,3 +135,23 @@ def test_measure_row_from_a_real_profile(tmp_path: Path) -> None:
     assert row["steady_peak_delta"] >= row["session_after_delta"]
     table = measure.markdown_table(rows)
     assert "| zoo-squeezenet |" in table
+
+
+def test_help_examples_parse_and_out_is_a_folder(tmp_path: Path) -> None:
+    """Every example in ``python -m models --help`` parses, and ``--out`` (the models folder)
+    refuses a file name: the help's own ``measure --all --out docs/models-measured.json`` would
+    have built every model into a folder of that name (QA session 15)."""
+    import shlex
+
+    from models.__main__ import EPILOG, build_parser
+
+    examples = [ln.split("#")[0].split()[3:] for ln in EPILOG.splitlines() if "python -m" in ln]
+    assert len(examples) >= 7
+    for argv in examples:
+        args = build_parser().parse_args(argv)
+        assert not (getattr(args, "out", None) or "").endswith(".json"), argv
+    for bad in ("r.json", "m.onnx"):
+        with pytest.raises(SystemExit) as exc:
+            main(shlex.split(f"measure --all --out {tmp_path / bad}"))
+        assert exc.value.code == 2
+    assert not (tmp_path / "r.json").exists()

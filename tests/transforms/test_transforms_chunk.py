@@ -494,3 +494,27 @@ def test_reorder_confirms_with_the_full_estimate(tmp_path: Path) -> None:
         assert min(v["default"] for v in ss["tried"].values()) <= ss["before"]["default"]
     else:
         assert "reason" in rec.stats
+
+
+def test_a_chunk_of_an_untyped_value_saves_without_a_type():
+    """ONNX has no shape without an element type: a chunk copy of a value the exporter left
+    untyped (a Whisper encoder's attention Reshapes) declared one, and saving the rewrite failed
+    (session 15). Known answer: typed like -> its type and the chunk's shape; untyped -> no type
+    (the shape stays for the passes and is not saved)."""
+    import onnx_ir as ir
+
+    from memshrink.transforms.chunking.rewrite import _Builder
+
+    g = ir.Graph([], [], nodes=[], name="g")
+    b = _Builder(g, "t")
+    typed = ir.Value(name="a", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([8, 4]))
+    untyped = ir.Value(name="u", type=ir.TensorType(None), shape=ir.Shape([8, 4]))  # type: ignore[arg-type]
+    v = b.value("a__c0", typed, (4, 4))
+    assert v.dtype == ir.DataType.FLOAT and list(v.shape) == [4, 4]
+    w = b.value("u__c0", untyped, (4, 4))
+    assert w.type is None and list(w.shape) == [4, 4]  # for the passes; not saved
+    node = ir.Node("", "Identity", inputs=[v], outputs=[w])
+    model = ir.Model(
+        ir.Graph([v], [w], nodes=[node], name="g", opset_imports={"": 17}), ir_version=8
+    )
+    ir.serde.serialize_model(model)  # the untyped shape made this raise SerdeError

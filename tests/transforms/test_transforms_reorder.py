@@ -214,3 +214,12 @@ def test_confirmation_rejects_an_order_that_raises_a_guarded_backend(tmp_path, m
     assert chosen is second and report["before"] == {"default": 100, "priority": 100, "cuda": 50}
     chosen, _ = R.confirm_order(model, PassContext(), [first, second], original, 4, 0.01, [])
     assert chosen is first  # without the guard, ORT CPU's best order wins
+    # the pipeline targets the CUDA EP (optimize --backend cuda): an unchanged CUDA steady state
+    # is not enough there (an fp16 GPT-2's reorder, 33 -> 33 MiB predicted, measured run 3
+    # 14 -> 30 MiB on an H100, session 15); a strictly lower one is taken
+    cuda_ctx = PassContext(backend="cuda")
+    chosen, _ = R.confirm_order(model, cuda_ctx, [first, second], original, 4, 0.01, ["cuda"])
+    assert chosen is None
+    by_order[tuple(model.graph[i].name for i in second.order)] = (90, 90, 40)
+    chosen, _ = R.confirm_order(model, cuda_ctx, [first, second], original, 4, 0.01, ["cuda"])
+    assert chosen is second

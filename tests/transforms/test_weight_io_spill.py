@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx_ir as ir
+import pytest
 
 from memshrink.transforms.weight_io import SPILL_MIN_BYTES, SpillFile
 
@@ -64,3 +65,18 @@ def test_a_new_run_removes_spills_of_dead_processes_only(tmp_path: Path) -> None
     assert not orphan.exists() and live.exists() and user.exists()
     assert Path(ours.path).name.startswith(f"{SPILL_PREFIX}{os.getpid()}-")
     SpillFile.start_run(None)
+
+
+def test_a_full_temp_folder_names_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """``PassManager.run`` from Python spills into the temp folder: a full one is exit 7 naming
+    the folder and TMPDIR (it said "the temp folder"; QA session 15)."""
+    import errno
+    import tempfile
+
+    from memshrink.manager import _pass_os_error
+
+    monkeypatch.setattr(SpillFile, "directory", None)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    err = _pass_os_error("fold-weight-transforms", OSError(errno.ENOSPC, "No space left"))
+    assert err.exit_code == 7
+    assert f"spill file in the temp folder {tmp_path} (TMPDIR)" in str(err)

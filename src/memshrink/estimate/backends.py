@@ -162,7 +162,13 @@ def _ort_cpu(
         + c["ort_session_anon_per_node"] * node_count(view.graph)
         + c["ort_session_file"]
         + trees
+        + view.metadata_bytes
     )
+    if view.metadata_bytes >= MiB // 8:
+        assumptions.append(
+            f"the file's node metadata and doc strings: {view.metadata_bytes / MiB:.1f} MiB "
+            "ORT keeps from session creation on (ort_metadata)"
+        )
     sc = Stage(
         "session_creation",
         weights_anon=ww.creation_anon,

@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 from memshrink.errors import UsageError
 from memshrink.estimate import ort as ortsim
+from memshrink.estimate.cuda_loop import loop_events
 from memshrink.estimate.graph import GraphInfo, ModelView
 from memshrink.estimate.lifetimes import Buffer, tensor_buffers
 from memshrink.estimate.planners import all_planners, best_fit
@@ -274,12 +275,31 @@ def device_weights(g: GraphInfo) -> list[int]:
     out = []
     for name in g.initializers:
         t = g.tensors[name]
-        if t.folded and not t.consumers:
+        if not t.consumers or _cpu_input_only(g, name):
             continue
         nb = t.nbytes or 0
         if nb and not (t.elem_type == INT64 and nb <= SMALL_INT64):
             out.append(nb)
     return out
+
+
+#: inputs the CUDA EP's control-flow kernels read in CPU memory (``OrtMemTypeCPUInput`` in
+#: ``cuda/controlflow/loop.cc`` and ``if.cc``): Loop's trip count and condition, If's condition
+CPU_INPUT_SLOTS: dict[str, tuple[int, ...]] = {"Loop": (0, 1), "If": (0,)}
+
+
+def _cpu_input_only(g: GraphInfo, name: str) -> bool:
+    """Whether every reader of ``name`` takes it in CPU memory: then ORT leaves it on the host
+    (session 15: a Loop's trip count and condition made no arena request at session creation,
+    where a 1-byte device copy would have taken a 1 MiB region)."""
+    for c in g.tensors[name].consumers:
+        node = g.nodes[c]
+        slots = CPU_INPUT_SLOTS.get(node.op_type, ())
+        if name in node.implicit_inputs or any(
+            x == name and k not in slots for k, x in enumerate(node.inputs)
+        ):
+            return False
+    return True
 
 
 def device_inputs(g: GraphInfo) -> list[int]:
@@ -308,6 +328,7 @@ def simulate_device(
     mem_pattern: bool = True,
     weight_seed: int | None = None,
     workspace: float = 0.0,
+    weights_graph: GraphInfo | None = None,
 ) -> DeviceModel:
     """Replay the weights, then three runs, through one BFC arena; report its reserved bytes.
 
@@ -321,7 +342,7 @@ def simulate_device(
     runs (``CONV_WORKSPACE``; none by default: what the traces of the suite's CNNs showed).
     """
     arena_ = ortsim.BFCArena()
-    weights = device_weights(g)
+    weights = device_weights(weights_graph or g)
     if weight_seed is not None:
         random.Random(weight_seed).shuffle(weights)
     for nb in weights:
@@ -338,13 +359,19 @@ def simulate_device(
         by_start.setdefault(b.start, []).append(b)
         by_end.setdefault(b.end, []).append(b)
 
+    loops = {
+        s: loop_events(g, g.nodes[i]) for s, i in enumerate(order) if g.nodes[i].op_type == "Loop"
+    }
+
     def run(pattern: bool) -> None:
         held = [arena_.alloc(nb, touch=False) for nb in inputs]
         if pattern and block:
             held.append(arena_.alloc(block, touch=False))
-        chunks = {}
+        chunks: dict[int, Any] = {}
         for s in range(len(order)):
-            for b in by_start.get(s, []):
+            if s in loops:  # the iterations' own requests; the Loop's outputs at their end
+                _replay_loop(arena_, loops[s], by_start.get(s, []), chunks, pattern)
+            for b in by_start.get(s, []) if s not in loops else []:
                 if b.is_output or not pattern:  # planned tensors live in the pattern block
                     chunks[b.id] = arena_.alloc(b.size, touch=False)
             if ws := scratch[s]:
@@ -360,6 +387,50 @@ def simulate_device(
     run(mem_pattern)
     run(mem_pattern)
     return DeviceModel(after_weights, run_1, arena_.reserved, sum(weights), list(arena_.regions))
+
+
+def run_graph(
+    g: GraphInfo, order: list[int], sched: str, level: str
+) -> tuple[GraphInfo, list[int]]:
+    """The graph the CUDA EP runs and its order: ORT's level 1 and 2 transformers emulated
+    (``ort_optimized.optimize(ep="cuda")``: Erf Gelu -> Gelu, Add + LayerNormalization ->
+    SkipLayerNormalization, MatMul + bias -> Gemm, scaled MatMul -> FusedMatMul, Conv + Relu
+    -> FusedConv, ...; no NCHWc), the order taken on the rewritten graph as ORT does.
+
+    Why: the activations ORT plans are those of the rewritten graph. Session 14's traces showed
+    the CUDA plan of the graph as written too large on transformers (Llama-GQA after ``all``:
+    pattern block 19.6 MiB planned, 15.4 traced, run 3 predicted one 32 MiB region more than
+    measured); with the rewrite the 81 stages of ``docs/bench/cuda_real14.json`` went from 70
+    to 72 within 10 % (Llama ``all`` run 3 65 -> 33 MiB, measured 32; Whisper's encoder run 1
+    172 -> 156, measured 154). An explicit ``file`` schedule keeps the graph as written."""
+    from memshrink.estimate.ort_optimized import optimize
+    from memshrink.estimate.schedule import schedule
+
+    if level == "disable" or sched not in ("ort_default", "ort_priority"):
+        return g, order
+    gr = optimize(g, level=level, ep="cuda").graph
+    return gr, schedule(gr, sched)
+
+
+def _replay_loop(
+    arena_: ortsim.BFCArena,
+    events: list[Any],
+    planned: list[Buffer],
+    chunks: dict[int, Any],
+    pattern: bool,
+) -> None:
+    """One Loop step: its iterations' requests (``cuda_loop.loop_events``) in place of the
+    body's one transient block, the Loop's planned outputs where its iterations end."""
+    live: dict[object, Any] = {}
+    for kind, key, nb in events:
+        if kind == "a":
+            live[key] = arena_.alloc(nb, touch=False)
+        elif kind == "f":
+            arena_.free(live.pop(key))
+        else:
+            for b in planned:
+                if not b.transient and (b.is_output or not pattern):
+                    chunks[b.id] = arena_.alloc(b.size, touch=False)
 
 
 CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan"})
@@ -453,6 +524,7 @@ def device_range(
     mem_pattern: bool = True,
     file_order: DeviceModel | None = None,
     workspace: float = 0.0,
+    weights_graph: GraphInfo | None = None,
 ) -> dict[str, tuple[int, int]]:
     """(lowest, highest) GPU figure per stage over the file order and ``samples`` seeded
     random weight orders.
@@ -474,32 +546,37 @@ def device_range(
     weight orders, never grow past 545: where run 1's chunks land (addresses the replay does
     not know) can make it grow where run 2's pattern block does.
     """
+    wg = weights_graph or g  # the graph as written (``g``: the one that runs, ``run_graph``)
     first = file_order or simulate_device(
-        g, plan, order, mem_pattern=mem_pattern, workspace=workspace
+        g, plan, order, mem_pattern=mem_pattern, workspace=workspace, weights_graph=wg
     )
-    modules = run_device_extra(g)
+    modules = run_device_extra(wg)
     seen = [_stage_figures(first, modules)]
     for seed in range(samples):
         dev = simulate_device(
-            g, plan, order, mem_pattern=mem_pattern, weight_seed=seed, workspace=workspace
-        )
+            g, plan, order, mem_pattern=mem_pattern, weight_seed=seed, workspace=workspace,
+            weights_graph=wg,
+        )  # fmt: skip
         seen.append(_stage_figures(dev, modules))
     top = CUDA_CALIBRATION["cuda_conv_workspace"]
     if workspace < top and any(n.op_type in CONV_OPS for n in g.nodes):
         seen.append(
             _stage_figures(
-                simulate_device(g, plan, order, mem_pattern=mem_pattern, workspace=top), modules
+                simulate_device(
+                    g, plan, order, mem_pattern=mem_pattern, workspace=top, weights_graph=wg
+                ),
+                modules,
             )
         )
     out = {k: (min(s[k] for s in seen), max(s[k] for s in seen)) for k in seen[0]}
     out["run_1"] = (out["run_1"][0], max(out["run_1"][1], out["steady_state"][1]))
     # which If branches run is data: the top counts every branch's first-run cost
-    branches = run_device_extra(g, all_branches=True) - modules
+    branches = run_device_extra(wg, all_branches=True) - modules
     for k in ("run_1", "steady_state"):
         out[k] = (out[k][0], out[k][1] + branches)
     # Rare orders, sampled cheaply: the weights alone. The arena never shrinks, so a run holds
     # at least what its session reserved: a rare session outcome bounds every stage from above.
-    rare = weight_only_range(device_weights(g), samples)
+    rare = weight_only_range(device_weights(wg), samples)
     if rare is not None:
         lo, hi = out["session_creation"]
         out["session_creation"] = (min(lo, rare[0]), max(hi, rare[1]))
@@ -737,10 +814,13 @@ def predict(
 
     g = view.graph
     rules = ortsim.session_options_rules({k: str(v) for k, v in opts.items()})
-    plan = ortsim.plan(g, order, reuse=bool(rules["enable_mem_reuse"]), fusions=False, cpu=False)
+    gr, order_r = run_graph(g, order, sched, str(rules["graph_optimization_level"]))
+    plan = ortsim.plan(gr, order_r, reuse=bool(rules["enable_mem_reuse"]), fusions=False, cpu=False)
     workspace = float(opts.get(CONV_WORKSPACE, 0.0))
     pattern = bool(rules["enable_mem_pattern"]) and not has_control_flow(g)
-    dev = simulate_device(g, plan, order, mem_pattern=pattern, workspace=workspace)
+    dev = simulate_device(
+        gr, plan, order_r, mem_pattern=pattern, workspace=workspace, weights_graph=g
+    )
     modules = run_device_extra(g)
     sc = Stage("session_creation", weights_anon=dev.weights_reserved)
     sc.notes.append(
@@ -757,8 +837,15 @@ def predict(
     samples = int(opts.get(WEIGHT_ORDERS, DEFAULT_WEIGHT_ORDERS))
     spread = (
         device_range(
-            g, plan, order, samples, mem_pattern=pattern, file_order=dev, workspace=workspace
-        )
+            gr,
+            plan,
+            order_r,
+            samples,
+            mem_pattern=pattern,
+            file_order=dev,
+            workspace=workspace,
+            weights_graph=g,
+        )  # fmt: skip
         if samples > 0
         else {}
     )

@@ -39,6 +39,7 @@ from memshrink.compact_attrs import (
 )
 from memshrink.errors import ModelLoadError, UnboundDimensionError, UsageError
 from memshrink.estimate import dd_bounds, shape_values
+from memshrink.estimate.ort_metadata import kept_string_bytes
 from memshrink.local_functions import calls_functions, inline_functions
 from memshrink.transforms.weight_io import read_array
 
@@ -227,6 +228,8 @@ class ModelView:
     # takes no node of the graph (``ort_openvino``); ``declared_inputs`` cannot tell them
     # from unnamed dims once ``--shape`` gave them a rank
     shapeless_inputs: frozenset[str] = frozenset()
+    # node / value metadata_props and doc strings ORT keeps resident (``ort_metadata``)
+    metadata_bytes: int = 0
 
 
 # --------------------------------------------------------------------------- loading
@@ -1183,6 +1186,7 @@ def build_view(
         embedded=bool(embedded),
         data_file_bytes=None if path else _written_external_bytes(irm),
         shapeless_inputs=frozenset(n for n, d in declared_or_none if d is None),
+        metadata_bytes=kept_string_bytes(irm),
     )
 
 

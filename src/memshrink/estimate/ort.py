@@ -54,6 +54,24 @@ MAY_INPLACE_OPS = frozenset(
         "LogSoftmax",
     }
 )
+# CUDA kernels registered with MayInplace(0, 0): the activations (``cuda/activation/
+# activations.cc``). The CUDA Softmax, LogSoftmax, Cast and Clip kernels are registered without
+# it, so on the CUDA EP their output always takes a buffer of its own (session 15: an
+# in-place Softmax planned for the CUDA EP hid the ``inplace`` pass's +16 MiB on an fp16 GPT-2).
+CUDA_MAY_INPLACE_OPS = frozenset(
+    {
+        "Relu",
+        "LeakyRelu",
+        "Sigmoid",
+        "HardSigmoid",
+        "Tanh",
+        "Elu",
+        "Selu",
+        "Softplus",
+        "Softsign",
+        "ThresholdedRelu",
+    }
+)
 ALLOC_ALIGN = 64  # kAllocAlignment
 BFC_MIN = 256
 BFC_INITIAL_REGION = 1 << 20
@@ -241,7 +259,7 @@ def plan(
                 result.reused[out] = inp
                 result.kinds[out] = "alias"
                 continue
-            src_in = _inplace_input(node) if reuse and k == 0 else None
+            src_in = _inplace_input(node, cpu) if reuse and k == 0 else None
             if src_in:
                 cand = owner.get(src_in)
                 if (
@@ -310,11 +328,13 @@ def plan(
     return result
 
 
-def _inplace_input(node: NodeInfo) -> str | None:
+def _inplace_input(node: NodeInfo, cpu: bool = True) -> str | None:
     """The input a kernel may overwrite with its output (``MayInplace(i, 0)``), if any:
     unary activations etc. (input 0); NCHWc Conv and FusedConv accumulate into their ``Sum``
-    input (input 3, ``nchwc_ops.cc`` / ``fused_conv.cc``)."""
-    if node.domain in ("", "ai.onnx") and node.op_type in MAY_INPLACE_OPS:
+    input (input 3, ``nchwc_ops.cc`` / ``fused_conv.cc``). ``cpu`` False: the CUDA EP's
+    kernels (``CUDA_MAY_INPLACE_OPS``)."""
+    ops = MAY_INPLACE_OPS if cpu else CUDA_MAY_INPLACE_OPS
+    if node.domain in ("", "ai.onnx") and node.op_type in ops:
         return node.inputs[0] if node.inputs and node.inputs[0] else None
     if (node.op_type, node.domain) in (("Conv", NCHWC_DOMAIN), ("FusedConv", MS_DOMAIN)):
         return node.inputs[3] if len(node.inputs) > 3 and node.inputs[3] else None

@@ -321,15 +321,19 @@ class _Rewriter:
                 changed = True
         return changed
 
-    def activation_fusions(self) -> None:
+    def activation_fusions(self, ep: str = "cpu") -> None:
         """Level 2 in ORT's order: GemmActivationFusion, MatMulAddFusion's second run,
         ConvActivationFusion (new FusedGemm, Gemm, FusedConv nodes). Traced: BERT b4x512 after
         ``--passes all`` packs the pooler's FusedGemm before the attention Gemms; ORT's
         dump: the level-2 MatMulAddFusion runs before SkipLayerNormFusion (the output
-        projection's bias ends in its Gemm)."""
-        self._activation_fusion("Gemm", "FusedGemm", GEMM_ACTIVATIONS)
+        projection's bias ends in its Gemm). ``ep="cuda"``: FusedGemm has only a CPU kernel
+        and the CUDA FusedConv only Relu (``gemm_activation_fusion.cc``,
+        ``conv_activation_fusion.cc``)."""
+        if ep == "cpu":
+            self._activation_fusion("Gemm", "FusedGemm", GEMM_ACTIVATIONS)
         self.matmul_add_fusion(preserve_attention=False)
-        self._activation_fusion("Conv", "FusedConv", CONV_ACTIVATIONS)
+        acts = CONV_ACTIVATIONS if ep == "cpu" else frozenset({"Relu"})
+        self._activation_fusion("Conv", "FusedConv", acts)
 
     def _activation_fusion(self, op: str, fused: str, acts: frozenset[str]) -> None:
         cons = self.consumers()
@@ -1474,10 +1478,16 @@ def _padded(t: TensorInfo, name: str, block: int) -> TensorInfo:
     )  # fmt: skip
 
 
-def optimize(g: GraphInfo, *, level: str = "all", block: int | None = None) -> OptimizedGraph:
+def optimize(
+    g: GraphInfo, *, level: str = "all", block: int | None = None, ep: str = "cpu"
+) -> OptimizedGraph:
     """Return the graph ORT CPU runs at graph optimization ``level`` (``all`` | ``extended``
-    | ``basic`` | ``disable``). ``block``: NCHWc block size (default: this host's)."""
+    | ``basic`` | ``disable``). ``block``: NCHWc block size (default: this host's).
+    ``ep="cuda"``: the graph the CUDA EP runs (the same level 1 and 2 transformers, with the
+    CUDA kernels' activation fusions; no NCHWc, which is CPU-only)."""
     b = nchwc_block_size() if block is None else block
+    if ep != "cpu":
+        level = "extended" if level == "all" else level
     rw = _Rewriter(g, b)
     if level in ("basic", "extended", "all"):
         rw.eliminate_dropout()
@@ -1488,7 +1498,7 @@ def optimize(g: GraphInfo, *, level: str = "all", block: int | None = None) -> O
         rw.reshape_fusion()
         rw.matmul_add_fusion()
     if level in ("extended", "all"):
-        rw.activation_fusions()
+        rw.activation_fusions(ep)
         rw.gelu_fusion()
         rw.skip_layer_norm_fusion()
         rw.bias_gelu_fusion()

@@ -27,6 +27,7 @@ BUILTIN_MODULES = (
     "memshrink.transforms.recompute",
     "memshrink.transforms.ep_compat",
     "memshrink.transforms.fc_weight_layout",
+    "memshrink.transforms.fc_weight_first",
 )
 
 _REGISTRY: dict[str, type[Pass]] = {}

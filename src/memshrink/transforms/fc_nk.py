@@ -95,7 +95,7 @@ def _matmul_readers(w: ir.Value) -> list[ir.Node] | None:
     return readers or None
 
 
-#: Bytes per transposed block: the pass runs last in ``all``, on top of the heap the earlier
+#: Bytes per transposed block: the pass runs late in ``all``, on top of the heap the earlier
 #: passes grew, where 8 MiB blocks (``weight_io.BLOCK``) and their transposes raised
 #: ``optimize``'s own peak (ViT-B/16 ``all`` +15 MiB).
 TRANSPOSE_BLOCK = 1 << 20

@@ -19,6 +19,7 @@ Imports: stdlib, numpy and the runtime only — it may run under another interpr
 
 from __future__ import annotations
 
+import errno
 import gc
 import json
 import os
@@ -40,6 +41,10 @@ from memshrink.verify.measure import Meter, read_status
 
 EXIT_FAILED = 1
 EXIT_UNSUPPORTED = 3
+#: The child could not write its results: its folder's disk is full (the parent says so, exit 7).
+EXIT_NO_SPACE = 4
+_DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+_PR_SET_PDEATHSIG = 1
 FAULT_ENV = "MEMSHRINK_TEST_CHILD_FAULT"
 
 
@@ -360,11 +365,52 @@ DRIVERS: dict[str, Callable[[], Callable[[Child], list[Any]]]] = {
 }
 
 
+def _die_with_parent(parent_pid: int | None) -> None:
+    """Ask Linux to SIGKILL this child when its parent dies.
+
+    Why: the child runs in its own session (so a timeout can kill its group), so a Ctrl-C or a
+    SIGKILL meant for ``memshrink verify`` never reached it: it ran on, orphaned, for minutes
+    on a big model (QA session 15). The parent stops its children on SIGINT / SIGTERM itself;
+    this covers a parent that is killed outright. Best effort: other systems keep the old way."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):  # pragma: no cover - no libc prctl
+        return
+    if parent_pid is None:
+        return
+    try:  # not getppid(): an interpreter wrapper (--python-for a script) may sit in between
+        os.kill(parent_pid, 0)
+    except ProcessLookupError:
+        os._exit(EXIT_FAILED)  # verify died before the request: nobody reads our result
+    except PermissionError:
+        pass
+
+
+def _is_disk_full(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in _DISK_FULL_ERRNOS
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     with open(argv[0]) as f:
         spec = json.load(f)
+    _die_with_parent(spec.get("parent_pid"))
     child = Child(spec)
+    try:
+        return _main(child, spec)
+    except OSError as exc:  # writing the result itself: the folder's disk is full
+        if not _is_disk_full(exc):
+            raise
+        print(f"memshrink child: cannot write its results: {exc}", file=sys.stderr)
+        return EXIT_NO_SPACE
+
+
+def _main(child: Child, spec: dict[str, Any]) -> int:
     try:
         kind = spec["model"]["kind"]
         if kind == "onnx":
@@ -382,6 +428,10 @@ def main(argv: list[str] | None = None) -> int:
         child.save()
         return EXIT_UNSUPPORTED
     except Exception as exc:  # report, never crash the parent
+        if _is_disk_full(exc):  # not the runtime's failure: the parent says where (exit 7)
+            child.result.update(status="failed", error=f"{type(exc).__name__}: {exc}")
+            child.save()
+            return EXIT_NO_SPACE
         child.result.update(
             status="failed",
             error=f"{type(exc).__name__}: {exc}",

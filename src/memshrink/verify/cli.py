@@ -38,7 +38,10 @@ comparison: the original on each backend is the reference for the rewritten mode
 
 exit codes: 0 all outputs match and every budget holds; 3 an output mismatches; 5 a requested
   backend crashed, timed out, failed or is unsupported; 4 over the --max-peak budget (first of
-  3, 5, 4 wins); 2 usage error; 1 other failure.
+  3, 5, 4 wins); 2 usage error; 6 a model can't be used (also when a runtime refused it and
+  memshrink's loader finds it malformed); 7 a report or the temp folder (TMPDIR) can't be
+  written (out of disk space); 130 / 143 interrupted by SIGINT / SIGTERM (the measuring
+  processes are stopped, temp files removed); 1 other failure.
 """
 
 PROFILE_EPILOG = """\

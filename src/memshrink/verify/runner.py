@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 
 import memshrink
-from memshrink.errors import UsageError
-from memshrink.verify.child import EXIT_UNSUPPORTED
+from memshrink.errors import ModelSaveError, UsageError
+from memshrink.verify.child import EXIT_NO_SPACE, EXIT_UNSUPPORTED
 from memshrink.verify.kinds import ModelRef
 
 BACKENDS = ("cpu", "openvino", "ort-openvino", "cuda")
@@ -167,6 +167,7 @@ def run_child(
         "provider_options": dict(provider_options or {}),
         "result": str(workdir / f"{tag}.result.json"),
         "outputs": str(workdir / f"{tag}.outputs.npz"),
+        "parent_pid": os.getpid(),
     }
     spec_path = workdir / f"{tag}.spec.json"
     spec_path.write_text(json.dumps(spec))
@@ -187,10 +188,19 @@ def run_child(
     except OSError as exc:
         res.status, res.error = "unsupported", f"cannot start interpreter {py}: {exc}"
         return res
-    log, timed_out = _wait_child(proc, timeout, Path(spec["result"]), f"{label} on {backend}",
-                                 progress, t0)  # fmt: skip
+    try:
+        log, timed_out = _wait_child(proc, timeout, Path(spec["result"]), f"{label} on {backend}",
+                                     progress, t0)  # fmt: skip
+    except BaseException:  # Ctrl-C, SIGTERM (made an exception by the caller): stop the child
+        stop_group(proc)
+        raise
     res.seconds = time.perf_counter() - t0
     res.returncode = proc.returncode
+    if proc.returncode == EXIT_NO_SPACE:
+        raise ModelSaveError(
+            f"out of disk space (or file size limit) in {workdir} while {label} on {backend} "
+            "wrote its results; free space there or set TMPDIR to a folder with room"
+        )
     text = log.decode(errors="replace")[-4000:].strip()
     result_path = Path(spec["result"])
     if result_path.is_file():
@@ -221,6 +231,16 @@ def run_child(
     if progress:
         progress(f"memshrink: {label} on {backend}: {res.status} ({res.seconds:.1f} s)")
     return res
+
+
+def stop_group(proc: subprocess.Popen) -> None:
+    """Kill the child's process group and reap it, so no child outlives an interrupted verify
+    and none writes into the temp folder while it is removed (QA session 15: SIGTERM left the
+    child running and the folder behind)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(Exception):
+        proc.communicate(timeout=30)
 
 
 #: A child running longer than this reports each finished stage (big models take minutes).

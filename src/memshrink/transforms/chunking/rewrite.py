@@ -98,7 +98,12 @@ class _Builder:
         return v
 
     def value(self, base: str, like: ir.Value, shape: Shape) -> ir.Value:
-        return ir.Value(name=self.name(base), shape=ir.Shape(list(shape)), type=like.type)
+        """A new value shaped ``shape`` of ``like``'s type. A type without an element type
+        (``Tensor(None)``) is not copied: onnx_ir cannot save it (``SerdeError``: a Whisper
+        encoder whose attention Reshapes the exporter left untyped, session 15); an untyped
+        value keeps its shape for the passes and is saved without one."""
+        typ = like.type if like.type is not None and like.dtype is not None else None
+        return ir.Value(name=self.name(base), shape=ir.Shape(list(shape)), type=typ)
 
     def node(self, op: str, inputs: list[ir.Value | None], outputs: list[ir.Value], *,
              attrs: list[ir.Attr] | None = None, base: str, k: int | str,
