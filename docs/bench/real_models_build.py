@@ -34,7 +34,11 @@ GRU, a ``tf.while_loop`` carrying six values, Keras transformer blocks; jax2onnx
 onnxscript with opset-18 forms (Col2Im, ReduceMean axes input, Split num_outputs,
 ScatterElements max), a DLRM-style recommender (EmbeddingBag), a TTS length regulator, a
 PointNet / DGCNN kNN (TopK), TrOCR (vision encoder-decoder), wav2vec2 on 30 s of audio,
-SegFormer at 512², HF ConvNeXt-V2 (GRN).
+SegFormer at 512², HF ConvNeXt-V2 (GRN). Session 15: files other tools touched: ORT's
+optimizer then ``quantize_dynamic``, QDQ per-channel BERT, ``MatMulNBitsQuantizer`` (asymmetric
+at accuracy level 4; its QDQ int4 form), ORT's saved optimized models (nchwc CNN, extended
+BERT), onnxconverter-common fp16 of the U-Net and the YOLO detector, onnxslim / onnxsim outputs,
+skl2onnx ColumnTransformer / TF-IDF / kNN pipelines (side packages: ``REAL_MODELS_ML_SITE``).
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ from typing import Any
 
 import numpy as np
 import onnx
+import onnx.version_converter
 from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: models/
@@ -5212,6 +5217,383 @@ def onnxscript_opset18(d: Path) -> Case:
     p = d / "onnxscript_opset18.onnx"
     _save(m, p)
     return Case("onnxscript-opset18-ops", p, dims={"batch": 16}, int_ranges={"where": (0, 1024)})
+
+
+# ------------------------------------------------------------------------------- session 15
+# What other tools leave behind before memshrink sees a file: ORT's quantizers and optimizers
+# chained, onnxconverter-common fp16, onnxsim / onnxslim, real skl2onnx pipelines. The
+# packages the project does not install (scikit-learn, skl2onnx, onnxconverter-common,
+# onnxslim) come from the folder named by REAL_MODELS_ML_SITE (``pip install --target DIR
+# scikit-learn skl2onnx onnxconverter-common onnxslim joblib threadpoolctl narwhals``), put at
+# the end of the path so it never shadows the project's own packages; without it (and not
+# installed) the row is skipped with that reason.
+
+
+def _side_import(module: str) -> Any:
+    """``module``, from this interpreter or $REAL_MODELS_ML_SITE; ``RuntimeError("skipped:
+    …")`` when neither has it."""
+    import importlib
+    import os
+
+    site = os.environ.get("REAL_MODELS_ML_SITE")
+    if site and site not in sys.path:
+        sys.path.append(site)
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise RuntimeError(
+            f"skipped: {module} not importable ({exc}); set REAL_MODELS_ML_SITE to a "
+            "`pip install --target` folder with it"
+        ) from exc
+
+
+_BERT_DIMS15 = {"batch": 8, "seq": 128}  # the tiny BERT's whole position table
+
+
+class _Feeds:
+    """A calibration reader over a fixed list of feeds (ORT's ``CalibrationDataReader``)."""
+
+    def __init__(self, feeds: list[dict[str, np.ndarray]]) -> None:
+        self.data = iter(feeds)
+
+    def get_next(self) -> Any:
+        return next(self.data, None)
+
+    def rewind(self) -> None:  # some calibrators call it
+        pass
+
+
+def _bert_feeds(n: int, b: int = 1, s: int = 16) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(0)
+    return [
+        {
+            "input_ids": rng.integers(0, 400, (b, s), dtype=np.int64),
+            "attention_mask": np.ones((b, s), np.int64),
+            "token_type_ids": rng.integers(0, 2, (b, s), dtype=np.int64),
+        }
+        for _ in range(n)
+    ]
+
+
+@builder("ort-optimizer-then-quantize-dynamic-bert")
+def ort_opt_qdyn(d: Path) -> Case:
+    """The recipe ORT's docs give for BERT on CPU: the transformers optimizer
+    (SkipLayerNormalization, BiasGelu; transformers 5's attention pattern is not fused into
+    ``Attention``) then ``quantize_dynamic`` (``MatMulInteger`` + ``DynamicQuantizeLinear``
+    between com.microsoft ops, whose outputs onnx's shape inference cannot type: the
+    quantizer needs ``DefaultTensorType``, as its own error message says)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from onnxruntime.transformers import optimizer
+
+    src = _bert_legacy(d, "bert_src_oq.onnx")
+    mid = d / "bert_oq_opt.onnx"
+    with _quiet():
+        opt = optimizer.optimize_model(
+            str(src), model_type="bert", num_heads=4, hidden_size=64, opt_level=0
+        )
+        opt.save_model_to_file(str(mid))
+        p = d / "bert_opt_qdyn.onnx"
+        quantize_dynamic(
+            str(mid),
+            str(p),
+            weight_type=QuantType.QInt8,
+            extra_options={"DefaultTensorType": TensorProto.FLOAT},
+        )
+    mid.unlink()
+    return Case(
+        "ort-optimizer-then-quantize-dynamic-bert", p, dims=_BERT_DIMS15, int_ranges=_BERT_RANGES
+    )
+
+
+@builder("ort-qdq-perchannel-bert")
+def ort_qdq_bert(d: Path) -> Case:
+    """``quantize_static`` QDQ on a transformer (calibrated on token feeds): per-channel int8
+    DequantizeLinear on every MatMul weight (axis 1), uint8 Q/DQ pairs on the activations
+    between MatMul / Add / Softmax / LayerNorm, the embedding tables dequantized by Gather."""
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+
+    src = _bert_legacy(d, "bert_src_qdq.onnx")
+    p = d / "bert_qdq_pc.onnx"
+    with _quiet():
+        quantize_static(
+            str(src),
+            str(p),
+            _Feeds(_bert_feeds(4)),  # type: ignore[arg-type]
+            quant_format=QuantFormat.QDQ,
+            per_channel=True,
+            activation_type=QuantType.QUInt8,
+            weight_type=QuantType.QInt8,
+        )
+    return Case("ort-qdq-perchannel-bert", p, dims=_BERT_DIMS15, int_ranges=_BERT_RANGES)
+
+
+@builder("ort-matmulnbits-asym-acc4-bert")
+def ort_nbits_bert(d: Path) -> list[Case]:  # type: ignore[override]
+    """``MatMulNBitsQuantizer`` on an encoder, two ways: asymmetric 4-bit with zero points
+    and ``accuracy_level=4`` (int8 compute) as com.microsoft ``MatMulNBits``, and the same
+    tool's ``quant_format=QDQ`` (block-wise int4 ``DequantizeLinear`` + ``MatMul``, opset
+    21)."""
+    from onnxruntime.quantization import QuantFormat
+    from onnxruntime.quantization.matmul_nbits_quantizer import (
+        DefaultWeightOnlyQuantConfig,
+        MatMulNBitsQuantizer,
+    )
+
+    src = _bert_legacy(d, "bert_src_nbits.onnx")
+    # the QDQ form needs opset 21 (int4 DequantizeLinear with block_size): the quantizer raises
+    # the model's opset number without converting its nodes (ReduceMean's ``axes`` attribute
+    # stays, which opset 18+ refuses), so the source is converted first, as its users must
+    src21 = d / "bert_src_nbits21.onnx"
+    onnx.save(onnx.version_converter.convert_version(onnx.load(str(src)), 21), str(src21))
+    import logging
+
+    # the quantizer logs every node it skips at INFO through its own handler
+    logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer").setLevel(logging.WARNING)
+    cases = []
+    for name, cfg, base in (
+        (
+            "ort-matmulnbits-asym-acc4-bert",
+            DefaultWeightOnlyQuantConfig(block_size=32, is_symmetric=False, accuracy_level=4),
+            src,
+        ),
+        (
+            "ort-nbits-qdq-int4-bert",
+            DefaultWeightOnlyQuantConfig(
+                block_size=32, is_symmetric=True, quant_format=QuantFormat.QDQ
+            ),
+            src21,
+        ),
+    ):
+        with _quiet():
+            q = MatMulNBitsQuantizer(onnx.load(str(base)), algo_config=cfg)
+            q.process()
+        p = d / f"{name}.onnx"
+        _save(q.model.model, p, check=False)
+        cases.append(Case(name, p, dims=_BERT_DIMS15, int_ranges=_BERT_RANGES))
+    return cases
+
+
+def _fp16_keepio(src: Case, name: str, d: Path, dims: dict[str, int]) -> Case:
+    float16 = _side_import("onnxconverter_common.float16")
+    with _quiet():
+        m16 = float16.convert_float_to_float16(onnx.load(str(src.path)), keep_io_types=True)
+    # onnxconverter-common 1.16 declares the output of a ``Cast(to=FLOAT)`` float16 in
+    # value_info (and feeds it to float16 nodes) but leaves the node's ``to`` as it was: ONNX
+    # Runtime refuses the file ("Type (tensor(float16)) of output arg (/Cast_output_0) of
+    # node (/Cast) does not match expected type"). Mended as the converter meant it: the
+    # Cast writes what its output is declared
+    declared = {vi.name: vi.type.tensor_type.elem_type for vi in m16.graph.value_info}
+    for n in m16.graph.node:
+        if n.op_type == "Cast" and n.output[0] in declared:
+            for a in n.attribute:
+                if a.name == "to" and a.i == TensorProto.FLOAT:
+                    a.i = declared[n.output[0]]
+    p = d / f"{name}.onnx"
+    onnx.save(m16, str(p))
+    return Case(name, p, dims=dims, int_ranges=src.int_ranges)
+
+
+@builder("onnxconverter-fp16-keepio-sd-unet")
+def fp16_unet(d: Path) -> Case:
+    """The SD-style U-Net (session 12) through onnxconverter-common's fp16 converter with
+    ``keep_io_types``, as diffusion pipelines ship their U-Nets: GroupNorm (InstanceNorm +
+    Reshape), cross-attention and GEGLU in fp16, f32 at the edges."""
+    dims = {"batch": 2, "height": 48, "width": 48, "text_len": 77}  # a 384² image's latent
+    return _fp16_keepio(sd_unet(d), "onnxconverter-fp16-keepio-sd-unet", d, dims)
+
+
+@builder("onnxconverter-fp16-keepio-yolo-nms")
+def fp16_yolo(d: Path) -> Case:
+    """The YOLO-style detector with NMS (session 12) through the fp16 converter: its default
+    block list keeps ``TopK``, ``NonMaxSuppression`` and ``Resize`` in f32, so Cast pairs
+    surround them inside an fp16 backbone."""
+    dims = {"batch": 2, "height": 640, "width": 640}
+    return _fp16_keepio(yolo_nms(d), "onnxconverter-fp16-keepio-yolo-nms", d, dims)
+
+
+@builder("onnxslim-output-yolo-nms")
+def slim_yolo(d: Path) -> Case:
+    """onnxslim's output of the YOLO-style detector (dynamic batch / H / W, the data-dependent
+    NMS output): folded shape arithmetic, fused Conv + BN, shapes it inferred."""
+    onnxslim = _side_import("onnxslim")
+    src = yolo_nms(d)
+    with _quiet():
+        m = onnxslim.slim(str(src.path))
+    p = d / "yolo_nms_slim.onnx"
+    onnx.save(m, str(p))
+    return Case("onnxslim-output-yolo-nms", p, dims={"batch": 2, "height": 640, "width": 640})
+
+
+@builder("onnxsim-output-t5-decoder-past")
+def sim_t5_past(d: Path) -> Case:
+    """onnxsim's output of T5's decoder step with past keys / values (dynamic batch, encoder
+    length and past length; relative position bias from the cache length)."""
+    import onnxsim
+
+    src = hf_t5_past(d)
+    with _quiet():
+        m, ok = onnxsim.simplify(str(src.path))
+    if not ok:
+        raise RuntimeError("onnxsim could not validate its output")
+    p = d / "t5_dec_past_sim.onnx"
+    onnx.save(m, str(p))
+    return Case("onnxsim-output-t5-decoder-past", p, dims=src.dims, int_ranges=src.int_ranges)
+
+
+@builder("ort-saved-optimized-models")
+def ort_saved_optimized(d: Path) -> list[Case]:  # type: ignore[override]
+    """What ONNX Runtime writes with ``SessionOptions.optimized_model_filepath``: a CNN at
+    ``ORT_ENABLE_ALL`` (com.microsoft ``FusedConv``, the ``com.microsoft.nchwc`` layout:
+    ``ReorderInput`` / ``ReorderOutput``, blocked Conv; valid on this CPU only) and BERT at
+    ``ORT_ENABLE_EXTENDED`` (its own Attention / SkipLayerNormalization / Gelu fusions,
+    ``FusedMatMul``). Users save these to skip the optimizer at start-up."""
+    import onnxruntime as ort
+
+    cases = []
+    cnn = _resnetish(d, "resnetish_ortsave_src.onnx")
+    bert = _bert_legacy(d, "bert_src_ortsave.onnx")
+    for name, src, level, kw in (
+        ("ort-saved-optimized-all-nchwc-cnn", cnn, "ORT_ENABLE_ALL", {"dims": {"batch": 4}}),
+        (
+            "ort-saved-optimized-extended-bert",
+            bert,
+            "ORT_ENABLE_EXTENDED",
+            {"dims": _BERT_DIMS15, "int_ranges": _BERT_RANGES},
+        ),
+    ):
+        p = d / f"{name}.onnx"
+        so = ort.SessionOptions()
+        so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
+        so.optimized_model_filepath = str(p)
+        so.log_severity_level = 3
+        ort.InferenceSession(str(src), so, providers=["CPUExecutionProvider"])
+        cases.append(Case(name, p, **kw))
+    return cases
+
+
+def _skl_save(onx: onnx.ModelProto, name: str, d: Path) -> Path:
+    onx.ir_version = min(onx.ir_version, 10)  # as _make_model: the EP's ORT loads IR <= 13
+    p = d / f"{name}.onnx"
+    onnx.save(onx, str(p))
+    return p
+
+
+@builder("skl2onnx-columntransformer-trees")
+def skl_column_trees(d: Path) -> Case:
+    """A tabular pipeline as skl2onnx writes it: two inputs (a float matrix and a string
+    column), ``ColumnTransformer`` (StandardScaler on the numbers, OneHotEncoder on the
+    strings: ai.onnx.ml ``Scaler``, ``OneHotEncoder``, ``Concat``), then an
+    ``ExtraTreesClassifier`` (``TreeEnsembleClassifier``, 3 classes) and ``ZipMap`` to
+    ``seq(map(int64, float))``. (HistGradientBoosting does not convert with skl2onnx 1.20 and
+    scikit-learn 1.9: numpy uint32 in a node attribute.)"""
+    skl2onnx = _side_import("skl2onnx")
+    sk = _side_import("sklearn")  # noqa: F841  (imports the package before its submodules)
+    from skl2onnx.common.data_types import FloatTensorType, StringTensorType
+    from sklearn.compose import ColumnTransformer
+    from sklearn.ensemble import ExtraTreesClassifier
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import OneHotEncoder, StandardScaler
+
+    rng = np.random.default_rng(0)
+    n = 600
+    num = rng.standard_normal((n, 6)).astype(np.float32)
+    cat = rng.choice(np.array(["red", "green", "blue", "black"]), (n, 1))
+    y = (num[:, 0] + (cat[:, 0] == "red") * 1.5 + rng.standard_normal(n) * 0.3 > 0.5).astype(
+        np.int64
+    ) + (num[:, 1] > 1).astype(np.int64)
+    import pandas as pd  # noqa: F401  (sklearn's ColumnTransformer wants named columns)
+
+    frame = {f"f{i}": num[:, i] for i in range(6)} | {"color": cat[:, 0]}
+    df = pd.DataFrame(frame)
+    pipe = Pipeline(
+        [
+            (
+                "cols",
+                ColumnTransformer(
+                    [
+                        ("num", StandardScaler(), [f"f{i}" for i in range(6)]),
+                        ("cat", OneHotEncoder(handle_unknown="ignore"), ["color"]),
+                    ]
+                ),
+            ),
+            ("trees", ExtraTreesClassifier(n_estimators=20, max_depth=8, random_state=0)),
+        ]
+    ).fit(df, y)
+    types = [(f"f{i}", FloatTensorType([None, 1])) for i in range(6)]
+    types.append(("color", StringTensorType([None, 1])))
+    with _quiet():
+        onx = skl2onnx.convert_sklearn(
+            pipe, initial_types=types, target_opset={"": 17, "ai.onnx.ml": 3}
+        )
+    p = _skl_save(onx, "skl2onnx-columntransformer-trees", d)
+    return Case("skl2onnx-columntransformer-trees", p, shapes={k: (64, 1) for k, _ in types})
+
+
+@builder("skl2onnx-tfidf-text-logreg")
+def skl_tfidf(d: Path) -> Case:
+    """A text classifier as skl2onnx writes it: a string input through ``StringNormalizer``
+    (lower case, locale C.UTF-8), com.microsoft ``Tokenizer`` (word regex),
+    ``TfIdfVectorizer`` (1- and 2-grams seen twice or more: ~2,000 terms), the idf ``Mul``, ``LpNormalization``, then
+    ``LogisticRegression`` (``LinearClassifier``, 4 classes) without ZipMap (probabilities as
+    a tensor)."""
+    skl2onnx = _side_import("skl2onnx")
+    _side_import("sklearn")
+    from skl2onnx.common.data_types import StringTensorType
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import Pipeline
+
+    rng = np.random.default_rng(0)
+    words = [f"w{i}" for i in range(60)]
+    docs = [" ".join(rng.choice(words, int(rng.integers(3, 12)))) for _ in range(400)]
+    y = rng.integers(0, 4, 400)
+    pipe = Pipeline(
+        [
+            ("tfidf", TfidfVectorizer(ngram_range=(1, 2), min_df=2)),
+            ("lr", LogisticRegression(max_iter=200)),
+        ]
+    ).fit(docs, y)
+    opts = {
+        TfidfVectorizer: {"tokenexp": r"\w+", "separators": None},
+        LogisticRegression: {"zipmap": False},
+    }
+    with _quiet():
+        onx = skl2onnx.convert_sklearn(
+            pipe,
+            initial_types=[("text", StringTensorType([None, 1]))],
+            options=opts,
+            target_opset={"": 17, "ai.onnx.ml": 3},
+        )
+    for node in onx.graph.node:
+        if node.op_type == "StringNormalizer":
+            # skl2onnx leaves the locale out and ONNX Runtime then asks for en_US.UTF-8, which
+            # a bare machine lacks ("locale::facet::_S_create_c_locale name not valid")
+            node.attribute.append(helper.make_attribute("locale", "C.UTF-8"))
+    p = _skl_save(onx, "skl2onnx-tfidf-text-logreg", d)
+    return Case("skl2onnx-tfidf-text-logreg", p, shapes={"text": (256, 1)})
+
+
+@builder("skl2onnx-knn-regressor")
+def skl_knn(d: Path) -> Case:
+    """k-nearest-neighbour regression as skl2onnx writes it: the 20,000 × 32 training set as
+    an initializer (2.4 MiB), squared distances by ``ReduceSumSquare`` / ``MatMul`` over the
+    whole set per query row (a [batch, 20000] matrix), ``TopK`` smallest 5, ``Gather`` of the
+    training targets, ``ReduceMean``; batch free."""
+    skl2onnx = _side_import("skl2onnx")
+    _side_import("sklearn")
+    from skl2onnx.common.data_types import FloatTensorType
+    from sklearn.neighbors import KNeighborsRegressor
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((20000, 32)).astype(np.float32)
+    y = (x[:, :3].sum(1) + rng.standard_normal(20000) * 0.1).astype(np.float32)
+    knn = KNeighborsRegressor(n_neighbors=5, algorithm="brute").fit(x, y)
+    with _quiet():
+        onx = skl2onnx.convert_sklearn(
+            knn, initial_types=[("x", FloatTensorType([None, 32]))], target_opset=17
+        )
+    p = _skl_save(onx, "skl2onnx-knn-regressor", d)
+    return Case("skl2onnx-knn-regressor", p, shapes={"x": (256, 32)})
 
 
 def build_all(folder: Path, only: list[str] | None = None) -> tuple[list[Case], dict[str, str]]:

@@ -64,3 +64,34 @@ def test_ep_cell_is_judged_on_the_eps_runs_not_on_its_cpu_reference() -> None:
     assert sweep._only({"runs": ep_ok, "comparisons": mismatch}, "ort-openvino")[0] == 3
     broke = [run("original", "ort-openvino"), run("rewritten", "ort-openvino", "failed")]
     assert sweep._only({"runs": broke, "comparisons": []}, "ort-openvino")[0] == 5
+
+
+def _run(model: str, backend: str, status: str, peak_mib: float) -> dict:
+    stages = [{"name": "run3", "peak_delta": int(peak_mib * MiB)}] if status == "ok" else []
+    return {"model": model, "backend": backend, "status": status, "stages": stages}
+
+
+def test_a_backend_refusing_both_models_hides_no_rise_or_mismatch_on_another() -> None:
+    """Session 15: OpenVINO refused a QDQ BERT (original and rewrite alike) while ORT CPU's
+    steady state rose 28 -> 35 MiB; verify exits 5, and the cell said BACKEND."""
+    runs = [
+        _run("original", "cpu", "ok", 28),
+        _run("rewritten", "cpu", "ok", 35),
+        _run("original", "openvino", "failed", 0),
+        _run("rewritten", "openvino", "failed", 0),
+    ]
+    cell, note = sweep.judge_report(5, {"runs": runs, "comparisons": []})
+    assert cell == "WORSE" and "cpu peak 28->35 MiB" in note
+    flat = runs[:1] + [_run("rewritten", "cpu", "ok", 28)] + runs[2:]
+    assert sweep.judge_report(5, {"runs": flat, "comparisons": []})[0] == "BACKEND"
+    wrong = {
+        "backend": "cpu",
+        "reference": "original@cpu",
+        "candidate": "rewritten@cpu",
+        "status": "mismatch",
+        "outputs": [{"name": "y", "ok": False}],
+    }
+    assert sweep.judge_report(5, {"runs": flat, "comparisons": [wrong]})[0] == "WRONG"
+    # the EP's run against ORT CPU's reference (the original failed on the EP): not ours
+    other = {**wrong, "backend": "ort-openvino", "candidate": "rewritten@ort-openvino"}
+    assert sweep.judge_report(5, {"runs": flat, "comparisons": [other]})[0] == "BACKEND"
