@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 NO_OVEP = "no interpreter with onnxruntime-openvino (set MEMSHRINK_PYTHON_ORT_OPENVINO)"
@@ -47,3 +48,15 @@ def cuda_python() -> str | None:
         "assert 'CUDAExecutionProvider' in o.get_available_providers()"
     )
     return py if _answers(py, code) else None
+
+
+def measured_ep_stages(path: Path, python: str, **kw: Any) -> dict[str, float]:
+    """One ``profile`` process of ``path`` on the EP (``python``: ``ovep_python()``'s answer):
+    each stage's peak over the baseline, by the profiler's stage name (``session``, ``run1``)."""
+    from memshrink.verify import profile
+
+    rep = profile(str(path), backends=("ort-openvino",), runs=1, python={"ort-openvino": python},
+                  **kw)  # fmt: skip
+    run = rep.runs[0].to_dict()
+    assert run["status"] == "ok", run["error"]
+    return {s["name"]: s["peak_delta"] for s in run["stages"]}

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from interpreters import NO_OVEP, ovep_python
+from interpreters import NO_OVEP, measured_ep_stages, ovep_python
 from onnx import TensorProto, helper, numpy_helper
 
 from memshrink.estimate import estimate, openvino
@@ -110,17 +110,10 @@ def test_dynamic_grn_matches_the_real_ep(tmp_path: Path) -> None:
     py = ovep_python()
     if py is None:
         pytest.skip(NO_OVEP)
-    from memshrink.verify import profile
-
     path = tmp_path / "grn.onnx"
     onnx.save(_grn("batch", 56, 40, 160), path)
     shapes = {"x": (8, 56, 56, 40)}
-    rep = profile(
-        str(path), backends=("ort-openvino",), runs=1, shapes=shapes, python={"ort-openvino": py}
-    )
-    run = rep.runs[0].to_dict()
-    assert run["status"] == "ok", run["error"]
-    meas = {s["name"]: s["peak_delta"] for s in run["stages"]}
+    meas = measured_ep_stages(path, py, shapes=shapes)
     pred = estimate(str(path), backend="ort-openvino", shapes=shapes).stage_peaks()
     assert pred["run_1"] == pytest.approx(meas["run1"], rel=0.06, abs=0)
 
@@ -206,8 +199,6 @@ def test_nhwc_concat_matches_the_real_ep(tmp_path: Path) -> None:
     py = ovep_python()
     if py is None:
         pytest.skip(NO_OVEP)
-    from memshrink.verify import profile
-
     model = _nhwc_concat()
     for inp, shape in zip(model.graph.input, ([1, "h", "w", 64], [1, 3, "h", "w"]), strict=True):
         inp.CopyFrom(helper.make_tensor_value_info(inp.name, TensorProto.FLOAT, shape))
@@ -222,11 +213,6 @@ def test_nhwc_concat_matches_the_real_ep(tmp_path: Path) -> None:
     path = tmp_path / "nhwc.onnx"
     onnx.save(model, path)
     shapes = {"x": (1, 256, 256, 64), "img": (1, 3, 256, 256)}
-    rep = profile(
-        str(path), backends=("ort-openvino",), runs=1, shapes=shapes, python={"ort-openvino": py}
-    )
-    run = rep.runs[0].to_dict()
-    assert run["status"] == "ok", run["error"]
-    meas = {s["name"]: s["peak_delta"] for s in run["stages"]}
+    meas = measured_ep_stages(path, py, shapes=shapes)
     pred = estimate(str(path), backend="ort-openvino", shapes=shapes).stage_peaks()
     assert pred["run_1"] == pytest.approx(meas["run1"], rel=0.08, abs=0)

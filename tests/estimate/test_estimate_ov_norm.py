@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from interpreters import NO_OVEP, ovep_python
+from interpreters import NO_OVEP, measured_ep_stages, ovep_python
 from onnx import TensorProto, helper, numpy_helper
 
 from memshrink.estimate import estimate
@@ -105,16 +105,9 @@ def test_convnext_blocks_match_the_real_ep(tmp_path: Path) -> None:
     py = ovep_python()
     if py is None:
         pytest.skip(NO_OVEP)
-    from memshrink.verify import profile
-
     path = tmp_path / "convnext.onnx"
     onnx.save(_blocks(3, 40, 56, "batch"), path)
     shapes = {"x": (8, 40, 56, 56)}
-    rep = profile(
-        str(path), backends=("ort-openvino",), runs=1, shapes=shapes, python={"ort-openvino": py}
-    )
-    run = rep.runs[0].to_dict()
-    assert run["status"] == "ok", run["error"]
-    meas = {s["name"]: s["peak_delta"] for s in run["stages"]}
+    meas = measured_ep_stages(path, py, shapes=shapes)
     pred = estimate(str(path), backend="ort-openvino", shapes=shapes).stage_peaks()
     assert pred["run_1"] == pytest.approx(meas["run1"], rel=0.08, abs=0)

@@ -20,7 +20,8 @@ from memshrink.writer import save_model
 RTOL, ATOL = 1e-4, 1e-5
 
 
-def test_simplify_folds_constant_subgraph(tmp_path: Path) -> None:
+def _folding_model() -> onnx.ModelProto:
+    """``y = x * (c1 + c2)``: onnxsim folds ``c1 + c2`` (a float Add) into one constant."""
     g = helper.make_graph(
         [
             helper.make_node("Add", ["c1", "c2"], ["c3"]),
@@ -34,8 +35,12 @@ def test_simplify_folds_constant_subgraph(tmp_path: Path) -> None:
             numpy_helper.from_array(np.full((128,), 3.0, np.float32), "c2"),
         ],
     )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_simplify_folds_constant_subgraph(tmp_path: Path) -> None:
     path = tmp_path / "c.onnx"
-    onnx.save_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    onnx.save_model(_folding_model(), path)
     model = load(path)
     result = get_pass("simplify")().run(model, PassContext())
     if "reason" in result.stats:  # onnxsim missing in this environment
@@ -55,20 +60,7 @@ def test_simplify_drops_onnxsims_report_and_keeps_the_users_metadata(tmp_path: P
     """onnxsim writes ``onnxsim.*`` model metadata (its options, every removed node's name);
     ORT keeps model metadata for the session's life, so the pass removes what onnxsim added."""
     pytest.importorskip("onnxsim")
-    g = helper.make_graph(
-        [
-            helper.make_node("Add", ["c1", "c2"], ["c3"]),
-            helper.make_node("Mul", ["x", "c3"], ["y"]),
-        ],
-        "g",
-        [helper.make_tensor_value_info("x", 1, [4, 128])],
-        [helper.make_tensor_value_info("y", 1, [4, 128])],
-        [
-            numpy_helper.from_array(np.full((128,), 2.0, np.float32), "c1"),
-            numpy_helper.from_array(np.full((128,), 3.0, np.float32), "c2"),
-        ],
-    )
-    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    proto = _folding_model()
     helper.set_model_props(proto, {"author": "me", "onnxsim.mine": "kept: the input had it"})
     path = tmp_path / "c.onnx"
     onnx.save_model(proto, path)
