@@ -791,6 +791,15 @@ def _contrib_fill(
         have = {vi.name: vi for vi in proto.graph.value_info}
         new = {}
         for name, typed in found.items():
+            old = types.get(name)
+            if old is not None and old[1] is not None and old[0]:
+                # known: a declared or inferred shape stays (declared again in a fresh
+                # proto), unless this one is concrete where it is not (an output declared
+                # under an exporter's own dim names)
+                if _concrete(old[1]) is not None and name not in have:
+                    typed = (old[0], old[1])
+                elif _concrete(old[1]) is not None or _concrete(typed[1]) is None:
+                    continue
             vi = contrib_shapes.value_info(name, typed)
             if have.get(name) != vi:
                 new[name] = vi
