@@ -38,7 +38,7 @@ from memshrink.compact_attrs import (
     splice,
 )
 from memshrink.errors import ModelLoadError, UnboundDimensionError, UsageError
-from memshrink.estimate import dd_bounds, shape_values
+from memshrink.estimate import contrib_shapes, dd_bounds, shape_values
 from memshrink.estimate.ort_metadata import kept_string_bytes
 from memshrink.irgraphs import graphs as ir_graphs
 from memshrink.local_functions import calls_functions, inline_functions
@@ -630,6 +630,8 @@ def _infer_uncached(
             if isinstance(d, str) and isinstance(b, int) and b >= 0:
                 subst[d] = b
     _keep_declared(types, declared, subst)
+    if _has_unknown(inferred.graph, types):
+        inferred = _contrib_fill(proto, types, table) or inferred
     if symbolic_tool and _has_unknown(inferred.graph, types):
         try:
             ssi = _run_symbolic_tool(_tool_proto(proto, raw_types, table))
@@ -666,6 +668,7 @@ def _with_bounds(
     bounded: dict[str, str] = {}
     if _all_bound(dims) and _has_unknown(inferred.graph, types):
         proto = _weight_free_proto(model, dims, table)
+        _contrib_fill(proto, types, table)
         vals = _shape_values(proto, types, {}, table)
         bounded = _bound_data_dependent(proto, types, vals, dim_bounds, table)
     return inferred, types, bounded
@@ -754,18 +757,73 @@ def _shape_values(
         mp.graph.CopyFrom(shape_values.as_initializers(proto.graph, vals))
         more: dict[str, tuple[int, SymShape | None]] = {}
         _collect_types(_infer(mp, table).graph, more)
-        for name, v in vals.items():
-            et = types[name][0] if name in types else 0
-            more.setdefault(name, (et, tuple(int(d) for d in v.shape)))
+        for name, v in vals.items():  # a value's shape is exact: it beats a file's
+            et = types[name][0] if name in types else 0  # stale value_info (``unk__N``)
+            more[name] = (et or more.get(name, (0, None))[0], tuple(int(d) for d in v.shape))
         found = 0
         for name, (et, shp) in more.items():
             old = types.get(name)
             if (old is None or _concrete(old[1]) is None) and _concrete(shp) is not None:
                 types[name] = (et or (old[0] if old else 0), shp)
                 found += 1
+        if _contrib_fill(proto, types, table) is not None:
+            found += 1
         if not found:
             return vals
     return vals
+
+
+MAX_CONTRIB_ROUNDS = 512  # one round per run of standard ops between two contrib ops
+
+
+def _contrib_fill(
+    proto: onnx.ModelProto, types: dict[str, tuple[int, SymShape | None]], table: Lists
+) -> onnx.ModelProto | None:
+    """Type ORT's contrib ops (``contrib_shapes``) where ONNX's inference can't: declare their
+    outputs in ``proto`` (kept there, so later re-inferences carry them too), infer again,
+    repeated while a declaration changes. Fills ``types``; returns the last inference (None
+    when nothing was declared)."""
+    if not contrib_shapes.has_rules(proto.graph):
+        return None
+    out = None
+    for _ in range(MAX_CONTRIB_ROUNDS):
+        found = contrib_shapes.infer(proto.graph, types)
+        have = {vi.name: vi for vi in proto.graph.value_info}
+        new = {}
+        for name, typed in found.items():
+            old = types.get(name)
+            if old is not None and old[1] is not None and old[0]:
+                # known: a declared or inferred shape stays (declared again in a fresh
+                # proto), unless this one is concrete where it is not (an output declared
+                # under an exporter's own dim names)
+                if _concrete(old[1]) is not None and name not in have:
+                    typed = (old[0], old[1])
+                elif _concrete(old[1]) is not None or _concrete(typed[1]) is None:
+                    continue
+            vi = contrib_shapes.value_info(name, typed)
+            if have.get(name) != vi:
+                new[name] = vi
+        if not new:
+            break
+        keep = [vi for vi in proto.graph.value_info if vi.name not in new]
+        del proto.graph.value_info[:]
+        proto.graph.value_info.extend([*keep, *new.values()])
+        for o in proto.graph.output:  # a declared output's own dims (an exporter's names)
+            if o.name in new:  # would stand for the producer's in the consumers
+                o.type.CopyFrom(new[o.name].type)
+        out = _infer(proto, table)
+        more: dict[str, tuple[int, SymShape | None]] = {}
+        _collect_types(out.graph, more)
+        for name, (et, shp) in [*more.items(), *((n, found[n]) for n in new)]:
+            old = types.get(name)
+            if (
+                old is None
+                or old[1] is None
+                or _concrete(old[1]) is None
+                and (_concrete(shp) is not None or name in new)
+            ):
+                types[name] = (et or (old[0] if old else 0), shp)
+    return out
 
 
 def _keep_declared(
