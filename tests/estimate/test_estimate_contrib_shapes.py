@@ -163,3 +163,13 @@ def test_shape_value_beats_stale_unk_value_info() -> None:
     assert t["rng"].shape == (128,)
     assert t["u"].shape == (1, 128)
     assert t["y"].shape == (8, 128)
+
+
+def test_contrib_rounds_are_capped_by_graph_size() -> None:
+    """Each round re-infers the whole graph: a big contrib-heavy graph gets fewer rounds (what
+    stays untyped is reported unknown), a small one as many as it needs."""
+    from memshrink.estimate.graph import CONTRIB_NODE_ROUNDS, MAX_CONTRIB_ROUNDS, contrib_rounds
+
+    assert contrib_rounds(10) == MAX_CONTRIB_ROUNDS
+    assert contrib_rounds(1_200) == CONTRIB_NODE_ROUNDS // 1_200 == 20
+    assert contrib_rounds(100_000) == 4
