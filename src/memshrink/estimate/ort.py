@@ -55,23 +55,10 @@ MAY_INPLACE_OPS = frozenset(
     }
 )
 # CUDA kernels registered with MayInplace(0, 0): the activations (``cuda/activation/
-# activations.cc``). The CUDA Softmax, LogSoftmax, Cast and Clip kernels are registered without
+# activations.cc``, which has no Celu). The CUDA Softmax, LogSoftmax, Cast and Clip kernels lack
 # it, so on the CUDA EP their output always takes a buffer of its own (session 15: an
 # in-place Softmax planned for the CUDA EP hid the ``inplace`` pass's +16 MiB on an fp16 GPT-2).
-CUDA_MAY_INPLACE_OPS = frozenset(
-    {
-        "Relu",
-        "LeakyRelu",
-        "Sigmoid",
-        "HardSigmoid",
-        "Tanh",
-        "Elu",
-        "Selu",
-        "Softplus",
-        "Softsign",
-        "ThresholdedRelu",
-    }
-)
+CUDA_MAY_INPLACE_OPS = MAY_INPLACE_OPS - {"Celu", "Cast", "Clip", "Softmax", "LogSoftmax"}
 ALLOC_ALIGN = 64  # kAllocAlignment
 BFC_MIN = 256
 BFC_INITIAL_REGION = 1 << 20

@@ -40,7 +40,7 @@ from memshrink.transforms.chunking.region import cuts as boundaries
 from memshrink.transforms.chunking.rewrite import META_KEY, RewriteStats, rewrite
 from memshrink.transforms.chunking.rules import Refuse
 from memshrink.transforms.chunking.specialize import specialize
-from memshrink.transforms.predicted import guarded, pipeline_bindings
+from memshrink.transforms.predicted import backend_names, guarded, pipeline_bindings
 from memshrink.transforms.saved_layout import clone_with_meta, saved_embedded
 
 MODES = ("batch", "spatial", "channels")
@@ -753,7 +753,7 @@ class ChunkPass(Pass):
 
         o = self.options
         guard = guarded(f"{o.guard_backends},{extra_guard}", context)
-        prefer = [b.strip() for b in o.prefer_backends.split(",") if b.strip()]
+        prefer = backend_names(o.prefer_backends)
         if context.deploy_only:  # optimize --backend X: only X (guarded above) counts
             prefer = []
         return Chooser(

@@ -30,15 +30,11 @@ from memshrink.manager import Pass, PassContext, PassResult
 from memshrink.transforms import register
 from memshrink.transforms.chunking.choice import over_cap
 from memshrink.transforms.fc_first import weights_first
-from memshrink.transforms.fc_weight_layout import _keep_folded
-from memshrink.transforms.predicted import process_figures
+from memshrink.transforms.fc_weight_layout import keep_folded
+from memshrink.transforms.predicted import backend_names, process_figures
 from memshrink.transforms.saved_layout import clone_with_meta
 
 MiB = 1 << 20
-
-
-def _names(option: str) -> list[str]:
-    return [b.strip() for b in option.split(",") if b.strip()]
 
 
 @register
@@ -68,7 +64,7 @@ class FcWeightFirstPass(Pass):
             stats["why"] = "not tried under --backend cuda: its GEMMs pack no weight copy"
             return PassResult(modified=False, stats=stats)
         trial = clone_with_meta(model)
-        done = weights_first(trial.graph, o.min_bytes, skip=_keep_folded(model))
+        done = weights_first(trial.graph, o.min_bytes, skip=keep_folded(model))
         if not done.weights:
             stats["why"] = "no f32 2-D weight of min_bytes read only by MatMul / plain Gemm"
             return PassResult(modified=False, stats=stats)
@@ -84,7 +80,7 @@ class FcWeightFirstPass(Pass):
                 stats: dict[str, Any]) -> str | None:  # fmt: skip
         """Why the trial is not kept, or None."""
         o = self.options
-        gain = [context.backend] if context.deploy_only else _names(o.gain_backends)
+        gain = [context.backend] if context.deploy_only else backend_names(o.gain_backends)
         gains: dict[str, Any] = {}
         stats["predicted"] = gains
         best = 0
@@ -103,5 +99,5 @@ class FcWeightFirstPass(Pass):
             return None
         guard: dict[str, Any] = {}
         stats["guard"] = guard
-        spared = _names(o.spare_backends)
+        spared = backend_names(o.spare_backends)
         return over_cap(model, trial, context, spared, o.spare_cap, o.spare_cap_bytes, guard)

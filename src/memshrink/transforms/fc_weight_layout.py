@@ -29,7 +29,7 @@ from memshrink.model import META_SAVE
 from memshrink.transforms import register
 from memshrink.transforms.chunking.choice import over_cap
 from memshrink.transforms.fc_nk import flip_gemm_weights, matmul_to_gemm
-from memshrink.transforms.predicted import process_figures
+from memshrink.transforms.predicted import backend_names, process_figures
 from memshrink.transforms.saved_layout import clone_with_meta
 
 MiB = 1 << 20
@@ -39,7 +39,7 @@ def _opset(model: ir.Model) -> int:
     return int(model.opset_imports.get("", model.opset_imports.get("ai.onnx", 1)))
 
 
-def _keep_folded(model: ir.Model) -> set[str]:
+def keep_folded(model: ir.Model) -> set[str]:
     """Weights ``external-data`` put in the OpenVINO-folded file: renaming them would move
     them back into the mapped one (``ov_folded``)."""
     policy = model.meta.get(META_SAVE) or {}
@@ -79,7 +79,7 @@ class FcWeightLayoutPass(Pass):
         stats: dict[str, Any] = {"gemm_weights": 0, "matmul_weights": 0, "bytes_transposed": 0}
         modified = False
         if o.gemm and not (context.deploy_only and context.backend == "cuda"):
-            done = flip_gemm_weights(model.graph, o.min_bytes, skip=_keep_folded(model))
+            done = flip_gemm_weights(model.graph, o.min_bytes, skip=keep_folded(model))
             stats["gemm_weights"] = done.weights
             stats["bytes_transposed"] += done.bytes
             modified = done.weights > 0
@@ -89,7 +89,7 @@ class FcWeightLayoutPass(Pass):
             stats["matmul"] = f"not tried: only OpenVINO gains, and --backend {context.backend}"
             return PassResult(modified=modified, stats=stats)
         trial = clone_with_meta(model)
-        done = matmul_to_gemm(trial.graph, _opset(trial), o.min_bytes, skip=_keep_folded(model))
+        done = matmul_to_gemm(trial.graph, _opset(trial), o.min_bytes, skip=keep_folded(model))
         if not done.weights:
             return PassResult(modified=modified, stats=stats)
         why = self._refuse(model, trial, context, stats)
@@ -117,7 +117,7 @@ class FcWeightLayoutPass(Pass):
             return f"OpenVINO's predicted peak {old} -> {new} B: less than min_saving"
         if context.deploy_only:
             return None
-        spared = [b.strip() for b in o.spare_backends.split(",") if b.strip()]
+        spared = backend_names(o.spare_backends)
         guard: dict[str, Any] = {}
         stats["guard"] = guard
         return over_cap(model, trial, context, spared, o.spare_cap, o.spare_cap_bytes, guard)

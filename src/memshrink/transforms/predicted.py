@@ -18,6 +18,11 @@ from memshrink.manager import PassContext
 from memshrink.model import META_SOURCE
 
 
+def backend_names(option: str) -> list[str]:
+    """The backends a comma-separated pass option names (``"ort, openvino"``), in order."""
+    return [b.strip() for b in option.split(",") if b.strip()]
+
+
 def guarded(option: str, context: PassContext) -> list[str]:
     """The backends a pass must not make worse: its ``guard_backends``-style option, plus the
     backend the pipeline targets (``optimize --backend``) when that is not ORT CPU.
@@ -27,7 +32,7 @@ def guarded(option: str, context: PassContext) -> list[str]:
     452 MiB with its compiled per-chunk kernels). A user who names the runtime they deploy on
     gets rewrites that are predicted not to raise it there.
     """
-    names = [b.strip() for b in option.split(",") if b.strip()]
+    names = backend_names(option)
     if context.backend not in ("ort", "cpu") and context.backend not in names:
         names.append(context.backend)
     return list(dict.fromkeys(names))

@@ -31,7 +31,7 @@ from memshrink.model import META_SOURCE, iter_tensor_slots
 from memshrink.onnxsim_child import ChildOnnxsim, available
 from memshrink.transforms import register
 from memshrink.transforms.chunking.choice import CAP_BYTES, PREFER_CAP, over_cap
-from memshrink.transforms.predicted import predicted_peak
+from memshrink.transforms.predicted import backend_names, predicted_peak
 from memshrink.transforms.quantized import quantizes_activations
 from memshrink.transforms.simplify_lists import skeleton_simplify
 
@@ -180,7 +180,7 @@ def _spared(o: SimplifyPass.Options, context: PassContext) -> list[str]:
     (its own peak is checked by ``predicted_peak``), never the pipeline's own backend."""
     if context.deploy_only or o.prefer_cap <= 0:
         return []
-    names = [b.strip() for b in o.prefer_backends.split(",") if b.strip()]
+    names = backend_names(o.prefer_backends)
     return [b for b in dict.fromkeys(names) if b != context.backend]
 
 
